@@ -1,0 +1,216 @@
+/**
+ * The one error catalogue. Every error the gateway sends — its status, its code or type, its
+ * message, whether clients should retry it and whether it carries `Retry-After` — comes from an
+ * entry here. Code elsewhere throws `new GatewayError(id, …)`; nothing else builds error bodies.
+ *
+ * Body formats (spec §7.1):
+ *  - `flat`      `{code, message}`                               key, account, balance, quota and plan problems
+ *  - `messages`  `{type:"error", error:{type, message}}`          Messages endpoints, chat-only 404s, missing group
+ *  - `chat`      `{error:{type, code, message, param}}`           Chat Completions, Responses on Responses-style groups
+ *  - `responses-lite` `{error:{code, message}}`                    Responses on Messages-style groups
+ * An entry with a fixed `format` always renders that way; the others follow the route's format
+ * (decided by the client protocol and the key's group, see `ErrorFormat`).
+ */
+
+export type ErrorFormat = 'flat' | 'messages' | 'chat' | 'responses-lite';
+
+export interface CatalogueEntry {
+  status: number;
+  /** `error.type` in protocol formats; unused by flat entries. */
+  type: string;
+  /** `code` of flat bodies and `error.code` of the chat / responses-lite bodies. */
+  code: string;
+  /** Default message; a thrower may pass a more specific one. */
+  message: string;
+  /** A fixed body format, whatever the endpoint. */
+  format?: ErrorFormat;
+  /** `x-should-retry: false` — errors the spec says not to retry (wire-notes "Retry signals"). */
+  noRetry?: boolean;
+  /** The thrower must give `retryAfter` seconds; it is sent as `Retry-After` (+ `retry-after-ms`). */
+  retryAfter?: boolean;
+}
+
+function entry(e: CatalogueEntry): CatalogueEntry {
+  return Object.freeze(e);
+}
+
+export const CATALOGUE = Object.freeze({
+  // ---- key check (flat, spec §7.3) -------------------------------------------------------
+  API_KEY_IN_QUERY: entry({ status: 400, type: 'invalid_request_error', code: 'api_key_in_query_deprecated', format: 'flat',
+    message: 'API keys in the query string are not accepted; send the key in the Authorization, x-api-key or x-goog-api-key header' }),
+  API_KEY_REQUIRED: entry({ status: 401, type: 'authentication_error', code: 'API_KEY_REQUIRED', format: 'flat',
+    message: 'API key is required' }),
+  INVALID_API_KEY: entry({ status: 401, type: 'authentication_error', code: 'INVALID_API_KEY', format: 'flat',
+    message: 'Invalid API key' }),
+  API_KEY_DISABLED: entry({ status: 401, type: 'authentication_error', code: 'API_KEY_DISABLED', format: 'flat',
+    message: 'API key is disabled' }),
+  USER_NOT_FOUND: entry({ status: 401, type: 'authentication_error', code: 'USER_NOT_FOUND', format: 'flat',
+    message: 'User not found' }),
+  USER_INACTIVE: entry({ status: 401, type: 'authentication_error', code: 'USER_INACTIVE', format: 'flat',
+    message: 'User is not active' }),
+  ACCESS_DENIED: entry({ status: 403, type: 'permission_error', code: 'ACCESS_DENIED', format: 'flat',
+    message: 'Access denied' }),
+  API_KEY_EXPIRED: entry({ status: 403, type: 'permission_error', code: 'API_KEY_EXPIRED', format: 'flat',
+    message: 'API key has expired' }),
+  INSUFFICIENT_BALANCE: entry({ status: 403, type: 'billing_error', code: 'INSUFFICIENT_BALANCE', format: 'flat',
+    message: 'Insufficient balance' }),
+  SUBSCRIPTION_NOT_FOUND: entry({ status: 403, type: 'permission_error', code: 'SUBSCRIPTION_NOT_FOUND', format: 'flat',
+    message: 'No active subscription for this group' }),
+  SUBSCRIPTION_INVALID: entry({ status: 403, type: 'permission_error', code: 'SUBSCRIPTION_INVALID', format: 'flat',
+    message: 'Subscription is not valid for this request' }),
+  API_KEY_QUOTA_EXHAUSTED: entry({ status: 429, type: 'rate_limit_error', code: 'API_KEY_QUOTA_EXHAUSTED', format: 'flat',
+    noRetry: true, message: 'API key quota exhausted' }),
+  USAGE_LIMIT_EXCEEDED: entry({ status: 429, type: 'rate_limit_error', code: 'USAGE_LIMIT_EXCEEDED', format: 'flat',
+    noRetry: true, message: 'Plan usage limit exceeded' }),
+
+  // ---- request and routing (protocol formats, spec §7.4) -----------------------------------
+  INVALID_REQUEST: entry({ status: 400, type: 'invalid_request_error', code: 'invalid_request_error',
+    message: 'Invalid request' }),
+  SPEND_CAP_REACHED: entry({ status: 402, type: 'spend_cap_reached', code: 'spend_cap_reached', retryAfter: true,
+    message: 'Account spend cap reached' }),
+  BILLING_ERROR: entry({ status: 403, type: 'billing_error', code: 'insufficient_balance',
+    message: 'Insufficient balance for this model' }),
+  NO_GROUP: entry({ status: 403, type: 'permission_error', code: 'permission_error', format: 'messages',
+    message: 'API key is not assigned to any group' }),
+  MESSAGES_NOT_ALLOWED: entry({ status: 403, type: 'permission_error', code: 'permission_error',
+    message: 'This group does not allow /v1/messages dispatch' }),
+  CONTENT_POLICY: entry({ status: 403, type: 'content_policy_violation', code: 'content_policy_violation',
+    message: 'Request blocked by content policy' }),
+  ENDPOINT_NOT_SERVED: entry({ status: 404, type: 'not_found_error', code: 'not_found_error', format: 'messages',
+    message: 'This endpoint is not available for the API key\'s group' }),
+  MALFORMED_SESSION: entry({ status: 409, type: 'malformed_session_state', code: 'malformed_session_state', noRetry: true,
+    message: 'The conversation history is invalid' }),
+  BODY_TOO_LARGE: entry({ status: 413, type: 'request_too_large', code: 'request_too_large',
+    message: 'Request body is too large' }),
+  RPM_EXCEEDED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
+    message: 'Rate limit exceeded: too many requests per minute' }),
+  FREE_RPM_EXCEEDED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
+    message: 'Rate limit exceeded for free models at zero balance' }),
+  WINDOW_EXHAUSTED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', noRetry: true,
+    message: 'api key 限额已用完' }),
+  QUEUE_FULL: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+    message: 'Too many pending requests, please retry later' }),
+  QUEUE_TIMEOUT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+    message: 'Concurrency limit exceeded for user, please retry later' }),
+  PROVIDER_RATE_LIMIT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+    message: 'The provider is rate limiting requests' }),
+  UPSTREAM_ERROR: entry({ status: 502, type: 'upstream_error', code: 'upstream_error',
+    message: 'Upstream request failed' }),
+  NO_ACCOUNTS: entry({ status: 503, type: 'api_error', code: 'model_not_available', noRetry: true,
+    message: 'No available accounts support the requested model' }),
+  NO_CHANNELS: entry({ status: 503, type: 'api_error', code: 'no_available_channels',
+    message: 'No available channels for this request' }),
+  PRICING_UNAVAILABLE: entry({ status: 503, type: 'api_error', code: 'pricing_not_available', noRetry: true,
+    message: 'Request pricing not available for this model' }),
+  BILLING_SERVICE: entry({ status: 503, type: 'billing_service_error', code: 'billing_service_error',
+    message: 'Billing check failed, please retry later' }),
+  OVERLOADED: entry({ status: 503, type: 'overloaded_error', code: 'overloaded_error',
+    message: 'The provider is overloaded' }),
+
+  // ---- outside the model endpoints -----------------------------------------------------------
+  ROUTE_NOT_FOUND: entry({ status: 404, type: 'not_found_error', code: 'route_not_found', format: 'chat',
+    message: 'No such route' }),
+  METHOD_NOT_ALLOWED: entry({ status: 405, type: 'invalid_request_error', code: 'method_not_allowed', format: 'chat',
+    message: 'Method not allowed' }),
+  UNAUTHORIZED_ADMIN: entry({ status: 401, type: 'authentication_error', code: 'unauthorized', format: 'chat',
+    message: 'Admin token required' }),
+  INTERNAL: entry({ status: 500, type: 'api_error', code: 'internal_error',
+    message: 'Internal gateway error' }),
+});
+
+export type ErrorId = keyof typeof CATALOGUE;
+
+export interface GatewayErrorOptions {
+  /** Replaces the catalogue message (e.g. the upstream's own 400 message, the window's name). */
+  message?: string;
+  /** Seconds for `Retry-After` (required by entries with `retryAfter`). */
+  retryAfter?: number;
+  /** Milliseconds, sent as `retry-after-ms` when the gateway knows better than whole seconds. */
+  retryAfterMs?: number;
+  /** Extra response headers (upstream `retry-after` / `x-ratelimit-*` passed through). */
+  headers?: Record<string, string>;
+  /** Overrides the status (e.g. an upstream 413 or 429 passed through as is). */
+  status?: number;
+  /** Overrides `error.type` (provider rate limits keep the provider's type). */
+  type?: string;
+  cause?: unknown;
+}
+
+/**
+ * Thrown by plugins, handlers and the core to stop a request. Before commit the client gets the
+ * rendered body; after commit (stream started) the client's protocol renders an in-stream error.
+ */
+export class GatewayError extends Error {
+  readonly id: ErrorId;
+  readonly entry: CatalogueEntry;
+  readonly status: number;
+  readonly type: string;
+  readonly retryAfter?: number;
+  readonly retryAfterMs?: number;
+  readonly headers?: Record<string, string>;
+
+  constructor(id: ErrorId, opts: GatewayErrorOptions = {}) {
+    const e = CATALOGUE[id];
+    super(opts.message ?? e.message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'GatewayError';
+    this.id = id;
+    this.entry = e;
+    this.status = opts.status ?? e.status;
+    this.type = opts.type ?? e.type;
+    this.retryAfter = opts.retryAfter;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.headers = opts.headers;
+  }
+
+  get code(): string {
+    return this.entry.code;
+  }
+}
+
+export function isGatewayError(e: unknown): e is GatewayError {
+  return e instanceof GatewayError;
+}
+
+/** Anything thrown that is not a GatewayError becomes INTERNAL (its message is not leaked). */
+export function toGatewayError(e: unknown): GatewayError {
+  return isGatewayError(e) ? e : new GatewayError('INTERNAL', { cause: e });
+}
+
+export interface RenderedError {
+  status: number;
+  headers: Record<string, string>;
+  body: Record<string, unknown>;
+}
+
+/** The body, status and headers a client receives for `err` on a route whose format is `routeFormat`. */
+export function renderError(err: GatewayError, routeFormat: ErrorFormat): RenderedError {
+  const format = err.entry.format ?? routeFormat;
+  const headers: Record<string, string> = { ...(err.headers ?? {}) };
+  if (err.entry.noRetry) headers['x-should-retry'] = 'false';
+  if (err.retryAfter !== undefined) {
+    headers['retry-after'] = String(Math.max(0, Math.ceil(err.retryAfter)));
+    if (err.retryAfterMs !== undefined) headers['retry-after-ms'] = String(Math.max(0, Math.ceil(err.retryAfterMs)));
+  }
+  return { status: err.status, headers, body: errorBody(err, format) };
+}
+
+export function errorBody(err: GatewayError, format: ErrorFormat): Record<string, unknown> {
+  switch (format) {
+    case 'flat':
+      return { code: err.code, message: err.message };
+    case 'messages':
+      return { type: 'error', error: { type: err.type, message: err.message } };
+    case 'responses-lite':
+      return { error: { code: err.code, message: err.message } };
+    case 'chat':
+    default:
+      return { error: { type: err.type, code: err.code, message: err.message, param: null } };
+  }
+}
+
+/** Messages for the three key spend windows (wire-notes: clients match on these strings). */
+export const WINDOW_MESSAGES: Readonly<Record<'5h' | '1d' | '7d', string>> = Object.freeze({
+  '5h': 'api key 5小时限额已用完',
+  '1d': 'api key 日限额已用完',
+  '7d': 'api key 7天限额已用完',
+});

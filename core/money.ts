@@ -1,0 +1,70 @@
+/**
+ * Money is integer micro-USD everywhere (1 USD = 1_000_000). Prices are kept as integer
+ * micro-USD per million tokens (so $0.025 / Mtok is 25_000 and a token costs 0.025 micro-USD);
+ * multipliers and personal rates are integer parts-per-million. Products are computed in BigInt
+ * and rounded once, half up, at the end: a request's cost is never the sum of rounded pieces.
+ */
+
+export interface Price {
+  /** micro-USD per million tokens, per bucket. */
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+}
+
+/** The four disjoint token buckets every usage is normalised to (wire-notes "Usage and money"). */
+export interface Usage {
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+}
+
+export const ZERO_USAGE: Readonly<Usage> = Object.freeze({ input: 0, output: 0, cacheRead: 0, cacheWrite: 0 });
+
+export const PPM = 1_000_000;
+
+const MTOK = 1_000_000n;
+
+/** Exact cost in pico-USD-per-token units (micro-USD × 1e6), before any rounding. */
+function exactCost(usage: Usage, price: Price): bigint {
+  return (
+    BigInt(usage.input) * BigInt(price.input) +
+    BigInt(usage.output) * BigInt(price.output) +
+    BigInt(usage.cacheRead) * BigInt(price.cacheRead) +
+    BigInt(usage.cacheWrite) * BigInt(price.cacheWrite)
+  );
+}
+
+function roundDiv(n: bigint, d: bigint): number {
+  return Number((n + d / 2n) / d);
+}
+
+export interface Charge {
+  /** At list price (spec: `cost`). */
+  cost: number;
+  /** What the account is charged after the group multiplier or the personal rate (`actual_cost`). */
+  actual: number;
+}
+
+/** Cost of `usage` at `price`, and the charge after `multiplierPpm` (1_000_000 = ×1). */
+export function priceUsage(usage: Usage, price: Price, multiplierPpm: number): Charge {
+  const exact = exactCost(usage, price);
+  return {
+    cost: roundDiv(exact, MTOK),
+    actual: roundDiv(exact * BigInt(multiplierPpm), MTOK * BigInt(PPM)),
+  };
+}
+
+export function isFree(price: Price): boolean {
+  return price.input === 0 && price.output === 0 && price.cacheRead === 0 && price.cacheWrite === 0;
+}
+
+export function addUsage(a: Usage, b: Usage): Usage {
+  return { input: a.input + b.input, output: a.output + b.output, cacheRead: a.cacheRead + b.cacheRead, cacheWrite: a.cacheWrite + b.cacheWrite };
+}
+
+export function totalTokens(u: Usage): number {
+  return u.input + u.output + u.cacheRead + u.cacheWrite;
+}
