@@ -1,0 +1,556 @@
+/**
+ * gateway.yaml → a frozen GatewayConfig: parse (yaml, keeping source positions), interpolate
+ * `${VAR}` / `${VAR:-default}` (`$${…}` is a literal), validate against the JSON Schema, validate
+ * each plugin's `with:` against that plugin's schema, check cross-references, resolve units, freeze.
+ * Every problem is collected (not just the first) with its path and line: `gateway check` lists
+ * them all, and a reload that finds any keeps the old config.
+ */
+import { createHash } from 'node:crypto';
+import net from 'node:net';
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Ajv, type ErrorObject } from 'ajv';
+import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
+import { gatewaySchema } from './schema.js';
+import type {
+  GatewayConfig, GroupConfig, KeyConfig, ModelConfig, PluginInstanceConfig, ProtocolName, ProviderConfig,
+  ProviderKind, RouteConfig, UserConfig, Window,
+} from './types.js';
+import { PROTOCOLS, WINDOWS } from './types.js';
+import { parseDecimal, parseDuration, parseSize } from '../units.js';
+import { isPluginDefinition, type PluginDefinition, type PluginRegistry } from '../plugin.js';
+import { nativeProtocols } from '../routing.js';
+
+export interface ConfigIssue {
+  path: string;
+  line?: number;
+  col?: number;
+  message: string;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly file: string, readonly issues: ConfigIssue[]) {
+    super(`${path.basename(file)}: ${issues.length} error${issues.length === 1 ? '' : 's'}\n` +
+      issues.map((i) => '  ' + formatIssue(file, i)).join('\n'));
+    this.name = 'ConfigError';
+  }
+}
+
+export function formatIssue(file: string, i: ConfigIssue): string {
+  const where = i.line !== undefined ? `${path.basename(file)}:${i.line}:${i.col ?? 1}` : path.basename(file);
+  return `${where} ${i.path || '(root)'}: ${i.message}`;
+}
+
+/** A plugin instance ready to be created: its definition and validated options (defaults applied). */
+export interface PluginPlan {
+  name: string;
+  definition: PluginDefinition<any>;
+  options: Record<string, unknown>;
+}
+
+export interface LoadedConfig {
+  config: GatewayConfig;
+  plugins: ReadonlyMap<string, PluginPlan>;
+  warnings: ConfigIssue[];
+}
+
+export interface LoadOptions {
+  registry: PluginRegistry;
+  env?: NodeJS.ProcessEnv;
+}
+
+type Seg = string | number;
+
+function pathString(segs: readonly Seg[]): string {
+  let out = '';
+  for (const s of segs) out += typeof s === 'number' ? `[${s}]` : out ? `.${s}` : s;
+  return out;
+}
+
+const KEY_FORMAT = /^(sk-[0-9a-fA-F]{64}|[A-Za-z0-9_-]{16,})$/;
+
+export function sha256Hex(s: string): string {
+  return createHash('sha256').update(s, 'utf8').digest('hex');
+}
+
+export async function loadConfigFile(file: string, opts: LoadOptions): Promise<LoadedConfig> {
+  const abs = path.resolve(file);
+  let text: string;
+  try {
+    text = await readFile(abs, 'utf8');
+  } catch (e) {
+    throw new ConfigError(abs, [{ path: '', message: `cannot read config: ${(e as Error).message}` }]);
+  }
+  return loadConfigText(text, abs, opts);
+}
+
+export async function loadConfigText(text: string, file: string, opts: LoadOptions): Promise<LoadedConfig> {
+  const env = opts.env ?? process.env;
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  const issues: ConfigIssue[] = [];
+  const warnings: ConfigIssue[] = [];
+  const pos = (offset: number | undefined) => {
+    if (offset === undefined) return {};
+    const p = lineCounter.linePos(offset);
+    return { line: p.line, col: p.col };
+  };
+  for (const e of doc.errors) issues.push({ path: '', ...pos(e.pos[0]), message: e.message.split('\n')[0] });
+  if (issues.length) throw new ConfigError(file, issues);
+
+  interpolate(doc, env, (segs, node, message) => issues.push({ path: pathString(segs), ...pos(node.range?.[0]), message }));
+
+  const at = (segs: readonly Seg[], message: string): ConfigIssue => {
+    let node: unknown;
+    for (let n = segs.length; n >= 0; n--) {
+      node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
+      if (node && typeof node === 'object' && 'range' in (node as object)) break;
+      node = undefined;
+    }
+    const range = (node as YamlNode | undefined)?.range;
+    return { path: pathString(segs), ...pos(range?.[0]), message };
+  };
+  const fail = (segs: readonly Seg[], message: string) => issues.push(at(segs, message));
+  const warn = (segs: readonly Seg[], message: string) => warnings.push(at(segs, message));
+
+  const raw = doc.toJS({ maxAliasCount: 100 }) as Record<string, any>;
+  if (issues.length) throw new ConfigError(file, issues);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ConfigError(file, [{ path: '', message: 'the config must be a YAML mapping' }]);
+  }
+
+  const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: true });
+  const validate = ajv.compile<any>(gatewaySchema as object);
+  if (!validate(raw)) {
+    for (const e of dedupeAjv(validate.errors ?? [])) fail(ajvSegs(e), ajvMessage(e));
+    throw new ConfigError(file, issues);
+  }
+
+  const baseDir = path.dirname(file);
+
+  // ---- plugins: definitions and their options ------------------------------------------------
+  const plans = new Map<string, PluginPlan>();
+  for (const [name, decl] of Object.entries<any>(raw.plugins ?? {})) {
+    let def: PluginDefinition<any> | undefined;
+    const use: string = decl.use;
+    if (use.startsWith('.') || use.startsWith('/')) {
+      try {
+        def = await importPlugin(path.resolve(baseDir, use));
+      } catch (e) {
+        fail(['plugins', name, 'use'], `cannot load plugin module '${use}': ${(e as Error).message}`);
+        continue;
+      }
+    } else {
+      def = opts.registry.get(use);
+      if (!def) {
+        fail(['plugins', name, 'use'], `unknown plugin '${use}' (built-in: ${[...opts.registry.keys()].join(', ')})`);
+        continue;
+      }
+    }
+    const options: Record<string, unknown> = structuredClone(decl.with ?? {});
+    const check = ajv.compile<any>(def.schema);
+    if (!check(options)) {
+      for (const e of dedupeAjv(check.errors ?? [])) fail(['plugins', name, 'with', ...ajvSegs(e)], ajvMessage(e));
+      continue;
+    }
+    plans.set(name, { name, definition: def, options });
+  }
+
+  // ---- providers ---------------------------------------------------------------------------
+  const providers: Record<string, ProviderConfig> = {};
+  for (const [name, p] of Object.entries<any>(raw.providers ?? {})) {
+    const kind = p.kind as ProviderKind;
+    const defaults: Record<ProviderKind, { url: string; protocols: ProtocolName[] }> = {
+      openai: { url: 'https://api.openai.com/v1', protocols: ['openai-chat', 'openai-responses'] },
+      anthropic: { url: 'https://api.anthropic.com', protocols: ['anthropic-messages'] },
+      mock: { url: '', protocols: [...PROTOCOLS] },
+    };
+    if (kind === 'mock' && p.base_url) fail(['providers', name, 'base_url'], 'a mock provider has no base_url: the gateway starts it');
+    if (kind !== 'mock' && p.fixtures_dir) fail(['providers', name, 'fixtures_dir'], 'fixtures_dir is for mock providers only');
+    providers[name] = {
+      name,
+      kind,
+      baseUrl: (p.base_url ?? defaults[kind].url).replace(/\/+$/, ''),
+      apiKey: p.api_key ?? '',
+      protocols: p.protocols ?? defaults[kind].protocols,
+      headers: p.headers ?? {},
+      timeoutMs: p.timeout ? parseDuration(p.timeout) : undefined,
+      idleTimeoutMs: p.idle_timeout ? parseDuration(p.idle_timeout) : undefined,
+      maxSockets: p.max_sockets ?? 256,
+      fixturesDir: p.fixtures_dir ? path.resolve(baseDir, p.fixtures_dir) : undefined,
+    };
+  }
+
+  const money = (segs: Seg[], v: unknown, fallback = 0): number => {
+    if (v === undefined || v === null) return fallback;
+    try {
+      return parseDecimal(v as number | string, 6);
+    } catch (e) {
+      fail(segs, (e as Error).message);
+      return 0;
+    }
+  };
+  const time = (segs: Seg[], v: unknown): number | undefined => {
+    if (v === undefined || v === null) return undefined;
+    const t = v instanceof Date ? v.getTime() : Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(String(v)) ? `${v}T00:00:00Z` : String(v));
+    if (Number.isNaN(t)) {
+      fail(segs, `invalid date '${String(v)}' (use ISO 8601, e.g. 2027-12-31T00:00:00Z)`);
+      return undefined;
+    }
+    return t;
+  };
+
+  // ---- models ------------------------------------------------------------------------------
+  const models: Record<string, ModelConfig> = {};
+  for (const [id, m] of Object.entries<any>(raw.models ?? {})) {
+    if (!providers[m.provider]) fail(['models', id, 'provider'], `provider '${m.provider}' is not defined`);
+    models[id] = {
+      id,
+      provider: m.provider,
+      upstream: m.upstream ?? id,
+      ownedBy: m.owned_by ?? m.provider,
+      price: {
+        input: money(['models', id, 'price', 'input'], m.price.input),
+        output: money(['models', id, 'price', 'output'], m.price.output),
+        cacheRead: money(['models', id, 'price', 'cache_read'], m.price.cache_read),
+        cacheWrite: money(['models', id, 'price', 'cache_write'], m.price.cache_write),
+      },
+      maxOutputTokens: m.max_output_tokens ?? 8192,
+    };
+  }
+
+  // ---- groups ------------------------------------------------------------------------------
+  const groups: Record<string, GroupConfig> = {};
+  for (const [name, g] of Object.entries<any>(raw.groups ?? {})) {
+    const list: string[] = g.models ?? [];
+    list.forEach((id, i) => {
+      if (!models[id]) fail(['groups', name, 'models', i], `model '${id}' is not defined`);
+    });
+    if (g.passthrough) {
+      const proto = nativeProtocols(g.kind)[0];
+      list.forEach((id, i) => {
+        const prov = models[id] && providers[models[id].provider];
+        if (prov && !prov.protocols.includes(proto)) {
+          fail(['groups', name, 'models', i], `passthrough group '${name}' needs ${proto}, which provider '${prov.name}' does not speak`);
+        }
+      });
+    }
+    if (g.allow_messages !== undefined && g.kind !== 'responses') warn(['groups', name, 'allow_messages'], 'allow_messages only applies to responses groups');
+    if (g.plan && (g.billing ?? 'balance') !== 'plan') warn(['groups', name, 'plan'], "plan limits apply only with billing: plan");
+    groups[name] = {
+      name,
+      kind: g.kind,
+      passthrough: g.passthrough ?? false,
+      allowMessages: g.allow_messages ?? false,
+      models: list,
+      multiplierPpm: money(['groups', name, 'multiplier'], g.multiplier, 1_000_000),
+      billing: g.billing ?? 'balance',
+      plan: {
+        daily: money(['groups', name, 'plan', 'daily'], g.plan?.daily),
+        weekly: money(['groups', name, 'plan', 'weekly'], g.plan?.weekly),
+        monthly: money(['groups', name, 'plan', 'monthly'], g.plan?.monthly),
+      },
+      rpm: g.rpm ?? 0,
+    };
+  }
+
+  // ---- users -------------------------------------------------------------------------------
+  const users: Record<string, UserConfig> = {};
+  for (const [name, u] of Object.entries<any>(raw.users ?? {})) {
+    const rates: Record<string, number> = {};
+    for (const [g, r] of Object.entries<any>(u.rates ?? {})) {
+      if (!groups[g]) fail(['users', name, 'rates', g], `group '${g}' is not defined`);
+      rates[g] = money(['users', name, 'rates', g], r);
+    }
+    const subs = (u.subscriptions ?? []).map((s: any, i: number) => {
+      if (!groups[s.group]) fail(['users', name, 'subscriptions', i, 'group'], `group '${s.group}' is not defined`);
+      else if (groups[s.group].billing !== 'plan') fail(['users', name, 'subscriptions', i, 'group'], `group '${s.group}' is not a plan group`);
+      return { group: s.group, expiresAt: time(['users', name, 'subscriptions', i, 'expires_at'], s.expires_at) ?? 0, status: s.status ?? 'active' };
+    });
+    users[name] = {
+      name,
+      status: u.status ?? 'active',
+      balance: money(['users', name, 'balance'], u.balance),
+      rpm: u.rpm ?? 0,
+      concurrency: u.concurrency ?? 0,
+      queue: { size: u.queue?.size ?? 16, maxWaitMs: u.queue?.max_wait ? parseDuration(u.queue.max_wait) : 30_000 },
+      spendCaps: {
+        weekly: money(['users', name, 'spend_caps', 'weekly'], u.spend_caps?.weekly),
+        monthly: money(['users', name, 'spend_caps', 'monthly'], u.spend_caps?.monthly),
+      },
+      rates,
+      subscriptions: subs,
+    };
+  }
+
+  const checkIps = (segs: Seg[], list: string[] | undefined) => {
+    (list ?? []).forEach((e, i) => {
+      const [addr, bits] = e.trim().split('/');
+      const fam = net.isIP(addr);
+      if (fam === 0 || (bits !== undefined && (!/^\d+$/.test(bits) || Number(bits) > (fam === 4 ? 32 : 128)))) {
+        fail([...segs, i], `'${e}' is not an IP address or CIDR`);
+      }
+    });
+  };
+  checkIps(['server', 'trusted_proxies'], raw.server?.trusted_proxies);
+  for (const [name, decl] of Object.entries<any>(raw.plugins ?? {})) {
+    if (decl.use === 'ip-filter') {
+      checkIps(['plugins', name, 'with', 'allow'], decl.with?.allow);
+      checkIps(['plugins', name, 'with', 'deny'], decl.with?.deny);
+    }
+  }
+
+  // ---- keys --------------------------------------------------------------------------------
+  const keys: KeyConfig[] = [];
+  const byDigest = new Map<string, KeyConfig>();
+  const ids = new Set<string>();
+  (raw.keys ?? []).forEach((k: any, i: number) => {
+    const segs: Seg[] = ['keys', i];
+    if ((k.key === undefined) === (k.key_sha256 === undefined)) {
+      fail(segs, 'give exactly one of key and key_sha256');
+      return;
+    }
+    if (k.key !== undefined && !KEY_FORMAT.test(k.key)) {
+      fail([...segs, 'key'], 'a key is sk- followed by 64 hex characters, or 16+ letters, digits, _ and -');
+      return;
+    }
+    const digest = k.key !== undefined ? sha256Hex(k.key) : String(k.key_sha256).toLowerCase();
+    if (byDigest.has(digest)) {
+      fail(segs, 'this key is declared twice');
+      return;
+    }
+    const id: string = k.name ?? `key-${digest.slice(0, 12)}`;
+    if (ids.has(id)) fail([...segs, 'name'], `key name '${id}' is used twice`);
+    ids.add(id);
+    if (k.group !== undefined && !groups[k.group]) fail([...segs, 'group'], `group '${k.group}' is not defined`);
+    if (!users[k.user]) warn([...segs, 'user'], `user '${k.user}' is not defined: requests with this key get 401 USER_NOT_FOUND`);
+    checkIps([...segs, 'ip_allow'], k.ip_allow);
+    checkIps([...segs, 'ip_deny'], k.ip_deny);
+    const windows = {} as Record<Window, number>;
+    for (const w of WINDOWS) windows[w] = money([...segs, 'windows', w], k.windows?.[w]);
+    const rec: KeyConfig = {
+      id,
+      name: k.name ?? id,
+      digest,
+      user: k.user,
+      group: k.group,
+      enabled: k.enabled ?? true,
+      quota: money([...segs, 'quota'], k.quota),
+      windows,
+      expiresAt: time([...segs, 'expires_at'], k.expires_at),
+      ipAllow: k.ip_allow ?? [],
+      ipDeny: k.ip_deny ?? [],
+    };
+    keys.push(rec);
+    byDigest.set(digest, rec);
+  });
+
+  // ---- chains and routes -------------------------------------------------------------------
+  const chains: Record<string, string[]> = {};
+  const checkChain = (list: string[], segs: Seg[]) => {
+    list.forEach((inst, j) => {
+      const decl = raw.plugins?.[inst];
+      if (!decl) {
+        fail([...segs, j], `plugin instance '${inst}' is not declared under plugins:`);
+        return;
+      }
+      const plan = plans.get(inst);
+      if (!plan) return; // its own error is already reported
+      for (const req of plan.definition.requires ?? []) {
+        const earlier = list.slice(0, j).some((x) => plans.get(x)?.definition.name === req);
+        if (!earlier) fail([...segs, j], `(${inst}): requires '${req}' earlier`);
+      }
+    });
+    if (new Set(list).size !== list.length) fail(segs, 'a plugin instance appears twice in the chain');
+  };
+  for (const [name, list] of Object.entries<any>(raw.chains ?? {})) {
+    chains[name] = list;
+    checkChain(list, ['chains', name]);
+  }
+  const routes: RouteConfig[] = [];
+  const seen = new Set<string>();
+  (raw.routes ?? []).forEach((r: any, i: number) => {
+    let chain: string[] = [];
+    if (typeof r.chain === 'string') {
+      if (!chains[r.chain]) fail(['routes', i, 'chain'], `chain '${r.chain}' is not defined`);
+      else chain = chains[r.chain];
+    } else {
+      chain = r.chain;
+      checkChain(chain, ['routes', i, 'chain']);
+    }
+    const method = r.method ?? 'POST';
+    const handler = r.handler;
+    let protocol: ProtocolName | undefined = r.protocol;
+    if (handler === 'count-tokens') protocol ??= 'anthropic-messages';
+    if (!handler && !protocol) fail(['routes', i], 'a route without a handler needs a protocol');
+    const id = `${method} ${r.path}`;
+    if (seen.has(id)) fail(['routes', i, 'path'], `route ${id} is declared twice`);
+    seen.add(id);
+    routes.push({ path: r.path, method, protocol, chain, handler });
+  });
+
+  // ---- server, store and the rest ------------------------------------------------------------
+  const s = raw.server ?? {};
+  const st = raw.store ?? {};
+  const server = {
+    host: s.host ?? '127.0.0.1',
+    port: s.port ?? 8080,
+    bodyLimit: parseSize(s.body_limit ?? '256MiB'),
+    trustedProxies: s.trusted_proxies ?? [],
+    headersTimeoutMs: parseDuration(s.headers_timeout ?? '20s'),
+    upstreamTimeoutMs: parseDuration(s.upstream_timeout ?? '600s'),
+    upstreamIdleTimeoutMs: parseDuration(s.upstream_idle_timeout ?? '300s'),
+    onClientAbort: s.on_client_abort ?? 'abort',
+    workers: s.workers ?? 1,
+    adminToken: s.admin_token || undefined,
+    drainTimeoutMs: parseDuration(s.drain_timeout ?? '30s'),
+  } as const;
+  const storeKind = st.kind ?? 'memory';
+  if (storeKind === 'redis') fail(['store', 'kind'], "the redis store is not available in this version; use kind: memory");
+  if (server.workers > 1 && storeKind !== 'redis') fail(['server', 'workers'], 'more than 1 worker requires store.kind: redis');
+  const store = {
+    kind: storeKind,
+    path: st.path === undefined ? path.resolve(baseDir, './data') : st.path === '' ? undefined : path.resolve(baseDir, st.path),
+    url: st.url,
+    prefix: st.prefix ?? 'gw:',
+    flushIntervalMs: parseDuration(st.flush_interval ?? '1s'),
+  } as const;
+
+  if (issues.length) throw new ConfigError(file, issues);
+
+  const config: GatewayConfig = {
+    version: 1,
+    file,
+    server,
+    store,
+    metrics: { path: raw.metrics?.path === undefined ? '/metrics' : raw.metrics.path },
+    failedRequests: {
+      dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
+      retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
+    },
+    limits: { freeRpmAtZeroBalance: raw.limits?.free_rpm_at_zero_balance ?? 10 },
+    providers,
+    models,
+    groups,
+    users,
+    keys,
+    keysByDigest: byDigest,
+    plugins: Object.fromEntries(
+      Object.entries<any>(raw.plugins ?? {}).map(([name, d]): [string, PluginInstanceConfig] => [name, { name, use: d.use, with: plans.get(name)?.options ?? {} }]),
+    ),
+    chains,
+    routes,
+  };
+  return { config: deepFreeze(config), plugins: plans, warnings };
+}
+
+/** Replaces `${VAR}` and `${VAR:-default}` in string scalars; `$${` stays a literal `${`. */
+function interpolate(doc: Document, env: NodeJS.ProcessEnv, report: (segs: Seg[], node: Scalar, msg: string) => void): void {
+  const pattern = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+  visit(doc, {
+    Scalar(_key, node, pathNodes) {
+      if (typeof node.value !== 'string' || !node.value.includes('${')) return;
+      const original = node.value;
+      let whole = false;
+      const replaced = original.replace(pattern, (m, escaped: string, name: string, def: string | undefined, offset: number) => {
+        if (escaped) return m.slice(1);
+        whole = offset === 0 && m.length === original.length;
+        const v = env[name];
+        if (v !== undefined && v !== '') return v;
+        if (def !== undefined) return def;
+        if (v === '') return '';
+        report(segsOf(pathNodes, node), node, `environment variable ${name} is not set (use \${${name}:-default} for a default)`);
+        return '';
+      });
+      if (replaced === original) return;
+      // A plain scalar that was only a reference takes the type its text has (port: ${PORT:-8080}).
+      if (whole && node.type === Scalar.PLAIN) {
+        if (/^-?\d+(\.\d+)?$/.test(replaced)) { node.value = Number(replaced); return; }
+        if (replaced === 'true' || replaced === 'false') { node.value = replaced === 'true'; return; }
+      }
+      node.value = replaced;
+    },
+  });
+}
+
+function segsOf(pathNodes: readonly unknown[], target: unknown): Seg[] {
+  const segs: Seg[] = [];
+  const chain = [...pathNodes, target];
+  for (let i = 0; i < chain.length - 1; i++) {
+    const parent = chain[i];
+    const child = chain[i + 1];
+    if (isMap(parent)) {
+      const pair = parent.items.find((p) => p === child);
+      if (pair && isScalar(pair.key)) segs.push(String(pair.key.value));
+    } else if (isSeq(parent)) {
+      const idx = parent.items.indexOf(child as never);
+      if (idx >= 0) segs.push(idx);
+    }
+  }
+  return segs;
+}
+
+function ajvSegs(e: ErrorObject): Seg[] {
+  const segs: Seg[] = e.instancePath
+    .split('/')
+    .slice(1)
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
+  if (e.keyword === 'additionalProperties') segs.push((e.params as { additionalProperty: string }).additionalProperty);
+  return segs;
+}
+
+function ajvMessage(e: ErrorObject): string {
+  switch (e.keyword) {
+    case 'additionalProperties':
+      return 'unknown setting';
+    case 'required':
+      return `missing required setting '${(e.params as { missingProperty: string }).missingProperty}'`;
+    case 'enum':
+      return `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
+    case 'pattern':
+      return `has an invalid format (${e.message ?? ''})`;
+    case 'anyOf':
+      return 'has an invalid value';
+    default:
+      return e.message ?? 'is invalid';
+  }
+}
+
+/** anyOf produces one error per branch plus its own; keep the most useful. */
+function dedupeAjv(errors: ErrorObject[]): ErrorObject[] {
+  const anyOfPaths = new Set(errors.filter((e) => e.keyword === 'anyOf').map((e) => e.instancePath));
+  const out: ErrorObject[] = [];
+  const seen = new Set<string>();
+  for (const e of errors) {
+    if (e.keyword !== 'anyOf' && anyOfPaths.has(e.instancePath)) continue;
+    if (e.keyword === 'propertyNames') continue; // reported with the pattern error of the name
+    const id = `${e.instancePath}|${e.keyword}|${JSON.stringify(e.params)}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    out.push(e);
+  }
+  return out;
+}
+
+async function importPlugin(file: string): Promise<PluginDefinition<any>> {
+  const info = await stat(file);
+  // A query string busts the ESM cache so a reload picks up an edited plugin.
+  const mod = await import(`${pathToFileURL(file).href}?v=${info.mtimeMs}`);
+  const def = mod.default ?? mod.plugin;
+  if (!isPluginDefinition(def)) throw new Error('its default export is not a plugin definition (name, schema, create)');
+  return def;
+}
+
+export function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !Object.isFrozen(o)) {
+    if (o instanceof Map) {
+      for (const v of o.values()) deepFreeze(v);
+    } else {
+      for (const v of Object.values(o)) deepFreeze(v);
+    }
+    Object.freeze(o);
+  }
+  return o;
+}

@@ -1,0 +1,243 @@
+/**
+ * JSON Schema of gateway.yaml. `gateway.schema.json` at the repository root is generated from
+ * this object (`npm run schema`, checked by a test) so editors get completion and hover docs.
+ * Each plugin's `with:` options are validated against that plugin's own schema at load time.
+ */
+import { DURATION_PATTERN, SIZE_PATTERN } from '../units.js';
+
+const duration = { type: 'string', pattern: DURATION_PATTERN, description: 'A duration: 250ms, 30s, 5m, 5h, 1d, 7d' };
+const usd = {
+  anyOf: [
+    { type: 'number', minimum: 0 },
+    { type: 'string', pattern: '^[0-9]+(\\.[0-9]{1,6})?$' },
+  ],
+  description: 'USD, at most 6 decimals',
+};
+const price = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['input', 'output'],
+  description: 'USD per million tokens',
+  properties: { input: usd, output: usd, cache_read: usd, cache_write: usd },
+};
+const protocol = { enum: ['openai-chat', 'anthropic-messages', 'openai-responses'] };
+const name = { type: 'string', minLength: 1, pattern: '^[A-Za-z0-9][A-Za-z0-9._:/-]*$' };
+const ipList = { type: 'array', items: { type: 'string', minLength: 1 }, description: 'IPs or CIDRs, IPv4 or IPv6' };
+const timestamp = {
+  anyOf: [{ type: 'string', minLength: 1 }, { type: 'object' }],
+  description: 'An ISO 8601 date or date-time (UTC when no zone is given)',
+};
+
+export const gatewaySchema = {
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  $id: 'https://llm-gateway.local/gateway.schema.json',
+  title: 'LLM gateway configuration (gateway.yaml)',
+  type: 'object',
+  additionalProperties: false,
+  required: ['version', 'providers', 'models', 'groups', 'plugins', 'chains', 'routes'],
+  properties: {
+    $schema: { type: 'string' },
+    version: { const: 1 },
+    server: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        host: { type: 'string', minLength: 1, default: '127.0.0.1' },
+        port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080 },
+        body_limit: { anyOf: [{ type: 'string', pattern: SIZE_PATTERN }, { type: 'integer', minimum: 1 }], default: '256MiB' },
+        trusted_proxies: { ...ipList, description: 'CIDRs whose X-Forwarded-For is believed; empty: the socket address is the client' },
+        headers_timeout: duration,
+        upstream_timeout: { ...duration, description: 'Whole upstream attempt, request to last byte (default 600s)' },
+        upstream_idle_timeout: { ...duration, description: 'Longest upstream silence once it answers (default 300s)' },
+        on_client_abort: { enum: ['abort', 'finish'], description: 'abort: stop the upstream and bill what was generated' },
+        workers: { type: 'integer', minimum: 1, description: 'More than 1 requires store.kind: redis' },
+        admin_token: { type: 'string', description: 'Bearer token for the /admin API; the API is off without one' },
+        drain_timeout: { ...duration, description: 'Grace period for in-flight requests on shutdown (default 30s)' },
+      },
+    },
+    store: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        kind: { enum: ['memory', 'redis'] },
+        path: { type: 'string', description: 'memory: where state is persisted; omit to keep nothing on disk' },
+        url: { type: 'string' },
+        prefix: { type: 'string' },
+        flush_interval: { ...duration, description: 'memory: journal fsync interval (default 1s)' },
+      },
+    },
+    metrics: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { path: { anyOf: [{ type: 'string', pattern: '^/' }, { type: 'null' }] } },
+    },
+    failed_requests: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { dir: { type: 'string' }, retention: duration },
+    },
+    limits: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { free_rpm_at_zero_balance: { type: 'integer', minimum: 0 } },
+    },
+    providers: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['kind'],
+        properties: {
+          kind: { enum: ['openai', 'anthropic', 'mock'] },
+          base_url: { type: 'string', pattern: '^https?://' },
+          api_key: { type: 'string' },
+          protocols: { type: 'array', items: protocol, minItems: 1, uniqueItems: true },
+          headers: { type: 'object', additionalProperties: { type: 'string' } },
+          timeout: duration,
+          idle_timeout: duration,
+          max_sockets: { type: 'integer', minimum: 1 },
+          fixtures_dir: { type: 'string', description: 'mock only: folder the replay= directive may read' },
+        },
+      },
+    },
+    models: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['provider', 'price'],
+        properties: {
+          provider: { type: 'string' },
+          upstream: { type: 'string', minLength: 1, description: 'The name sent upstream (default: the id)' },
+          owned_by: { type: 'string' },
+          price,
+          max_output_tokens: { type: 'integer', minimum: 1 },
+        },
+      },
+    },
+    groups: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['kind'],
+        properties: {
+          kind: { enum: ['chat', 'messages', 'responses'] },
+          passthrough: { type: 'boolean' },
+          allow_messages: { type: 'boolean' },
+          models: { type: 'array', items: { type: 'string' }, uniqueItems: true },
+          multiplier: { anyOf: [{ type: 'number', minimum: 0 }, { type: 'string', pattern: '^[0-9]+(\\.[0-9]{1,6})?$' }] },
+          billing: { enum: ['balance', 'plan'] },
+          plan: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { daily: usd, weekly: usd, monthly: usd },
+          },
+          rpm: { type: 'integer', minimum: 0 },
+        },
+      },
+    },
+    users: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          status: { enum: ['active', 'inactive'] },
+          balance: usd,
+          rpm: { type: 'integer', minimum: 0 },
+          concurrency: { type: 'integer', minimum: 0 },
+          queue: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { size: { type: 'integer', minimum: 0 }, max_wait: duration },
+          },
+          spend_caps: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { weekly: usd, monthly: usd },
+          },
+          rates: { type: 'object', additionalProperties: { anyOf: [{ type: 'number', minimum: 0 }, { type: 'string' }] } },
+          subscriptions: {
+            type: 'array',
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['group', 'expires_at'],
+              properties: {
+                group: { type: 'string' },
+                expires_at: timestamp,
+                status: { enum: ['active', 'suspended'] },
+              },
+            },
+          },
+        },
+      },
+    },
+    keys: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['user'],
+        properties: {
+          key: { type: 'string', minLength: 1, description: 'sk- + 64 hex, or a custom key of 16+ letters, digits, _ and -' },
+          key_sha256: { type: 'string', pattern: '^[0-9a-fA-F]{64}$', description: 'The key stored only as its SHA-256 hex digest' },
+          name: name,
+          user: { type: 'string', minLength: 1 },
+          group: { type: 'string', minLength: 1 },
+          enabled: { type: 'boolean' },
+          quota: usd,
+          windows: {
+            type: 'object',
+            additionalProperties: false,
+            properties: { '5h': usd, '1d': usd, '7d': usd },
+          },
+          expires_at: timestamp,
+          ip_allow: ipList,
+          ip_deny: ipList,
+        },
+      },
+    },
+    plugins: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['use'],
+        properties: {
+          use: { type: 'string', minLength: 1, description: 'A built-in plugin name, or a path to a plugin module (./…)' },
+          with: { type: 'object', description: "The plugin's options (validated by the plugin's own schema)" },
+        },
+      },
+    },
+    chains: {
+      type: 'object',
+      propertyNames: name,
+      additionalProperties: { type: 'array', items: { type: 'string' } },
+    },
+    routes: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['path', 'chain'],
+        properties: {
+          path: { type: 'string', pattern: '^/' },
+          method: { enum: ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD'] },
+          protocol,
+          chain: {
+            anyOf: [{ type: 'string' }, { type: 'array', items: { type: 'string' } }],
+            description: 'A chain name, or a list of plugin instance names',
+          },
+          handler: { enum: ['models', 'usage', 'count-tokens'] },
+        },
+      },
+    },
+  },
+} as const;

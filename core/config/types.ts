@@ -1,0 +1,162 @@
+/**
+ * The resolved, frozen configuration the runtime works from. `load.ts` turns gateway.yaml into
+ * this shape once per load: units parsed (durations in ms, sizes in bytes, money in integer
+ * micro-USD, multipliers in ppm), defaults applied, cross-references checked. Nothing mutates it.
+ */
+import type { Price } from '../money.js';
+
+export type ProtocolName = 'openai-chat' | 'anthropic-messages' | 'openai-responses';
+export const PROTOCOLS: readonly ProtocolName[] = ['openai-chat', 'anthropic-messages', 'openai-responses'];
+
+export type ProviderKind = 'openai' | 'anthropic' | 'mock';
+export type GroupKind = 'chat' | 'messages' | 'responses';
+export type Window = '5h' | '1d' | '7d';
+export const WINDOWS: readonly Window[] = ['5h', '1d', '7d'];
+export const WINDOW_MS: Readonly<Record<Window, number>> = { '5h': 5 * 3_600_000, '1d': 86_400_000, '7d': 7 * 86_400_000 };
+
+export interface ServerConfig {
+  host: string;
+  port: number;
+  bodyLimit: number;
+  trustedProxies: readonly string[];
+  headersTimeoutMs: number;
+  /** Whole upstream attempt, from request to the last byte. */
+  upstreamTimeoutMs: number;
+  /** Longest silence allowed from the upstream once it has started answering. */
+  upstreamIdleTimeoutMs: number;
+  onClientAbort: 'abort' | 'finish';
+  workers: number;
+  /** Bearer token for /admin endpoints; absent: the admin API is off. */
+  adminToken?: string;
+  /** Grace period for in-flight requests on shutdown. */
+  drainTimeoutMs: number;
+}
+
+export interface StoreConfig {
+  kind: 'memory' | 'redis';
+  path?: string;
+  url?: string;
+  prefix: string;
+  /** Memory store: how often the journal is fsynced (the most that a kill -9 can lose). */
+  flushIntervalMs: number;
+}
+
+export interface ProviderConfig {
+  name: string;
+  kind: ProviderKind;
+  /** Base URL; for `mock`, filled in when the built-in mock server starts. */
+  baseUrl: string;
+  apiKey: string;
+  protocols: readonly ProtocolName[];
+  headers: Readonly<Record<string, string>>;
+  timeoutMs?: number;
+  idleTimeoutMs?: number;
+  maxSockets: number;
+  /** `mock` only: directory the `replay=` directive may read transcripts from. */
+  fixturesDir?: string;
+}
+
+export interface ModelConfig {
+  id: string;
+  provider: string;
+  upstream: string;
+  ownedBy: string;
+  price: Readonly<Price>;
+  /** Used to size the admission reservation when a request does not cap its output. */
+  maxOutputTokens: number;
+}
+
+export interface PlanLimits {
+  daily: number;
+  weekly: number;
+  monthly: number;
+}
+
+export interface GroupConfig {
+  name: string;
+  kind: GroupKind;
+  passthrough: boolean;
+  allowMessages: boolean;
+  /** Model ids served; empty means "every configured model" for routing, the default list for /v1/models. */
+  models: readonly string[];
+  multiplierPpm: number;
+  billing: 'balance' | 'plan';
+  /** micro-USD; 0 = no limit. */
+  plan: Readonly<PlanLimits>;
+  /** Requests per minute for the whole group; 0 = unlimited. */
+  rpm: number;
+}
+
+export interface SubscriptionConfig {
+  group: string;
+  expiresAt: number;
+  status: 'active' | 'suspended';
+}
+
+export interface UserConfig {
+  name: string;
+  status: 'active' | 'inactive';
+  /** micro-USD credited to the wallet by the operator; spend is tracked by the store. */
+  balance: number;
+  rpm: number;
+  concurrency: number;
+  queue: Readonly<{ size: number; maxWaitMs: number }>;
+  spendCaps: Readonly<{ weekly: number; monthly: number }>;
+  /** Personal rate per group (ppm), replacing the group's multiplier. */
+  rates: Readonly<Record<string, number>>;
+  subscriptions: readonly SubscriptionConfig[];
+}
+
+export interface KeyConfig {
+  /** Stable identity in the store and in logs: the key's `name`, or `key-` + 12 hex of the digest. */
+  id: string;
+  name: string;
+  /** SHA-256 hex digest of the key. The plain key is never kept after load. */
+  digest: string;
+  user: string;
+  group?: string;
+  enabled: boolean;
+  /** micro-USD; 0 = unlimited. */
+  quota: number;
+  windows: Readonly<Record<Window, number>>;
+  expiresAt?: number;
+  ipAllow: readonly string[];
+  ipDeny: readonly string[];
+}
+
+export interface PluginInstanceConfig {
+  name: string;
+  use: string;
+  with: Readonly<Record<string, unknown>>;
+}
+
+export type RouteHandler = 'models' | 'usage' | 'count-tokens';
+
+export interface RouteConfig {
+  path: string;
+  method: string;
+  protocol?: ProtocolName;
+  /** Plugin instance names in the order they run. */
+  chain: readonly string[];
+  handler?: RouteHandler;
+}
+
+export interface GatewayConfig {
+  version: 1;
+  /** Absolute path of the file this was loaded from (relative paths resolve against its folder). */
+  file: string;
+  server: Readonly<ServerConfig>;
+  store: Readonly<StoreConfig>;
+  metrics: Readonly<{ path: string | null }>;
+  failedRequests: Readonly<{ dir?: string; retentionMs: number }>;
+  limits: Readonly<{ freeRpmAtZeroBalance: number }>;
+  providers: Readonly<Record<string, ProviderConfig>>;
+  models: Readonly<Record<string, ModelConfig>>;
+  groups: Readonly<Record<string, GroupConfig>>;
+  users: Readonly<Record<string, UserConfig>>;
+  keys: readonly KeyConfig[];
+  keysByDigest: ReadonlyMap<string, KeyConfig>;
+  plugins: Readonly<Record<string, PluginInstanceConfig>>;
+  chains: Readonly<Record<string, readonly string[]>>;
+  routes: readonly RouteConfig[];
+}
