@@ -1,0 +1,58 @@
+/**
+ * Pricing decisions shared by the limit plugins and metering: the rate a user pays in a group,
+ * the models a request may be answered by, and the worst-case charge reserved at admission.
+ */
+import type { GroupConfig, ModelConfig, UserConfig } from './config/types.js';
+import type { ParsedBody, RequestContext } from './context.js';
+import { isFree, priceUsage } from './money.js';
+import { resolveModel } from './routing.js';
+
+/** The user's personal rate for the group (ppm) replaces the group's multiplier. */
+export function chargeRate(user: UserConfig | undefined, group: GroupConfig | undefined): number {
+  if (group && user && Object.prototype.hasOwnProperty.call(user.rates, group.name)) return user.rates[group.name];
+  return group?.multiplierPpm ?? 1_000_000;
+}
+
+/** The requested model and the served fallback models: any of them may answer. */
+export async function candidateModels(ctx: RequestContext): Promise<ModelConfig[]> {
+  const body = await ctx.body();
+  const out = [(await ctx.model()).model];
+  for (const name of body.fallback) {
+    const r = resolveModel(ctx.config, ctx.group, name);
+    if (r && !out.some((m) => m.id === r.model.id)) out.push(r.model);
+  }
+  return out;
+}
+
+export function allFree(models: readonly ModelConfig[]): boolean {
+  return models.every((m) => isFree(m.price));
+}
+
+/** The output cap the request asks for, whatever its protocol calls it. */
+export function requestedMaxTokens(body: ParsedBody): number | undefined {
+  for (const k of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
+    const v = body.json[k];
+    if (typeof v === 'number' && Number.isFinite(v) && v > 0) return Math.floor(v);
+  }
+  return undefined;
+}
+
+/**
+ * Worst-case charge of a request, reserved at admission: input estimated generously from the body
+ * size (a token per 3 characters), output at the requested cap or the model's maximum.
+ */
+export function worstCaseCharge(body: ParsedBody, models: readonly ModelConfig[], ratePpm: number): number {
+  const input = Math.ceil(body.text.length / 3);
+  let worst = 0;
+  for (const m of models) {
+    const output = requestedMaxTokens(body) ?? m.maxOutputTokens;
+    const c = priceUsage({ input, output, cacheRead: 0, cacheWrite: 0 }, m.price, ratePpm).actual;
+    if (c > worst) worst = c;
+  }
+  return worst;
+}
+
+/** Routes that call no model (models, usage, count_tokens) check eligibility but reserve nothing. */
+export function isModelCall(ctx: RequestContext): boolean {
+  return !ctx.route.handler;
+}

@@ -1,0 +1,227 @@
+/**
+ * The per-request context every plugin hook receives.
+ *
+ * The body and the model are read lazily: the first hook that asks (`await ctx.body()`,
+ * `await ctx.model()`) triggers the read, so their errors (400, 413, 503) land exactly where that
+ * hook sits in the check order, and routes that never need a body never read one.
+ *
+ * Plugins keep their own per-request state in typed slots (`createSlot<T>(name)`), not in ad-hoc
+ * properties, so two plugins cannot clash and the types stay checked.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { GatewayError, type ErrorFormat } from './errors.js';
+import type {
+  GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
+} from './config/types.js';
+import type { Claim, Store } from './store/types.js';
+import type { Usage } from './money.js';
+import type { Logger } from './log.js';
+import type { Clock } from './clock.js';
+import type { Conversion } from './protocols/types.js';
+import type { Metrics } from './metrics.js';
+import { resolveModel } from './routing.js';
+
+export interface Slot<T> {
+  readonly name: string;
+  readonly __type?: T;
+}
+
+export function createSlot<T>(name: string): Slot<T> {
+  return Object.freeze({ name }) as Slot<T>;
+}
+
+export interface ParsedBody {
+  /** The body as received (UTF-8). */
+  text: string;
+  json: Record<string, unknown>;
+  model: string;
+  stream: boolean;
+  /** The `models` fallback list (without `model`), as sent. */
+  fallback: string[];
+}
+
+export interface ResolvedModel {
+  model: ModelConfig;
+  provider: ProviderConfig;
+}
+
+/**
+ * Claims collected during onAccess, submitted to the store in one atomic `admit()`.
+ * Each claim brings the error to throw if it is the first to fail.
+ */
+export class Admission {
+  private readonly claims: Claim[] = [];
+  private readonly errors: Array<(retryAfterMs?: number) => GatewayError> = [];
+  private committed = false;
+  private admitted = false;
+  /** Worst-case charge to reserve (micro-USD); plugins raise it, never lower it. */
+  reserve = 0;
+
+  constructor(private readonly store: Store, private readonly requestId: string) {}
+
+  add(claim: Claim, onFail: (retryAfterMs?: number) => GatewayError): void {
+    if (this.committed) throw new Error('admission already committed: claims must be added before commit()');
+    this.claims.push(claim);
+    this.errors.push(onFail);
+  }
+
+  get size(): number {
+    return this.claims.length;
+  }
+
+  /** Submits the claims once (later calls are no-ops); throws the first failing claim's error. */
+  async commit(): Promise<void> {
+    if (this.committed) return;
+    this.committed = true;
+    if (this.claims.length === 0) return;
+    let result;
+    try {
+      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims });
+    } catch (e) {
+      throw new GatewayError('BILLING_SERVICE', { cause: e });
+    }
+    if (!result.ok) throw this.errors[result.index](result.retryAfterMs);
+    this.admitted = true;
+  }
+
+  /** True once the store accepted the claims (a reservation may be held). */
+  get isAdmitted(): boolean {
+    return this.admitted;
+  }
+
+  /** Releases a reservation that will not be settled. */
+  async cancel(): Promise<void> {
+    if (!this.admitted) return;
+    this.admitted = false;
+    await this.store.cancel(this.requestId);
+  }
+
+  /** Called once settled: nothing left to cancel. */
+  markSettled(): void {
+    this.admitted = false;
+  }
+}
+
+/** One try against one upstream (the fallback list may make several). */
+export interface Attempt {
+  readonly index: number;
+  readonly model: ModelConfig;
+  readonly provider: ProviderConfig;
+  /** The protocol spoken to the upstream. */
+  readonly upstreamProtocol: ProtocolName;
+  /**
+   * The client's body as it will be encoded for this attempt (initially the request as received);
+   * a plugin may replace it in onAttempt (body-rewriter).
+   */
+  request: { text: string; json: Record<string, unknown> };
+  /** Set by the core for passthrough, by the converter plugin otherwise. */
+  conversion?: Conversion;
+  /** Extra upstream request headers plugins want sent. */
+  readonly headers: Record<string, string>;
+  /** Upstream status and headers, once received. */
+  status?: number;
+  responseHeaders?: Record<string, string | string[] | undefined>;
+  /** The mapped failure of this attempt (status ≥ 400, connection error, timeout). */
+  error?: GatewayError;
+  /** How it failed: an upstream status, no connection (or cut off), or a timeout. */
+  failure?: 'status' | 'connect' | 'timeout';
+  /** Set by a plugin in onResponse: discard this attempt and try the next model. */
+  retry: boolean;
+}
+
+export interface RouteInfo extends RouteConfig {
+  /** Label for metrics and logs. */
+  readonly name: string;
+}
+
+export class RequestContext {
+  readonly startedAt: number;
+  /** The client's address: the socket's, or from X-Forwarded-For via a trusted proxy (ip-filter). */
+  clientIp: string;
+  key?: KeyConfig;
+  user?: UserConfig;
+  group?: GroupConfig;
+  /** Body format for protocol-format errors on this request (may change once the group is known). */
+  errorFormat: ErrorFormat;
+  readonly admission: Admission;
+  readonly attempts: Attempt[] = [];
+  /** Bytes have been written to the client. */
+  committed = false;
+  /** Usage of the answering attempt, once known. */
+  usage?: Usage;
+  /** True when `usage` is an estimate (the upstream never reported it). */
+  usageEstimated = false;
+  /** The model that answered. */
+  answeredModel?: ModelConfig;
+  /** Characters in the request body (for usage estimates). */
+  requestChars = 0;
+  metrics?: Metrics;
+  /** Set by the fallback plugin: extra models to try, and the attempt budget. */
+  fallback: { models: string[]; maxAttempts: number } = { models: [], maxAttempts: 1 };
+  private readonly slots = new Map<Slot<unknown>, unknown>();
+  private bodyPromise?: Promise<ParsedBody>;
+  private modelPromise?: Promise<ResolvedModel>;
+
+  constructor(
+    readonly id: string,
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly route: RouteInfo,
+    readonly config: GatewayConfig,
+    readonly store: Store,
+    readonly clock: Clock,
+    readonly log: Logger,
+    /** Aborted when the client disconnects before the response is complete. */
+    readonly signal: AbortSignal,
+    private readonly readBody: (ctx: RequestContext) => Promise<ParsedBody>,
+  ) {
+    this.startedAt = clock.now();
+    this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
+    this.errorFormat = defaultErrorFormat(route.protocol);
+    this.admission = new Admission(store, id);
+  }
+
+  get protocol(): ProtocolName | undefined {
+    return this.route.protocol;
+  }
+
+  get<T>(slot: Slot<T>): T | undefined {
+    return this.slots.get(slot as Slot<unknown>) as T | undefined;
+  }
+
+  set<T>(slot: Slot<T>, value: T): void {
+    this.slots.set(slot as Slot<unknown>, value);
+  }
+
+  /** The parsed, validated body (read on first call). Throws 400 / 413. */
+  body(): Promise<ParsedBody> {
+    return (this.bodyPromise ??= this.readBody(this).then((b) => {
+      this.requestChars = b.text.length;
+      return b;
+    }));
+  }
+
+  /** The requested model, resolved within the key's group (on first call). Throws 503 when not served. */
+  model(): Promise<ResolvedModel> {
+    return (this.modelPromise ??= this.body().then((b) => {
+      const r = resolveModel(this.config, this.group, b.model);
+      if (!r) throw new GatewayError('NO_ACCOUNTS', { message: `No available accounts support the model '${b.model}'` });
+      return r;
+    }));
+  }
+
+  /** Headers as Node received them, each name with every value (duplicates preserved). */
+  headerValues(name: string): string[] {
+    return this.req.headersDistinct[name.toLowerCase()] ?? [];
+  }
+}
+
+/** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) becomes plain IPv4, so rules match either spelling. */
+export function normaliseIp(ip: string): string {
+  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  return m ? m[1] : ip;
+}
+
+export function defaultErrorFormat(protocol: ProtocolName | undefined): ErrorFormat {
+  return protocol === 'anthropic-messages' ? 'messages' : 'chat';
+}

@@ -1,0 +1,57 @@
+/**
+ * POST /v1/messages/count_tokens: forwarded to the model's Messages upstream and answered as it
+ * answers. No slot, no RPM, no usage record (the route's chain checks the key and billing
+ * eligibility only). 502 is not among this endpoint's statuses: upstream failures become 503.
+ */
+import { GatewayError } from '../errors.js';
+import { spliceJson } from '../protocols/splice.js';
+import { mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream.js';
+import type { Handler } from './types.js';
+import { sendJson } from './types.js';
+
+export const countTokensHandler: Handler = async (ctx, deps) => {
+  const body = await ctx.body();
+  const { model, provider } = await ctx.model();
+  if (!provider.protocols.includes('anthropic-messages')) {
+    throw new GatewayError('NO_CHANNELS', { message: `Token counting is not available for model '${model.id}'` });
+  }
+  const text = spliceJson(body.text, { set: { model: model.upstream }, remove: ['models'] });
+  const url = deps.baseUrl(provider) + upstreamPath(provider, 'anthropic-messages', 'count');
+  const call = deps.transport.send({
+    req: ctx.req, res: ctx.res, provider, url, body: text,
+    headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false),
+    idleTimeoutMs: provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs,
+  });
+  const timer = setTimeout(() => call.abort(), provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs);
+  const onAbort = () => call.abort();
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    let up;
+    try {
+      up = await call.response;
+    } catch {
+      throw new GatewayError('NO_CHANNELS', { message: 'Token counting is temporarily unavailable' });
+    }
+    let answer: string;
+    try {
+      answer = await readAll(up.body, 1024 * 1024);
+    } catch {
+      throw new GatewayError('NO_CHANNELS', { message: 'Token counting is temporarily unavailable' });
+    }
+    if (up.status >= 400) {
+      const err = mapUpstreamStatus(up.status, up.headers, answer);
+      if (err.status >= 500) throw new GatewayError(err.id === 'OVERLOADED' ? 'OVERLOADED' : 'NO_CHANNELS', { message: err.message, headers: err.headers });
+      throw err;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(answer);
+    } catch {
+      throw new GatewayError('NO_CHANNELS', { message: 'Token counting returned an unreadable answer' });
+    }
+    sendJson(ctx, up.status, json);
+  } finally {
+    clearTimeout(timer);
+    ctx.signal.removeEventListener('abort', onAbort);
+  }
+};

@@ -1,0 +1,69 @@
+/**
+ * Chains compiled once per config load into per-phase hook arrays (Fastify style: no per-request
+ * checks of which plugin has which hook), and the run of one request through them.
+ */
+import type { PluginInstance, Outcome } from './plugin.js';
+import type { RequestContext } from './context.js';
+import { toGatewayError, type GatewayError } from './errors.js';
+import type { ChainHooks } from './upstream.js';
+
+export interface CompiledChain extends ChainHooks {
+  names: readonly string[];
+  instances: readonly PluginInstance[];
+  onRequest: PluginInstance[];
+  onAccess: PluginInstance[];
+}
+
+export function compileChain(names: readonly string[], instances: ReadonlyMap<string, PluginInstance>): CompiledChain {
+  const list = names.map((n) => {
+    const i = instances.get(n);
+    if (!i) throw new Error(`plugin instance '${n}' was not created`);
+    return i;
+  });
+  const reversed = [...list].reverse();
+  return {
+    names,
+    instances: list,
+    onRequest: list.filter((p) => p.onRequest),
+    onAccess: list.filter((p) => p.onAccess),
+    onAttempt: list.filter((p) => p.onAttempt),
+    onResponse: reversed.filter((p) => p.onResponse),
+    onEvent: reversed.filter((p) => p.onEvent),
+  };
+}
+
+export interface ChainRun {
+  error?: GatewayError;
+  /** How many plugins (in chain order) the request reached in onRequest: they get onFinally. */
+  reached: number;
+}
+
+/** onRequest → onAccess → admission → the route's terminal step. Throws nothing. */
+export async function runChain(ctx: RequestContext, chain: CompiledChain, terminal: () => Promise<void>): Promise<ChainRun> {
+  let reached = 0;
+  try {
+    for (const p of chain.instances) {
+      reached++;
+      if (p.onRequest) await p.onRequest(ctx);
+    }
+    for (const p of chain.onAccess) await p.onAccess!(ctx);
+    await ctx.admission.commit();
+    await terminal();
+    return { reached };
+  } catch (e) {
+    return { error: toGatewayError(e), reached };
+  }
+}
+
+/** onFinally of every reached plugin, in reverse chain order; a failing hook is logged, not fatal. */
+export async function runFinally(ctx: RequestContext, chain: CompiledChain, reached: number, outcome: Outcome): Promise<void> {
+  for (let i = reached - 1; i >= 0; i--) {
+    const p = chain.instances[i];
+    if (!p.onFinally) continue;
+    try {
+      await p.onFinally(ctx, outcome);
+    } catch (e) {
+      ctx.log.error('onFinally hook failed', { plugin: chain.names[i], error: e as Error });
+    }
+  }
+}

@@ -1,0 +1,112 @@
+/**
+ * The plugin contract.
+ *
+ * A plugin is a definition — `definePlugin({ name, schema, requires?, create })` — and gateway.yaml
+ * declares named instances of it (`plugins: { my-auth: { use: auth, with: {…} } }`) and puts them
+ * in ordered chains (`chains: { model-call: [my-auth, …] }`) that routes run. `create` runs once
+ * per config load with the instance's validated options; it does all expensive work up front
+ * (compile CIDR tables, resolve store handles) and returns an instance with any of the hooks below.
+ *
+ * Phases, for one request (the order inside each phase is the chain order, or its reverse):
+ *
+ * | hook          | order   | when                                                                    |
+ * |---------------|---------|-------------------------------------------------------------------------|
+ * | onRequest     | chain   | once; headers only: identify the caller, screen the connection          |
+ * | onAccess      | chain   | once; may read the body and model; authorise, check and claim limits    |
+ * | onAttempt     | chain   | before each upstream attempt (the converter encodes for the target)     |
+ * | onResponse    | reverse | status and headers of each attempt; fallback may ask for a retry        |
+ * | onEvent       | reverse | each stream frame sent to the client after commit; synchronous          |
+ * | onFinally     | reverse | always, for every plugin the request reached in onRequest               |
+ * | close         | —       | when the config that created the instance is retired (reload, shutdown) |
+ *
+ * Why two request phases: the spec's check order interleaves plugins (key known → … → user active
+ * → IP rules → key expiry → group → …): `auth` identifies in onRequest, `ip-filter` screens in
+ * onRequest, and `auth` authorises in onAccess, so the order falls out of the chain order.
+ *
+ * Stopping a request: throw a `GatewayError` from `core/errors.ts`. The remaining request hooks
+ * and the upstream are skipped, `onFinally` still runs, and the route's protocol renders the body.
+ * Once the status line is written (commit) nothing can retry; a later failure becomes the
+ * protocol's in-stream error event.
+ *
+ * Limits: plugins never talk to the store to check-then-charge. In onAccess they add claims to
+ * `ctx.admission`; the core submits all claims in one atomic `store.admit()` after the phase (or
+ * earlier, when a plugin calls `ctx.admission.commit()` because it must act after admission, like
+ * the concurrency queue). See `core/store/types.ts`.
+ *
+ * `requires` names plugin definitions that must appear earlier in every chain using this one; a
+ * chain that breaks it fails at config load: `routes[1].chain[3] (quota): requires 'auth' earlier`.
+ *
+ * Third-party plugins: `use: ./plugins-local/my-plugin.js` loads a module (path relative to
+ * gateway.yaml) whose default export is a `PluginDefinition`; it goes through this same contract.
+ */
+import type { Attempt, RequestContext } from './context.js';
+import type { GatewayConfig } from './config/types.js';
+import type { Store } from './store/types.js';
+import type { Clock } from './clock.js';
+import type { Logger } from './log.js';
+import type { Metrics } from './metrics.js';
+import type { GatewayError } from './errors.js';
+
+export interface PluginDeps {
+  /** The frozen config this instance belongs to. */
+  config: GatewayConfig;
+  store: Store;
+  clock: Clock;
+  log: Logger;
+  metrics: Metrics;
+  /** The instance's name in gateway.yaml. */
+  instanceName: string;
+}
+
+/** How a request ended, given to onFinally. */
+export interface Outcome {
+  /** The status the client received (or 499 when it went away before any response). */
+  status: number;
+  error?: GatewayError;
+  /** Bytes were written to the client before the end. */
+  committed: boolean;
+  /** The client disconnected before the response completed. */
+  clientAborted: boolean;
+}
+
+/** A frame about to be written to the client stream (already in the client's protocol). */
+export interface StreamFrame {
+  event?: string;
+  data: string;
+}
+
+type Awaitable<T> = T | Promise<T>;
+
+export interface PluginInstance {
+  onRequest?(ctx: RequestContext): Awaitable<void>;
+  onAccess?(ctx: RequestContext): Awaitable<void>;
+  onAttempt?(ctx: RequestContext, attempt: Attempt): Awaitable<void>;
+  onResponse?(ctx: RequestContext, attempt: Attempt): Awaitable<void>;
+  onEvent?(ctx: RequestContext, frame: StreamFrame): void;
+  onFinally?(ctx: RequestContext, outcome: Outcome): Awaitable<void>;
+  close?(): Awaitable<void>;
+}
+
+export interface PluginDefinition<O = Record<string, unknown>> {
+  /** The `use:` name. Built-ins: the folder name under plugins/. */
+  name: string;
+  description?: string;
+  /** JSON Schema (ajv, draft-07) for the instance's `with:` options; defaults are applied. */
+  schema: object;
+  /** Plugin definition names that must appear earlier in the chain. */
+  requires?: readonly string[];
+  create(options: O, deps: PluginDeps): Awaitable<PluginInstance>;
+}
+
+export function definePlugin<O>(def: PluginDefinition<O>): PluginDefinition<O> {
+  return def;
+}
+
+export type PluginRegistry = ReadonlyMap<string, PluginDefinition<any>>;
+
+export function isPluginDefinition(v: unknown): v is PluginDefinition<any> {
+  return typeof v === 'object' && v !== null &&
+    typeof (v as PluginDefinition).name === 'string' &&
+    typeof (v as PluginDefinition).create === 'function' &&
+    typeof (v as PluginDefinition).schema === 'object';
+}

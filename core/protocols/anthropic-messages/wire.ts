@@ -1,0 +1,73 @@
+/**
+ * Anthropic Messages on the wire. Every frame is `event: <type>` + `data:`; usage arrives in
+ * `message_start.message.usage` and (cumulative) in `message_delta.usage`; `message_stop` ends.
+ */
+import { GatewayError } from '../../errors.js';
+import { formatJsonEvent, type SseBlock } from '../../sse.js';
+import type { Usage } from '../../money.js';
+import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage, stringValueLength } from '../usage.js';
+
+const TEXT_KEYS = ['text', 'partial_json', 'thinking'] as const;
+
+class MessagesTap implements StreamTap {
+  usage: Usage | undefined;
+  complete = false;
+  errored = false;
+  outputChars = 0;
+  meta: StreamMeta = {};
+
+  observe(b: SseBlock): void {
+    if (b.data === undefined) return;
+    switch (b.event) {
+      case 'content_block_delta':
+        this.outputChars += stringValueLength(b.data, TEXT_KEYS);
+        return;
+      case 'message_start':
+        try {
+          const m = JSON.parse(b.data).message ?? {};
+          this.meta = { id: m.id, model: m.model };
+          const u = fromAnthropicUsagePartial(m.usage);
+          if (u) this.usage = mergeUsage(this.usage, u);
+        } catch { /* ignore */ }
+        return;
+      case 'message_delta':
+        try {
+          const u = fromAnthropicUsagePartial(JSON.parse(b.data).usage);
+          if (u) this.usage = mergeUsage(this.usage, u);
+        } catch { /* ignore */ }
+        return;
+      case 'message_stop':
+        this.complete = true;
+        return;
+      case 'error':
+        this.errored = true;
+        return;
+      default:
+        return;
+    }
+  }
+
+  closing(): string {
+    return '';
+  }
+}
+
+export const messagesWire: ProtocolWire = {
+  name: 'anthropic-messages',
+  validate(body) {
+    if (!Array.isArray(body.messages)) {
+      throw new GatewayError('INVALID_REQUEST', { message: "'messages' is required and must be an array" });
+    }
+  },
+  usageOf(body) {
+    return fromAnthropicUsage(body.usage);
+  },
+  createTap() {
+    return new MessagesTap();
+  },
+  streamError(err: ErrorInfo) {
+    // The Anthropic SDK drops frames without an `event:` line: the error must be named.
+    return formatJsonEvent({ type: 'error', error: { type: err.type, message: err.message } }, 'error');
+  },
+};

@@ -1,0 +1,93 @@
+/**
+ * OpenAI Chat Completions on the wire: what passthrough needs (validation, usage, the stream tap,
+ * in-stream errors). Chat streams have no `event:` lines; usage arrives in a final `choices: []`
+ * chunk (the gateway always asks for it) and `data: [DONE]` ends the stream.
+ */
+import { GatewayError } from '../../errors.js';
+import { formatEvent, formatJsonEvent, type SseBlock } from '../../sse.js';
+import type { Usage } from '../../money.js';
+import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import { fromChatUsage, stringValueLength, toChatUsage } from '../usage.js';
+
+const USAGE = /"usage"\s*:\s*\{/;
+const FINISH = /"finish_reason"\s*:\s*"/;
+const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
+const TEXT_KEYS = ['content', 'arguments', 'reasoning_content', 'refusal'] as const;
+
+class ChatTap implements StreamTap {
+  usage: Usage | undefined;
+  complete = false;
+  errored = false;
+  outputChars = 0;
+  meta: StreamMeta = {};
+  private done = false;
+  private finished = false;
+
+  observe(b: SseBlock): void {
+    const data = b.data;
+    if (data === undefined) return;
+    if (data.startsWith('[DONE]')) {
+      this.done = true;
+      this.complete = this.finished;
+      return;
+    }
+    if (this.meta.id === undefined) {
+      try {
+        const j = JSON.parse(data);
+        this.meta = { id: j.id, model: j.model, created: j.created };
+      } catch { /* not JSON: ignored like the SDKs would fail on it later */ }
+    }
+    if (ERROR_FIRST.test(data) || b.event === 'error') {
+      this.errored = true;
+      return;
+    }
+    if (USAGE.test(data)) {
+      try {
+        const u = fromChatUsage(JSON.parse(data).usage);
+        if (u) this.usage = u;
+      } catch { /* ignore */ }
+    }
+    if (FINISH.test(data)) {
+      this.finished = true;
+      this.complete = true;
+    }
+    this.outputChars += stringValueLength(data, TEXT_KEYS);
+  }
+
+  closing(estimate: () => Usage): string {
+    let out = '';
+    if (!this.usage) {
+      // The upstream ignored include_usage: the client still gets its usage chunk (estimated).
+      this.usage = estimate();
+      out += formatJsonEvent({
+        id: this.meta.id ?? 'chatcmpl-gateway',
+        object: 'chat.completion.chunk',
+        created: this.meta.created ?? Math.floor(Date.now() / 1000),
+        model: this.meta.model ?? '',
+        choices: [],
+        usage: toChatUsage(this.usage),
+      });
+    }
+    if (!this.done) out += formatEvent('[DONE]');
+    return out;
+  }
+}
+
+export const chatWire: ProtocolWire = {
+  name: 'openai-chat',
+  validate(body) {
+    if (!Array.isArray(body.messages)) {
+      throw new GatewayError('INVALID_REQUEST', { message: "'messages' is required and must be an array" });
+    }
+  },
+  usageOf(body) {
+    return fromChatUsage(body.usage);
+  },
+  createTap() {
+    return new ChatTap();
+  },
+  streamError(err: ErrorInfo) {
+    // wire-notes: `event: error` + {"error":{type,code,message}}; both openai majors throw APIError on it.
+    return formatJsonEvent({ error: { type: err.type, code: err.code ?? err.type, message: err.message, param: null } }, 'error');
+  },
+};

@@ -1,0 +1,104 @@
+/**
+ * OpenAI Responses on the wire. Frames carry `event:` lines and a `sequence_number`; usage is in
+ * `response.completed` / `response.incomplete`; there is no `[DONE]`. An in-stream failure is an
+ * `error` event followed by `response.failed` (wire-notes).
+ */
+import { GatewayError } from '../../errors.js';
+import { formatJsonEvent, type SseBlock } from '../../sse.js';
+import type { Usage } from '../../money.js';
+import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import { fromResponsesUsage, stringValueLength } from '../usage.js';
+
+const TYPE = /"type"\s*:\s*"([^"]+)"/;
+const SEQ = /"sequence_number"\s*:\s*(\d+)/;
+
+class ResponsesTap implements StreamTap {
+  usage: Usage | undefined;
+  complete = false;
+  errored = false;
+  outputChars = 0;
+  meta: StreamMeta = {};
+
+  observe(b: SseBlock): void {
+    const data = b.data;
+    if (data === undefined || data.startsWith('[DONE]')) return;
+    const type = b.event ?? TYPE.exec(data)?.[1];
+    const seq = SEQ.exec(data);
+    if (seq) this.meta.sequence = Number(seq[1]);
+    switch (type) {
+      case 'response.output_text.delta':
+      case 'response.function_call_arguments.delta':
+      case 'response.reasoning_summary_text.delta':
+      case 'response.reasoning_text.delta':
+      case 'response.refusal.delta':
+        this.outputChars += stringValueLength(data, ['delta']);
+        return;
+      case 'response.created':
+        try {
+          const r = JSON.parse(data).response ?? {};
+          this.meta = { ...this.meta, id: r.id, model: r.model, created: r.created_at };
+        } catch { /* ignore */ }
+        return;
+      case 'response.completed':
+      case 'response.incomplete':
+        try {
+          const u = fromResponsesUsage(JSON.parse(data).response?.usage);
+          if (u) this.usage = u;
+        } catch { /* ignore */ }
+        this.complete = true;
+        return;
+      case 'response.failed':
+      case 'error':
+        this.errored = true;
+        return;
+      default:
+        return;
+    }
+  }
+
+  closing(): string {
+    return '';
+  }
+}
+
+export const responsesWire: ProtocolWire = {
+  name: 'openai-responses',
+  validate(body) {
+    if (body.previous_response_id !== undefined && body.previous_response_id !== null) {
+      throw new GatewayError('INVALID_REQUEST', {
+        message: "'previous_response_id' is not supported over HTTP: send the full conversation in 'input'",
+      });
+    }
+    if (body.input !== undefined && typeof body.input !== 'string' && !Array.isArray(body.input)) {
+      throw new GatewayError('INVALID_REQUEST', { message: "'input' must be a string or an array" });
+    }
+  },
+  usageOf(body) {
+    return fromResponsesUsage(body.usage);
+  },
+  createTap() {
+    return new ResponsesTap();
+  },
+  streamError(err: ErrorInfo, meta: StreamMeta = {}) {
+    const seq = (meta.sequence ?? 0) + 1;
+    const error = { type: err.type, code: err.code ?? err.type, message: err.message, param: null };
+    return (
+      formatJsonEvent({ type: 'error', sequence_number: seq, error }, 'error') +
+      formatJsonEvent({
+        type: 'response.failed',
+        sequence_number: seq + 1,
+        response: {
+          id: meta.id ?? 'resp_gateway',
+          object: 'response',
+          created_at: meta.created ?? Math.floor(Date.now() / 1000),
+          status: 'failed',
+          model: meta.model ?? '',
+          output: [],
+          error: { code: err.code ?? err.type, message: err.message },
+          incomplete_details: null,
+          usage: null,
+        },
+      }, 'response.failed')
+    );
+  },
+};

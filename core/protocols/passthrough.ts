@@ -1,0 +1,72 @@
+/**
+ * Same protocol on both sides: the client's bytes go up with only `model` rewritten (`models`
+ * removed; Chat streams also get `stream_options.include_usage: true`, since usage is always
+ * requested), and the upstream's bytes come back unchanged — complete SSE blocks only, so an
+ * error frame appended after a failure never lands inside a half-written event.
+ */
+import type { ProtocolName } from '../config/types.js';
+import type { Usage } from '../money.js';
+import type { SseBlock } from '../sse.js';
+import type { Conversion, EncodeOptions, ErrorInfo, RequestInput, ResponseTranslator } from './types.js';
+import { spliceJson } from './splice.js';
+import { wireFor } from './index.js';
+
+export function passthrough(protocol: ProtocolName): Conversion {
+  const wire = wireFor(protocol);
+  return {
+    client: protocol,
+    upstream: protocol,
+    passthrough: true,
+    requestBody(input: RequestInput): string {
+      const set: Record<string, unknown> = { model: input.upstreamModel };
+      if (protocol === 'openai-chat' && input.stream) {
+        const so = input.json.stream_options;
+        set.stream_options = { ...(so && typeof so === 'object' && !Array.isArray(so) ? so : {}), include_usage: true };
+      }
+      return spliceJson(input.text, { set, remove: ['models'] });
+    },
+    response(text: string) {
+      let usage: Usage | undefined;
+      try {
+        const j = JSON.parse(text);
+        if (j && typeof j === 'object') usage = wire.usageOf(j);
+      } catch { /* forwarded as is; no usage */ }
+      return { body: text, usage };
+    },
+    stream(_opts: EncodeOptions): ResponseTranslator {
+      const tap = wire.createTap();
+      let upstreamError: ErrorInfo | undefined;
+      return {
+        block(b: SseBlock): string {
+          tap.observe(b);
+          if (tap.errored && !upstreamError && b.data !== undefined) upstreamError = readError(b.data);
+          return b.raw;
+        },
+        end() {
+          return { text: '', complete: tap.complete };
+        },
+        closing(estimate: () => Usage) {
+          return tap.closing(estimate);
+        },
+        fail(err: ErrorInfo) {
+          return wire.streamError(err, tap.meta);
+        },
+        get upstreamError() {
+          return upstreamError;
+        },
+        usage: () => tap.usage,
+        outputChars: () => tap.outputChars,
+      };
+    },
+  };
+}
+
+function readError(data: string): ErrorInfo {
+  try {
+    const j = JSON.parse(data);
+    const e = j.error ?? j.response?.error ?? {};
+    return { type: String(e.type ?? e.code ?? 'api_error'), message: String(e.message ?? 'upstream error'), code: e.code ?? undefined };
+  } catch {
+    return { type: 'api_error', message: 'upstream error' };
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * Byte-preserving edits of a JSON object's top-level members.
+ *
+ * Passthrough forwards the client's body unchanged but for `model` (and `models` removed, and on
+ * Chat streams `stream_options` set): re-serialising with JSON.stringify would reformat the body,
+ * round big integers and rewrite `1.0` as `1`. Instead we locate the top-level members in the
+ * original text and splice only the spans we change. The text must already be valid JSON whose
+ * root is an object (the caller has parsed it once to validate and read fields).
+ */
+
+interface Member {
+  key: string;
+  /** Start of the key's opening quote. */
+  start: number;
+  valueStart: number;
+  valueEnd: number;
+}
+
+function isWs(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+function skipWs(s: string, i: number): number {
+  while (i < s.length && isWs(s.charCodeAt(i))) i++;
+  return i;
+}
+
+function skipString(s: string, i: number): number {
+  // s[i] is the opening quote
+  i++;
+  while (i < s.length) {
+    const c = s.charCodeAt(i);
+    if (c === 0x5c /* \ */) i += 2;
+    else if (c === 0x22 /* " */) return i + 1;
+    else i++;
+  }
+  throw new Error('unterminated string');
+}
+
+function skipValue(s: string, i: number): number {
+  const c = s.charCodeAt(i);
+  if (c === 0x22) return skipString(s, i);
+  if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+    let depth = 0;
+    while (i < s.length) {
+      const d = s.charCodeAt(i);
+      if (d === 0x22) { i = skipString(s, i); continue; }
+      if (d === 0x7b || d === 0x5b) depth++;
+      else if (d === 0x7d || d === 0x5d) {
+        depth--;
+        if (depth === 0) return i + 1;
+      }
+      i++;
+    }
+    throw new Error('unterminated container');
+  }
+  // number, true, false, null
+  while (i < s.length) {
+    const d = s.charCodeAt(i);
+    if (d === 0x2c || d === 0x7d || d === 0x5d || isWs(d)) break;
+    i++;
+  }
+  return i;
+}
+
+/** The top-level members of the object in `s`, with their spans, in source order. */
+function members(s: string): { open: number; close: number; list: Member[] } {
+  let i = skipWs(s, 0);
+  if (s.charCodeAt(i) !== 0x7b) throw new Error('not a JSON object');
+  const open = i;
+  i++;
+  const list: Member[] = [];
+  for (;;) {
+    i = skipWs(s, i);
+    if (s.charCodeAt(i) === 0x7d) return { open, close: i, list };
+    const start = i;
+    const keyEnd = skipString(s, i);
+    const key = JSON.parse(s.slice(start, keyEnd)) as string;
+    i = skipWs(s, keyEnd);
+    i++; // colon
+    const valueStart = skipWs(s, i);
+    const valueEnd = skipValue(s, valueStart);
+    list.push({ key, start, valueStart, valueEnd });
+    i = skipWs(s, valueEnd);
+    if (s.charCodeAt(i) === 0x2c) i++;
+  }
+}
+
+export interface SpliceOps {
+  /** Replace the value of each member with this key (every duplicate), or add it when absent. */
+  set?: Record<string, unknown>;
+  /** Remove these members (every duplicate). */
+  remove?: string[];
+}
+
+/** Applies `ops` to the JSON object text `s`, leaving every other byte as it was. */
+export function spliceJson(s: string, ops: SpliceOps): string {
+  const { close, list } = members(s);
+  const set = ops.set ?? {};
+  const remove = new Set(ops.remove ?? []);
+  if (list.length === 0) {
+    const adds = Object.keys(set);
+    if (adds.length === 0) return s;
+    return s.slice(0, close) + adds.map((k) => `${JSON.stringify(k)}:${JSON.stringify(set[k])}`).join(',') + s.slice(close);
+  }
+  const seen = new Set<string>();
+  const memberText = (m: Member): string => {
+    if (!Object.prototype.hasOwnProperty.call(set, m.key)) return s.slice(m.start, m.valueEnd);
+    seen.add(m.key);
+    return s.slice(m.start, m.valueStart) + JSON.stringify(set[m.key]);
+  };
+  // head + kept members, each followed by the separator that followed it in the source
+  // (so the bytes between two originally adjacent kept members are unchanged) + tail.
+  let out = s.slice(0, list[0].start);
+  let prev: number | undefined;
+  for (let i = 0; i < list.length; i++) {
+    const m = list[i];
+    if (remove.has(m.key)) continue;
+    if (prev !== undefined) out += s.slice(list[prev].valueEnd, list[prev + 1].start);
+    out += memberText(m);
+    prev = i;
+  }
+  const additions = Object.keys(set).filter((k) => !seen.has(k));
+  if (additions.length > 0) {
+    const text = additions.map((k) => `${JSON.stringify(k)}:${JSON.stringify(set[k])}`).join(',');
+    out += prev === undefined ? text : ',' + text;
+  }
+  out += s.slice(list[list.length - 1].valueEnd);
+  // The tail starts after the last member's value: it may hold a trailing comma-free gap only.
+  return out;
+}

@@ -1,0 +1,131 @@
+/**
+ * What each protocol provides to the core, and the per-request `Conversion` the attempt loop uses.
+ *
+ * Same protocol on both sides (passthrough): the client's bytes go up with only `model` changed
+ * (and `models` removed); upstream bytes come back unchanged, inspected by a `StreamTap` that reads
+ * only what it must (usage, the terminal event). Different protocols: the request is decoded to the
+ * IR and encoded for the upstream; responses and streams go back the same way.
+ */
+import type { Usage } from '../money.js';
+import type { SseBlock } from '../sse.js';
+import type { ProtocolName } from '../config/types.js';
+import type { IRRequest, IRResponse, IRStreamEvent } from './ir.js';
+
+export interface ErrorInfo {
+  type: string;
+  message: string;
+  code?: string;
+}
+
+/** Upstream SSE blocks → IR events, for one response. */
+export interface StreamDecoder {
+  push(block: SseBlock): IRStreamEvent[];
+  /** Upstream ended (cleanly or not): events that close what is open. */
+  end(): IRStreamEvent[];
+}
+
+/** IR events → client SSE text, for one response. */
+export interface StreamEncoder {
+  push(ev: IRStreamEvent): string;
+  /** Frames for a failure after commit (the protocol's in-stream error). */
+  fail(err: ErrorInfo): string;
+}
+
+export interface EncodeOptions {
+  /** The model name to put in the encoded body or response. */
+  model: string;
+  /** Request id, for ids the encoder must invent. */
+  requestId: string;
+  /** encodeRequest: the output cap to send when the client gave none and the protocol needs one. */
+  defaultMaxTokens?: number;
+}
+
+/** Meta a stream carries that error frames may need (Responses' failed event names the response). */
+export interface StreamMeta {
+  id?: string;
+  model?: string;
+  created?: number;
+  /** Last `sequence_number` seen or written (Responses). */
+  sequence?: number;
+}
+
+/** What every protocol provides for passthrough: validation, usage reading, taps, error frames. */
+export interface ProtocolWire {
+  readonly name: ProtocolName;
+  /** Protocol-specific request rules beyond the core's (model, stream, models); throws GatewayError. */
+  validate(body: Record<string, unknown>): void;
+  /** Usage of a non-stream response body in this protocol (four buckets). */
+  usageOf(body: Record<string, unknown>): Usage | undefined;
+  /** Passthrough inspector for a stream in this protocol. */
+  createTap(): StreamTap;
+  /** In-stream error frames in this protocol (after commit). */
+  streamError(err: ErrorInfo, meta?: StreamMeta): string;
+}
+
+/** The full codec: the wire plus conversion to and from the IR. */
+export interface ProtocolCodec extends ProtocolWire {
+  /** Client request → IR. Throws GatewayError (400) for shapes it cannot read. */
+  decodeRequest(body: Record<string, unknown>): IRRequest;
+  /** IR → upstream request body. */
+  encodeRequest(req: IRRequest, opts: EncodeOptions): Record<string, unknown>;
+  decodeResponse(body: Record<string, unknown>): IRResponse;
+  encodeResponse(res: IRResponse, opts: EncodeOptions): Record<string, unknown>;
+  createStreamDecoder(): StreamDecoder;
+  createStreamEncoder(opts: EncodeOptions): StreamEncoder;
+}
+
+/** Watches a passthrough stream; decodes only events that can carry usage or end the stream. */
+export interface StreamTap {
+  observe(block: SseBlock): void;
+  /** Best usage known so far (cumulative totals). */
+  readonly usage: Usage | undefined;
+  /** The protocol's terminal event was seen (message_stop, response.completed, finish + [DONE]…). */
+  readonly complete: boolean;
+  /** The upstream sent its own in-stream error. */
+  readonly errored: boolean;
+  /** Characters of generated text seen, for estimates when usage never arrives. */
+  readonly outputChars: number;
+  /** What the stream said about itself (id, model, sequence), for error frames. */
+  readonly meta: StreamMeta;
+  /** Client text to append at a clean, complete upstream end (e.g. a missing `data: [DONE]`). */
+  closing(estimate: () => Usage): string;
+}
+
+export interface RequestInput {
+  /** The client's body as received. */
+  text: string;
+  json: Record<string, unknown>;
+  stream: boolean;
+  /** The model name the upstream knows. */
+  upstreamModel: string;
+  requestId: string;
+  /** The model's configured output cap (for protocols that require max_tokens). */
+  defaultMaxTokens?: number;
+}
+
+/** Translates one attempt's response for the client. */
+export interface ResponseTranslator {
+  /** One complete upstream block in; client text out ('' when nothing is due yet). */
+  block(b: SseBlock): string;
+  /** Upstream ended. `complete: false` means it stopped before its terminal event. */
+  end(): { text: string; complete: boolean };
+  /** After a complete end: closing text the client still needs (a usage chunk, `[DONE]`). */
+  closing(estimate: () => Usage): string;
+  /** Client frames reporting a failure after commit. */
+  fail(err: ErrorInfo): string;
+  /** The upstream's own error event, if one passed through (the stream is then over). */
+  readonly upstreamError: ErrorInfo | undefined;
+  usage(): Usage | undefined;
+  outputChars(): number;
+}
+
+export interface Conversion {
+  readonly client: ProtocolName;
+  readonly upstream: ProtocolName;
+  readonly passthrough: boolean;
+  /** The body to send upstream. */
+  requestBody(input: RequestInput): string;
+  /** A non-stream upstream body (JSON text) → the client's body and its usage. */
+  response(upstreamText: string, opts: EncodeOptions): { body: string; usage: Usage | undefined };
+  stream(opts: EncodeOptions): ResponseTranslator;
+}

@@ -1,0 +1,117 @@
+/**
+ * Usage normalisation: every protocol's usage object ⇄ the four disjoint buckets.
+ * OpenAI `prompt_tokens` / Responses `input_tokens` INCLUDE cached tokens; Anthropic
+ * `input_tokens` EXCLUDES cache reads and cache writes (wire-notes "Usage and money").
+ */
+import type { Usage } from '../money.js';
+
+const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
+
+export function fromChatUsage(u: any): Usage | undefined {
+  if (!u || typeof u !== 'object') return undefined;
+  const cached = n(u.prompt_tokens_details?.cached_tokens);
+  const write = n(u.prompt_tokens_details?.cache_write_tokens ?? u.cache_creation_input_tokens);
+  return { input: Math.max(0, n(u.prompt_tokens) - cached - write), output: n(u.completion_tokens), cacheRead: cached, cacheWrite: write };
+}
+
+export function toChatUsage(u: Usage, reasoningTokens?: number): Record<string, unknown> {
+  const prompt = u.input + u.cacheRead + u.cacheWrite;
+  const out: Record<string, unknown> = {
+    prompt_tokens: prompt,
+    completion_tokens: u.output,
+    total_tokens: prompt + u.output,
+    prompt_tokens_details: { cached_tokens: u.cacheRead, ...(u.cacheWrite ? { cache_write_tokens: u.cacheWrite } : {}) },
+  };
+  if (reasoningTokens !== undefined) out.completion_tokens_details = { reasoning_tokens: reasoningTokens };
+  return out;
+}
+
+/** Anthropic usage; fields absent from a partial (message_delta) usage come back undefined. */
+export function fromAnthropicUsagePartial(u: any): Partial<Usage> | undefined {
+  if (!u || typeof u !== 'object') return undefined;
+  const out: Partial<Usage> = {};
+  if (typeof u.input_tokens === 'number') out.input = n(u.input_tokens);
+  if (typeof u.output_tokens === 'number') out.output = n(u.output_tokens);
+  if (typeof u.cache_read_input_tokens === 'number') out.cacheRead = n(u.cache_read_input_tokens);
+  if (typeof u.cache_creation_input_tokens === 'number') out.cacheWrite = n(u.cache_creation_input_tokens);
+  return out;
+}
+
+export function fromAnthropicUsage(u: any): Usage | undefined {
+  const p = fromAnthropicUsagePartial(u);
+  return p ? { input: p.input ?? 0, output: p.output ?? 0, cacheRead: p.cacheRead ?? 0, cacheWrite: p.cacheWrite ?? 0 } : undefined;
+}
+
+export function toAnthropicUsage(u: Usage): Record<string, number> {
+  return {
+    input_tokens: u.input,
+    cache_creation_input_tokens: u.cacheWrite,
+    cache_read_input_tokens: u.cacheRead,
+    output_tokens: u.output,
+  };
+}
+
+export function fromResponsesUsage(u: any): Usage | undefined {
+  if (!u || typeof u !== 'object') return undefined;
+  const cached = n(u.input_tokens_details?.cached_tokens);
+  const write = n(u.input_tokens_details?.cache_write_tokens);
+  return { input: Math.max(0, n(u.input_tokens) - cached - write), output: n(u.output_tokens), cacheRead: cached, cacheWrite: write };
+}
+
+export function toResponsesUsage(u: Usage, reasoningTokens?: number): Record<string, unknown> {
+  const input = u.input + u.cacheRead + u.cacheWrite;
+  return {
+    input_tokens: input,
+    input_tokens_details: { cached_tokens: u.cacheRead, ...(u.cacheWrite ? { cache_write_tokens: u.cacheWrite } : {}) },
+    output_tokens: u.output,
+    output_tokens_details: { reasoning_tokens: reasoningTokens ?? 0 },
+    total_tokens: input + u.output,
+  };
+}
+
+/** Merges a cumulative partial usage into what is known (later values overwrite). */
+export function mergeUsage(known: Usage | undefined, p: Partial<Usage>): Usage {
+  return {
+    input: p.input ?? known?.input ?? 0,
+    output: p.output ?? known?.output ?? 0,
+    cacheRead: p.cacheRead ?? known?.cacheRead ?? 0,
+    cacheWrite: p.cacheWrite ?? known?.cacheWrite ?? 0,
+  };
+}
+
+/** Rough token estimate of text (≈ 4 characters a token), for when no usage was reported. */
+export function estimateTokens(chars: number): number {
+  return chars <= 0 ? 0 : Math.ceil(chars / 4);
+}
+
+/**
+ * Sum of the lengths of the JSON string values of `keys` in `data`, without parsing it: the
+ * passthrough taps use it to estimate generated text cheaply on every delta event.
+ */
+export function stringValueLength(data: string, keys: readonly string[]): number {
+  let total = 0;
+  for (const key of keys) {
+    const needle = `"${key}":`;
+    let from = 0;
+    for (;;) {
+      const k = data.indexOf(needle, from);
+      if (k === -1) break;
+      let i = k + needle.length;
+      while (data.charCodeAt(i) === 32) i++;
+      from = i;
+      if (data.charCodeAt(i) !== 34) continue;
+      i++;
+      let len = 0;
+      while (i < data.length) {
+        const c = data.charCodeAt(i);
+        if (c === 92) { i += data.charCodeAt(i + 1) === 117 ? 6 : 2; len++; continue; }
+        if (c === 34) break;
+        i++;
+        len++;
+      }
+      total += len;
+      from = i;
+    }
+  }
+  return total;
+}

@@ -1,0 +1,356 @@
+/**
+ * The gateway process: node:http server → router → plugin chain → upstream or handler.
+ * Owns what outlives a config load (store, transport, mock upstreams, metrics) and swaps the
+ * Runtime on reload (file change, SIGHUP, or `reload()`): a valid config goes in atomically, an
+ * invalid one is logged and the old one keeps serving. `close()` drains requests in flight.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { watch, type FSWatcher } from 'node:fs';
+import path from 'node:path';
+import type { Socket } from 'node:net';
+import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js';
+import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
+import type { PluginRegistry, Outcome } from './plugin.js';
+import { RequestContext } from './context.js';
+import { GatewayError, renderError, toGatewayError } from './errors.js';
+import { readBody } from './body.js';
+import { runChain, runFinally } from './pipeline.js';
+import { Runtime, type CompiledRoute } from './runtime.js';
+import { Transport } from './transport.js';
+import { runModelCall, type UpstreamDeps } from './upstream.js';
+import type { Store } from './store/types.js';
+import { openStore } from './store/index.js';
+import { systemClock, type Clock } from './clock.js';
+import { createLogger, type Logger } from './log.js';
+import { createMetrics, type Metrics } from './metrics.js';
+import { startMockServer, type MockServer } from './mock/server.js';
+import type { Handler } from './handlers/types.js';
+import { modelsHandler } from './handlers/models.js';
+import { countTokensHandler } from './handlers/count-tokens.js';
+import { usageHandler } from './handlers/usage.js';
+import { adminHandler } from './handlers/admin.js';
+
+const HANDLERS: Record<RouteHandler, Handler> = {
+  models: modelsHandler,
+  usage: usageHandler,
+  'count-tokens': countTokensHandler,
+};
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export interface GatewayOptions {
+  configFile: string;
+  registry: PluginRegistry;
+  clock?: Clock;
+  log?: Logger;
+  /** Override server.host / server.port (tests use port 0). */
+  host?: string;
+  port?: number;
+  /** Reload when the config file changes (default true). */
+  watch?: boolean;
+  /** Reload on SIGHUP (default false: only the CLI process owns signals). */
+  sighup?: boolean;
+  env?: NodeJS.ProcessEnv;
+  /** Use this store instead of opening the configured one (tests). */
+  store?: Store;
+}
+
+export class Gateway implements UpstreamDeps {
+  readonly transport = new Transport();
+  readonly metrics: Metrics;
+  readonly mocks = new Map<string, MockServer>();
+  private runtime!: Runtime;
+  private server!: http.Server;
+  private watcher?: FSWatcher;
+  private reloadTimer?: NodeJS.Timeout;
+  private reloading: Promise<unknown> = Promise.resolve();
+  private readonly sockets = new Set<Socket>();
+  private closing = false;
+  private onHup?: () => void;
+  url = '';
+
+  private constructor(
+    private readonly opts: GatewayOptions,
+    readonly store: Store,
+    readonly clock: Clock,
+    readonly log: Logger,
+  ) {
+    this.metrics = createMetrics({ defaultMetrics: false });
+  }
+
+  static async start(opts: GatewayOptions): Promise<Gateway> {
+    const log = opts.log ?? createLogger();
+    const clock = opts.clock ?? systemClock;
+    const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
+    for (const w of loaded.warnings) log.warn('config warning', { path: w.path, line: w.line, message: w.message });
+    const store = opts.store ?? (await openStore(loaded.config.store, clock, log));
+    const gw = new Gateway(opts, store, clock, log);
+    try {
+      await gw.startMocks(loaded.config);
+      gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics: gw.metrics });
+      await gw.listen(loaded.config);
+    } catch (e) {
+      await gw.shutdownResources();
+      throw e;
+    }
+    if (opts.watch !== false) gw.watchConfig();
+    if (opts.sighup) {
+      gw.onHup = () => void gw.reload();
+      process.on('SIGHUP', gw.onHup);
+    }
+    return gw;
+  }
+
+  get config(): GatewayConfig {
+    return this.runtime.config;
+  }
+
+  baseUrl(provider: ProviderConfig): string {
+    return provider.kind === 'mock' ? this.mocks.get(provider.name)?.url ?? '' : provider.baseUrl;
+  }
+
+  private async startMocks(config: GatewayConfig): Promise<void> {
+    for (const p of Object.values(config.providers)) {
+      if (p.kind !== 'mock' || this.mocks.has(p.name)) continue;
+      this.mocks.set(p.name, await startMockServer({ fixturesDir: p.fixturesDir }));
+    }
+  }
+
+  private listen(config: GatewayConfig): Promise<void> {
+    this.server = http.createServer({ headersTimeout: config.server.headersTimeoutMs, requestTimeout: 0 }, (req, res) => {
+      void this.handle(req, res);
+    });
+    this.server.keepAliveTimeout = 5_000;
+    this.server.on('connection', (s: Socket) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    this.server.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
+      // Malformed requests (bad header characters, oversized headers) never reach a route.
+      if (!socket.writable) return socket.destroy();
+      const id = newRequestId();
+      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+      const body = JSON.stringify({ error: { type: 'invalid_request_error', code: 'bad_request', message: 'Malformed HTTP request', param: null } });
+      socket.end(`HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+        `content-type: application/json\r\nx-request-id: ${id}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    });
+    const host = this.opts.host ?? config.server.host;
+    const port = this.opts.port ?? config.server.port;
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => {
+        this.server.off('error', reject);
+        const addr = this.server.address();
+        const p = typeof addr === 'object' && addr ? addr.port : port;
+        this.url = `http://${host.includes(':') ? `[${host}]` : host}:${p}`;
+        resolve();
+      });
+    });
+  }
+
+  get port(): number {
+    const addr = this.server.address();
+    return typeof addr === 'object' && addr ? addr.port : 0;
+  }
+
+  // ---- reload ------------------------------------------------------------------------------
+
+  private watchConfig(): void {
+    const file = path.resolve(this.opts.configFile);
+    const dir = path.dirname(file);
+    const base = path.basename(file);
+    try {
+      // Watch the folder: editors replace files by rename, which a file watch would lose.
+      this.watcher = watch(dir, (_event, name) => {
+        if (name && name.toString() !== base) return;
+        clearTimeout(this.reloadTimer);
+        this.reloadTimer = setTimeout(() => void this.reload(), 150);
+      });
+      this.watcher.on('error', (e) => this.log.warn('config watch failed', { error: e }));
+    } catch (e) {
+      this.log.warn('cannot watch the config file; reload with SIGHUP', { error: e as Error });
+    }
+  }
+
+  /** Loads the config file again; swaps it in when valid. Resolves to the ConfigError when it is not. */
+  reload(): Promise<ConfigError | undefined> {
+    const next = this.reloading.then(() => this.doReload());
+    this.reloading = next.catch(() => undefined);
+    return next;
+  }
+
+  private async doReload(): Promise<ConfigError | undefined> {
+    if (this.closing) return undefined;
+    let loaded: LoadedConfig;
+    try {
+      loaded = await loadConfigFile(this.opts.configFile, { registry: this.opts.registry, env: this.opts.env });
+      if (loaded.config.store.kind !== this.runtime.config.store.kind || loaded.config.store.path !== this.runtime.config.store.path) {
+        this.log.warn('store settings changed: they take effect on restart');
+      }
+      if (loaded.config.server.port !== this.runtime.config.server.port || loaded.config.server.host !== this.runtime.config.server.host) {
+        this.log.warn('server address changed: it takes effect on restart');
+      }
+      await this.startMocks(loaded.config);
+      const next = await Runtime.create(loaded, { store: this.store, clock: this.clock, log: this.log, metrics: this.metrics });
+      const old = this.runtime;
+      this.runtime = next;
+      this.metrics.configReloads.inc({ result: 'ok' });
+      this.log.info('config reloaded', { file: this.opts.configFile });
+      void old.retire();
+      return undefined;
+    } catch (e) {
+      this.metrics.configReloads.inc({ result: 'rejected' });
+      const err = e instanceof ConfigError ? e : new ConfigError(this.opts.configFile, [{ path: '', message: (e as Error).message }]);
+      this.log.error('config rejected; the previous config keeps serving', { error: err.message });
+      return err;
+    }
+  }
+
+  // ---- requests ----------------------------------------------------------------------------
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const rt = this.runtime;
+    rt.enter();
+    const started = Date.now();
+    const given = req.headers['x-request-id'];
+    const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
+    res.setHeader('x-request-id', id);
+    let routeLabel = 'unmatched';
+    try {
+      let pathname: string;
+      try {
+        pathname = new URL(req.url ?? '/', 'http://gateway').pathname;
+      } catch {
+        pathname = '';
+      }
+      const method = req.method ?? 'GET';
+      if ((method === 'GET' || method === 'HEAD') && (pathname === '/' || pathname === '/healthz')) {
+        routeLabel = 'health';
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(method === 'HEAD' ? undefined : JSON.stringify({ status: 'ok' }));
+        return;
+      }
+      const metricsPath = rt.config.metrics.path;
+      if (metricsPath && pathname === metricsPath && method === 'GET') {
+        routeLabel = 'metrics';
+        const text = await this.metrics.registry.metrics();
+        res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
+        res.end(text);
+        return;
+      }
+      if (pathname.startsWith('/admin/')) {
+        routeLabel = 'admin';
+        await adminHandler(req, res, { config: rt.config, store: this.store, reload: () => this.reload() });
+        return;
+      }
+      const route = rt.match(method, pathname);
+      if (!route) {
+        const err = new GatewayError(rt.hasPath(pathname) ? 'METHOD_NOT_ALLOWED' : 'ROUTE_NOT_FOUND', {
+          message: rt.hasPath(pathname) ? `Method ${method} is not allowed on ${pathname}` : `No route for ${method} ${pathname}`,
+        });
+        const r = renderError(err, 'chat');
+        res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
+        res.end(JSON.stringify(r.body));
+        return;
+      }
+      routeLabel = route.info.name;
+      await this.serveRoute(rt, route, id, req, res);
+    } catch (e) {
+      this.log.error('request failed outside the pipeline', { error: e as Error, requestId: id });
+      if (!res.headersSent) {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { type: 'api_error', code: 'internal_error', message: 'Internal gateway error', param: null } }));
+      } else res.destroy();
+    } finally {
+      this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
+      this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
+      rt.leave();
+    }
+  }
+
+  private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const ac = new AbortController();
+    const onClose = () => {
+      if (!res.writableFinished) ac.abort();
+    };
+    res.on('close', onClose);
+    const log = this.log.child({ requestId: id });
+    const ctx = new RequestContext(id, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, readBody);
+    ctx.metrics = this.metrics;
+    this.metrics.inFlight.inc({ route: route.info.name });
+    const handler = route.info.handler ? HANDLERS[route.info.handler] : undefined;
+    const run = await runChain(ctx, route.chain, () => (handler ? handler(ctx, this) : runModelCall(ctx, route.chain, this)));
+    let error = run.error;
+    if (error && !ctx.committed && !ac.signal.aborted) this.sendError(ctx, error);
+    if (!error && ctx.attempts.length > 0) error = ctx.attempts[ctx.attempts.length - 1].error;
+    if (!res.writableEnded && !ac.signal.aborted) {
+      // A terminal step that returned without ending the response is a bug; do not leave the client hanging.
+      if (!ctx.committed) this.sendError(ctx, new GatewayError('INTERNAL'));
+      else res.end();
+    }
+    const outcome: Outcome = {
+      status: ac.signal.aborted && !res.writableFinished ? 499 : res.statusCode,
+      error,
+      committed: ctx.committed,
+      clientAborted: ac.signal.aborted,
+    };
+    await runFinally(ctx, route.chain, run.reached, outcome);
+    if (ctx.admission.isAdmitted) {
+      // Admitted but never settled (no metering on this route, or it failed first): release the hold.
+      try { await ctx.admission.cancel(); } catch (e) { log.error('could not release a reservation', { error: e as Error }); }
+    }
+    this.metrics.inFlight.dec({ route: route.info.name });
+    res.off('close', onClose);
+    log.info('request', {
+      route: route.info.name,
+      status: outcome.status,
+      ms: Date.now() - ctx.startedAt,
+      key: ctx.key?.id,
+      model: ctx.answeredModel?.id,
+      attempts: ctx.attempts.length,
+      ...(error ? { error: error.code, errorMessage: error.message } : {}),
+      ...(ctx.usage ? { usage: ctx.usage, estimated: ctx.usageEstimated || undefined } : {}),
+    });
+  }
+
+  private sendError(ctx: RequestContext, err: GatewayError): void {
+    const r = renderError(toGatewayError(err), ctx.errorFormat);
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...r.headers };
+    if ((ctx.req as IncomingMessage & { gatewayCloseAfter?: boolean }).gatewayCloseAfter) headers.connection = 'close';
+    ctx.committed = true;
+    ctx.res.writeHead(r.status, headers);
+    ctx.res.end(JSON.stringify(r.body));
+    if (err.status >= 400 && err.status < 500) this.metrics.limitRejections.inc({ code: err.code });
+  }
+
+  // ---- shutdown ----------------------------------------------------------------------------
+
+  /** Stops accepting, lets requests in flight finish (up to drain_timeout), then releases everything. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    if (this.onHup) process.off('SIGHUP', this.onHup);
+    this.watcher?.close();
+    clearTimeout(this.reloadTimer);
+    await this.reloading;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeIdleConnections();
+    const deadline = new Promise<void>((resolve) => setTimeout(resolve, this.runtime.config.server.drainTimeoutMs).unref());
+    await Promise.race([closed, deadline]);
+    for (const s of this.sockets) s.destroy();
+    await this.runtime.retire();
+    await this.shutdownResources();
+  }
+
+  private async shutdownResources(): Promise<void> {
+    this.transport.close();
+    for (const m of this.mocks.values()) await m.close();
+    this.mocks.clear();
+    if (!this.opts.store) await this.store.close();
+  }
+}
+
+function newRequestId(): string {
+  return `req_${randomBytes(12).toString('hex')}`;
+}

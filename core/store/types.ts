@@ -1,0 +1,174 @@
+/**
+ * The one store interface. All shared state — money, spend windows, plan usage, RPM counters,
+ * concurrency slots, usage statistics — lives behind it. Two implementations: `memory.ts`
+ * (embedded, persisted to disk; the default) and Redis (several instances; one Lua script per
+ * admission and per settlement). Plugins never see which one runs.
+ *
+ * Money never races: `admit()` checks every claim and reserves the request's worst-case charge in
+ * ONE atomic step; `settle()` later replaces the reservation with the actual charge (idempotent per
+ * request id). A claim passes while `used + reserved < limit`, so N racing requests can overspend
+ * a limit by at most one request's overrun (its actual charge above its reservation), never by N.
+ *
+ * All amounts are integer micro-USD. Periods are computed from the store's clock (memory: the
+ * injected Clock; Redis: the server's TIME), so every instance agrees on when a window resets.
+ */
+import type { Usage } from '../money.js';
+import type { PlanLimits, Window } from '../config/types.js';
+
+/** One limit a request must pass. Claims are checked in the order given; the first failure wins. */
+export type Claim =
+  /** Wallet: priced requests need `credit - spent - reserved > 0`; free requests at ≤ 0 fall under `freeRpm`. */
+  | { kind: 'balance'; user: string; credit: number; free: boolean; freeRpm: number }
+  /** Plan allowances of a subscription (calendar day / ISO week / month, UTC); 0 = no limit. */
+  | { kind: 'plan'; user: string; group: string; limits: PlanLimits }
+  /** Key quota over the key's life. */
+  | { kind: 'key-quota'; key: string; limit: number }
+  /** Fixed key window: starts at first use, resets once its duration has passed. */
+  | { kind: 'key-window'; key: string; window: Window; limit: number }
+  /** Account spend cap on balance spend: week from Monday 00:00 UTC, month from the 1st. */
+  | { kind: 'spend-cap'; user: string; period: 'weekly' | 'monthly'; limit: number }
+  /** Requests per clock minute. */
+  | { kind: 'rpm'; scope: 'group' | 'user'; id: string; limit: number };
+
+export interface AdmitRequest {
+  requestId: string;
+  /** Worst-case charge (micro-USD) held against every money claim until settlement. */
+  reserve: number;
+  claims: readonly Claim[];
+}
+
+export type AdmitResult =
+  | { ok: true }
+  /** `index` of the first failing claim; `retryAfterMs` for time-based limits (RPM, caps). */
+  | { ok: false; index: number; retryAfterMs?: number };
+
+/** What a finished request cost, and where it counts. */
+export interface Settlement {
+  keyId: string;
+  user: string;
+  group: string;
+  /** The model that answered (gateway id). */
+  model: string;
+  billing: 'balance' | 'plan';
+  usage: Usage;
+  /** List price, micro-USD. */
+  cost: number;
+  /** Charged, micro-USD. */
+  actual: number;
+  durationMs: number;
+  /** Windows configured on the key (those with a limit), which start at first use. */
+  windows: readonly Window[];
+  /** Usage came from an estimate (client went away before the upstream reported it). */
+  estimated?: boolean;
+}
+
+export interface SlotRequest {
+  user: string;
+  limit: number;
+  queueSize: number;
+  maxWaitMs: number;
+  /** Aborting it (client gone) removes the waiter from the queue at once. */
+  signal: AbortSignal;
+}
+
+export type SlotResult = { ok: true; release: () => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
+
+export interface UsageCounters {
+  requests: number;
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+  /** micro-USD at list price */
+  cost: number;
+  /** micro-USD charged */
+  actual: number;
+  durationMs: number;
+}
+
+export interface KeyStats {
+  today: UsageCounters;
+  total: UsageCounters;
+  /** Per model over the requested day range. */
+  byModel: Record<string, UsageCounters>;
+  /** Requests and tokens in the last 60 s. */
+  rpm: number;
+  tpm: number;
+}
+
+export interface WindowState {
+  /** Epoch ms; undefined when the window has not been used since its last reset. */
+  start?: number;
+  used: number;
+  reserved: number;
+}
+
+export interface KeyState {
+  used: number;
+  reserved: number;
+  windows: Record<Window, WindowState>;
+}
+
+export interface PeriodUsage {
+  daily: number;
+  weekly: number;
+  monthly: number;
+}
+
+export interface Store {
+  readonly kind: 'memory' | 'redis';
+  admit(req: AdmitRequest): Promise<AdmitResult>;
+  /** Idempotent per requestId; releases the reservation made by admit (if any). */
+  settle(requestId: string, s: Settlement): Promise<void>;
+  /** Drops a reservation without charging (request rejected after admission, e.g. by the queue). */
+  cancel(requestId: string): Promise<void>;
+  acquireSlot(req: SlotRequest): Promise<SlotResult>;
+
+  /** Balance spend of a user, micro-USD (the balance is the configured credit minus this). */
+  balanceSpent(user: string): Promise<number>;
+  keyState(keyId: string): Promise<KeyState>;
+  planUsage(user: string, group: string): Promise<PeriodUsage>;
+  spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }>;
+  /** Usage stats for a key; `fromDay`/`toDay` are `YYYY-MM-DD` (UTC) bounds of byModel. */
+  keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats>;
+
+  /** Operator command: forget a key's used quota (and its windows). */
+  resetKeyQuota(keyId: string): Promise<void>;
+
+  /** Write everything pending to disk (memory) / no-op (redis). */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+// ---- calendar helpers shared by both stores (UTC) ------------------------------------------
+
+export function dayKey(t: number): string {
+  return new Date(t).toISOString().slice(0, 10);
+}
+
+/** Start of the UTC day containing t. */
+export function dayStart(t: number): number {
+  return Math.floor(t / 86_400_000) * 86_400_000;
+}
+
+/** Start of the ISO week (Monday 00:00 UTC) containing t. */
+export function weekStart(t: number): number {
+  const d = dayStart(t);
+  const dow = (new Date(d).getUTCDay() + 6) % 7; // Monday = 0
+  return d - dow * 86_400_000;
+}
+
+/** Start of the calendar month (UTC) containing t. */
+export function monthStart(t: number): number {
+  const d = new Date(t);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+}
+
+export function nextMonthStart(t: number): number {
+  const d = new Date(t);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+}
+
+export function minuteStart(t: number): number {
+  return Math.floor(t / 60_000) * 60_000;
+}

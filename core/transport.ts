@@ -1,0 +1,130 @@
+/**
+ * The provider transport: http-proxy-3 with `selfHandleResponse` and `buffer` (never its fetch
+ * mode), one keep-alive agent per provider.
+ *
+ * The upstream must see exactly the headers we choose — never the client's gateway key. http-proxy-3
+ * copies `req.headers` into the outgoing request synchronously inside `web()`, so we hand it our
+ * header set for the duration of that call instead of scrubbing afterwards (its `proxyReq` event
+ * is not even emitted when the client sent `Expect`).
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import https from 'node:https';
+import { Readable } from 'node:stream';
+import httpProxy from 'http-proxy-3';
+import type { ProviderConfig } from './config/types.js';
+
+export interface UpstreamRequest {
+  req: IncomingMessage;
+  res: ServerResponse;
+  provider: ProviderConfig;
+  /** Full URL of the upstream endpoint. */
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  /** Socket inactivity limit before the response starts. */
+  idleTimeoutMs: number;
+}
+
+export interface UpstreamResponse {
+  status: number;
+  headers: IncomingMessage['headers'];
+  body: IncomingMessage;
+}
+
+export class TransportError extends Error {
+  constructor(readonly kind: 'connect' | 'timeout' | 'aborted', message: string, readonly code?: string) {
+    super(message);
+    this.name = 'TransportError';
+  }
+}
+
+type Pending = { resolve: (r: UpstreamResponse) => void; reject: (e: Error) => void; proxyReq?: http.ClientRequest; timedOut?: boolean };
+
+export class Transport {
+  private readonly proxy = httpProxy.createProxyServer({});
+  private readonly agents = new Map<string, http.Agent>();
+  private readonly pending = new WeakMap<IncomingMessage, Pending>();
+
+  constructor() {
+    this.proxy.on('proxyRes', (proxyRes, req) => {
+      const p = this.pending.get(req);
+      if (!p) {
+        proxyRes.resume();
+        return;
+      }
+      this.pending.delete(req);
+      p.resolve({ status: proxyRes.statusCode ?? 502, headers: proxyRes.headers, body: proxyRes });
+    });
+    this.proxy.on('proxyReq', (proxyReq, req) => {
+      const p = this.pending.get(req);
+      if (!p) return;
+      p.proxyReq = proxyReq;
+      // proxyTimeout destroys the request on socket inactivity; mark it so the error reads as a timeout.
+      proxyReq.once('timeout', () => { p.timedOut = true; });
+    });
+    // Errors are delivered to the per-call callback; this keeps an unhandled one from throwing.
+    this.proxy.on('error', () => {});
+  }
+
+  agentFor(provider: ProviderConfig, url: string): http.Agent {
+    const secure = url.startsWith('https:');
+    const id = `${provider.name}|${secure}|${provider.maxSockets}`;
+    let agent = this.agents.get(id);
+    if (!agent) {
+      const opts = { keepAlive: true, maxSockets: provider.maxSockets, maxFreeSockets: Math.min(64, provider.maxSockets), scheduling: 'lifo' as const };
+      agent = secure ? new https.Agent(opts) : new http.Agent(opts);
+      this.agents.set(id, agent);
+    }
+    return agent;
+  }
+
+  /**
+   * Sends one attempt. Resolves with the upstream's status line and headers (the body is a stream
+   * the caller must consume or destroy); rejects with a TransportError on connection failure or
+   * when the upstream is silent past `idleTimeoutMs` before answering. `abort()` cancels.
+   */
+  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void } {
+    let pending!: Pending;
+    const response = new Promise<UpstreamResponse>((resolve, reject) => {
+      pending = { resolve, reject };
+    });
+    this.pending.set(u.req, pending);
+    const body = Buffer.from(u.body, 'utf8');
+    const headers: Record<string, string> = { ...u.headers, 'content-length': String(body.length) };
+    const saved = u.req.headers;
+    const savedMethod = u.req.method;
+    u.req.headers = headers;
+    u.req.method = 'POST';
+    try {
+      this.proxy.web(u.req, u.res, {
+        target: u.url,
+        ignorePath: true,
+        changeOrigin: true,
+        selfHandleResponse: true,
+        buffer: Readable.from([body]),
+        agent: this.agentFor(u.provider, u.url),
+        proxyTimeout: u.idleTimeoutMs,
+        xfwd: false,
+      }, (err: Error & { code?: string }) => {
+        // After the response began, errors surface on the body stream instead; a settled promise ignores this.
+        if (this.pending.get(u.req) === pending) this.pending.delete(u.req);
+        pending.reject(new TransportError(pending.timedOut ? 'timeout' : 'connect', err.message, err.code));
+      });
+    } finally {
+      u.req.headers = saved;
+      u.req.method = savedMethod;
+    }
+    const abort = () => {
+      this.pending.delete(u.req);
+      pending.proxyReq?.destroy();
+      pending.reject(new TransportError('aborted', 'aborted'));
+    };
+    return { response, abort };
+  }
+
+  close(): void {
+    for (const a of this.agents.values()) a.destroy();
+    this.agents.clear();
+    this.proxy.close();
+  }
+}

@@ -1,0 +1,444 @@
+/**
+ * The upstream attempt loop: one attempt per model (the requested one, then the fallback list),
+ * each through the provider transport; the first success is delivered to the client.
+ *
+ * Commit — the moment the status line is written — happens only when the answering attempt has
+ * produced its first client bytes (for streams: the first translated event). Until then a failed
+ * attempt can still fall back to the next model; after it, a failure becomes the client protocol's
+ * in-stream error event, never a silent close.
+ *
+ * `onResponse` hooks run once an attempt's outcome is known: an error (status ≥ 400, connection
+ * failure, timeout, a stream that died before its first event) or a success whose first bytes are
+ * ready. A hook sets `attempt.retry = true` to move on to the next model.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Attempt, RequestContext, ResolvedModel } from './context.js';
+import { GatewayError, type ErrorId } from './errors.js';
+import type { ProtocolName, ProviderConfig } from './config/types.js';
+import type { PluginInstance } from './plugin.js';
+import { SseParser } from './sse.js';
+import { passthrough } from './protocols/passthrough.js';
+import type { ErrorInfo, ResponseTranslator } from './protocols/types.js';
+import { resolveModel, upstreamProtocol } from './routing.js';
+import { Transport, TransportError, type UpstreamResponse } from './transport.js';
+import { estimateTokens } from './protocols/usage.js';
+import type { Usage } from './money.js';
+
+/** The largest non-stream upstream body the gateway buffers. */
+const MAX_JSON_BODY = 64 * 1024 * 1024;
+/** Upstream error bodies are read for their message, up to this much. */
+const MAX_ERROR_BODY = 256 * 1024;
+
+export interface UpstreamDeps {
+  transport: Transport;
+  /** Base URL of a provider (mock providers get theirs when their server starts). */
+  baseUrl(provider: ProviderConfig): string;
+}
+
+export function upstreamPath(provider: ProviderConfig, protocol: ProtocolName, op: 'generate' | 'count' = 'generate'): string {
+  if (protocol === 'anthropic-messages') return op === 'count' ? '/v1/messages/count_tokens' : '/v1/messages';
+  const prefix = provider.kind === 'openai' ? '' : '/v1';
+  return prefix + (protocol === 'openai-responses' ? '/responses' : '/chat/completions');
+}
+
+/** Headers sent upstream: the provider's credential in its protocol's style, never the client's. */
+export function upstreamHeaders(ctx: RequestContext, provider: ProviderConfig, protocol: ProtocolName, stream: boolean): Record<string, string> {
+  const h: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: stream ? 'text/event-stream' : 'application/json',
+    'user-agent': 'llm-gateway/0.1',
+    'x-request-id': ctx.id,
+  };
+  if (protocol === 'anthropic-messages') {
+    if (provider.apiKey) h['x-api-key'] = provider.apiKey;
+    const version = ctx.headerValues('anthropic-version')[0];
+    h['anthropic-version'] = version && /^[\w.-]{1,64}$/.test(version) ? version : '2023-06-01';
+    const beta = ctx.headerValues('anthropic-beta');
+    if (beta.length > 0) h['anthropic-beta'] = beta.join(',');
+  } else if (provider.apiKey) {
+    h.authorization = `Bearer ${provider.apiKey}`;
+  }
+  for (const [k, v] of Object.entries(provider.headers)) h[k.toLowerCase()] = v;
+  return h;
+}
+
+/** What the client sees for an upstream failure (wire-notes "Upstream failures"). */
+export function mapUpstreamStatus(status: number, headers: IncomingMessage['headers'], bodyText: string): GatewayError {
+  const info = readUpstreamError(bodyText);
+  const pass = passHeaders(headers, true);
+  if (status === 400 || status === 422) return new GatewayError('INVALID_REQUEST', { message: info?.message ?? `Upstream rejected the request (${status})` });
+  if (status === 401 || status === 403) return new GatewayError('UPSTREAM_ERROR', { message: 'The provider rejected the gateway\'s credentials' });
+  if (status === 413) return new GatewayError('BODY_TOO_LARGE', { message: info?.message ?? 'Request too large for the provider' });
+  if (status === 429) return new GatewayError('PROVIDER_RATE_LIMIT', { message: info?.message ?? 'The provider is rate limiting requests', headers: pass });
+  if (status === 529 || (status === 503 && /overload/i.test(`${info?.type ?? ''} ${info?.message ?? ''}`))) {
+    return new GatewayError('OVERLOADED', { message: info?.message ?? 'The provider is overloaded', headers: pass });
+  }
+  return new GatewayError('UPSTREAM_ERROR', { message: `Upstream request failed with status ${status}` });
+}
+
+/** Retry-After and x-ratelimit-* are passed through from the provider (spec §8.6). */
+function passHeaders(headers: IncomingMessage['headers'], withRetry: boolean): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(headers)) {
+    if (v === undefined) continue;
+    if (k.startsWith('x-ratelimit-') || (withRetry && (k === 'retry-after' || k === 'retry-after-ms'))) {
+      out[k] = Array.isArray(v) ? v.join(', ') : v;
+    }
+  }
+  return out;
+}
+
+export function readUpstreamError(text: string): ErrorInfo | undefined {
+  try {
+    const j = JSON.parse(text);
+    const e = j?.error;
+    if (e && typeof e === 'object') {
+      return { type: String(e.type ?? e.code ?? 'api_error'), message: String(e.message ?? ''), code: e.code ? String(e.code) : undefined };
+    }
+    if (typeof e === 'string') return { type: 'api_error', message: e };
+    if (typeof j?.message === 'string') return { type: 'api_error', message: j.message };
+  } catch { /* not JSON */ }
+  return undefined;
+}
+
+/** An in-stream error event from the upstream, as the client-facing GatewayError. */
+function errorFromEvent(info: ErrorInfo): GatewayError {
+  const t = `${info.type} ${info.code ?? ''}`;
+  let id: ErrorId = 'UPSTREAM_ERROR';
+  if (/overload/i.test(t)) id = 'OVERLOADED';
+  else if (/rate_limit|insufficient_quota/i.test(t)) id = 'PROVIDER_RATE_LIMIT';
+  else if (/invalid_request/i.test(t)) id = 'INVALID_REQUEST';
+  return new GatewayError(id, { message: info.message || undefined });
+}
+
+export function readAll(stream: IncomingMessage, limit: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    stream.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        stream.destroy();
+        reject(new Error('upstream body too large'));
+        return;
+      }
+      chunks.push(c);
+    });
+    stream.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    stream.on('error', reject);
+    stream.on('aborted', () => reject(new Error('upstream aborted')));
+    stream.on('close', () => {
+      if (!stream.complete) reject(new Error('upstream closed before the body was complete'));
+    });
+  });
+}
+
+export interface ChainHooks {
+  onAttempt: PluginInstance[];
+  /** Reverse chain order. */
+  onResponse: PluginInstance[];
+  /** Reverse chain order. */
+  onEvent: PluginInstance[];
+}
+
+/** Runs the attempts of a model call and delivers the answer. */
+export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps: UpstreamDeps): Promise<void> {
+  const body = await ctx.body();
+  const primary = await ctx.model();
+  const candidates: ResolvedModel[] = [primary];
+  for (const name of ctx.fallback.models) {
+    const r = resolveModel(ctx.config, ctx.group, name);
+    if (r && !candidates.some((c) => c.model.id === r.model.id)) candidates.push(r);
+    else if (!r) ctx.log.debug('fallback model not served, skipped', { model: name });
+  }
+  const max = Math.max(1, Math.min(ctx.fallback.maxAttempts, candidates.length));
+  let lastError: GatewayError | undefined;
+  for (let i = 0; i < max; i++) {
+    if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    const cand = candidates[i];
+    const attempt: Attempt = {
+      index: i,
+      model: cand.model,
+      provider: cand.provider,
+      upstreamProtocol: upstreamProtocol(ctx.protocol!, ctx.group, cand.provider.protocols),
+      headers: {},
+      retry: false,
+      request: { text: body.text, json: body.json },
+    };
+    ctx.attempts.push(attempt);
+    for (const p of hooks.onAttempt) await p.onAttempt!(ctx, attempt);
+    if (!attempt.conversion) {
+      if (attempt.upstreamProtocol !== ctx.protocol) {
+        throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
+      }
+      attempt.conversion = passthrough(attempt.upstreamProtocol);
+    }
+    const ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
+    if (ok) return;
+    lastError = attempt.error;
+    if (!attempt.retry || ctx.committed) break;
+    ctx.log.info('upstream attempt failed, falling back', { model: cand.model.id, status: attempt.status, error: attempt.error?.message });
+  }
+  throw lastError ?? new GatewayError('UPSTREAM_ERROR');
+}
+
+async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
+  for (const p of hooks.onResponse) await p.onResponse!(ctx, attempt);
+}
+
+/** One attempt. True when it answered the client (successfully or with a committed stream). */
+async function tryAttempt(
+  ctx: RequestContext, attempt: Attempt, stream: boolean, hooks: ChainHooks, deps: UpstreamDeps,
+): Promise<boolean> {
+  const { provider } = attempt;
+  const conversion = attempt.conversion!;
+  const { text, json } = attempt.request;
+  const requestBody = conversion.requestBody({
+    text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.id, defaultMaxTokens: attempt.model.maxOutputTokens,
+  });
+  const url = deps.baseUrl(provider) + upstreamPath(provider, attempt.upstreamProtocol);
+  const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream), ...attempt.headers };
+  const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
+  const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
+  const started = Date.now();
+  const call = deps.transport.send({ req: ctx.req, res: ctx.res, provider, url, headers, body: requestBody, idleTimeoutMs: idleMs });
+  let totalTimedOut = false;
+  const totalTimer = setTimeout(() => { totalTimedOut = true; call.abort(); }, totalMs);
+  const onAbort = () => call.abort();
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  let up: UpstreamResponse;
+  try {
+    up = await call.response;
+  } catch (e) {
+    clearTimeout(totalTimer);
+    ctx.signal.removeEventListener('abort', onAbort);
+    const te = e as TransportError;
+    const timeout = totalTimedOut || te.kind === 'timeout';
+    attempt.error = ctx.signal.aborted
+      ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
+      : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
+    attempt.failure = timeout ? 'timeout' : 'connect';
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: timeout ? 'timeout' : 'connect_error' });
+    await runOnResponse(ctx, attempt, hooks);
+    return false;
+  }
+  ctx.metrics?.upstreamLatency.observe({ provider: provider.name }, (Date.now() - started) / 1000);
+  attempt.status = up.status;
+  attempt.responseHeaders = up.headers;
+  const cleanup = () => {
+    clearTimeout(totalTimer);
+    ctx.signal.removeEventListener('abort', onAbort);
+  };
+  try {
+    if (up.status >= 400) {
+      let errText = '';
+      try { errText = await readAll(up.body, MAX_ERROR_BODY); } catch { /* message unknown */ }
+      attempt.error = mapUpstreamStatus(up.status, up.headers, errText);
+      attempt.failure = 'status';
+      ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: String(up.status) });
+      await runOnResponse(ctx, attempt, hooks);
+      return false;
+    }
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: 'ok' });
+    if (stream) return await deliverStream(ctx, attempt, up, hooks, () => totalTimedOut);
+    return await deliverJson(ctx, attempt, up, hooks);
+  } finally {
+    cleanup();
+  }
+}
+
+async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks): Promise<boolean> {
+  let text: string;
+  try {
+    text = await readAll(up.body, MAX_JSON_BODY);
+  } catch (e) {
+    attempt.error = ctx.signal.aborted
+      ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
+      : new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response was cut off' });
+    attempt.failure = 'connect';
+    await runOnResponse(ctx, attempt, hooks);
+    return false;
+  }
+  let out: { body: string; usage: Usage | undefined };
+  try {
+    out = attempt.conversion!.response(text, { model: attempt.model.id, requestId: ctx.id });
+  } catch (e) {
+    ctx.log.warn('could not translate upstream response', { error: e as Error });
+    attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response could not be read' });
+    await runOnResponse(ctx, attempt, hooks);
+    return false;
+  }
+  await runOnResponse(ctx, attempt, hooks);
+  if (attempt.retry) return false;
+  ctx.answeredModel = attempt.model;
+  ctx.usage = out.usage;
+  if (!out.usage) {
+    ctx.usage = estimateUsage(ctx, 0, out.body.length);
+    ctx.usageEstimated = true;
+  }
+  writeHead(ctx, 200, { 'content-type': 'application/json', ...passHeaders(up.headers, false) });
+  ctx.res.end(out.body);
+  return true;
+}
+
+/** Input estimated from the request size, output from generated characters. */
+function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars = 0): Usage {
+  return { input: estimateTokens(ctx.requestChars), output: estimateTokens(outputChars || fallbackChars), cacheRead: 0, cacheWrite: 0 };
+}
+
+export function writeHead(ctx: RequestContext, status: number, headers: Record<string, string>): void {
+  if (ctx.committed) return;
+  ctx.committed = true;
+  ctx.res.writeHead(status, headers);
+}
+
+async function deliverStream(
+  ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks, totalTimedOut: () => boolean,
+): Promise<boolean> {
+  const translator: ResponseTranslator = attempt.conversion!.stream({ model: attempt.model.id, requestId: ctx.id });
+  const parser = new SseParser();
+  const res: ServerResponse = ctx.res;
+  const body = up.body;
+  const idleMs = attempt.provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
+  let idle = false;
+  let idleTimer = setTimeout(onIdle, idleMs);
+  function onIdle() {
+    idle = true;
+    body.destroy(new Error('upstream idle timeout'));
+  }
+  let firstSent = false;
+
+  const estimate = () => estimateUsage(ctx, translator.outputChars());
+  const settleUsage = (complete: boolean) => {
+    const reported = translator.usage();
+    const chars = translator.outputChars();
+    if (reported) {
+      const u = { ...reported };
+      // A stream cut short may have reported only its start: bill at least what was streamed.
+      if (!complete) u.output = Math.max(u.output, estimateTokens(chars));
+      ctx.usage = u;
+      ctx.usageEstimated = u.output !== reported.output;
+    } else if (chars > 0 || complete) {
+      ctx.usage = estimate();
+      ctx.usageEstimated = true;
+    }
+  };
+  const write = async (text: string) => {
+    if (!text || ctx.signal.aborted) return;
+    if (!res.write(text)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          res.off('drain', done);
+          ctx.signal.removeEventListener('abort', done);
+          resolve();
+        };
+        res.on('drain', done);
+        ctx.signal.addEventListener('abort', done, { once: true });
+      });
+    }
+  };
+  /** The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. */
+  const commit = async (): Promise<boolean> => {
+    await runOnResponse(ctx, attempt, hooks);
+    if (attempt.retry || ctx.signal.aborted) return false;
+    ctx.answeredModel = attempt.model;
+    writeHead(ctx, 200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+      ...passHeaders(up.headers, false),
+    });
+    firstSent = true;
+    return true;
+  };
+  const failBeforeCommit = async (err: GatewayError): Promise<false> => {
+    body.destroy();
+    attempt.error = err;
+    attempt.failure = 'connect';
+    await runOnResponse(ctx, attempt, hooks);
+    return false;
+  };
+  const failAfterCommit = () => {
+    settleUsage(false);
+    const upstreamErr = translator.upstreamError;
+    if (upstreamErr) {
+      // The upstream's own error frame already reached the client.
+      attempt.error = errorFromEvent(upstreamErr);
+      res.end();
+      return;
+    }
+    const message = idle ? 'The upstream stopped sending data (idle timeout)'
+      : totalTimedOut() ? 'The upstream request timed out'
+        : 'The upstream stream ended before completion';
+    attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
+    res.end(translator.fail({ type: attempt.error.type, message, code: attempt.error.code }));
+  };
+  const handOut = (blocks: ReturnType<SseParser['feed']>): string => {
+    let out = '';
+    for (const b of blocks) {
+      out += translator.block(b);
+      if (b.data !== undefined) for (const p of hooks.onEvent) p.onEvent!(ctx, { event: b.event, data: b.data });
+    }
+    return out;
+  };
+
+  try {
+    for await (const chunk of body) {
+      clearTimeout(idleTimer);
+      idleTimer = setTimeout(onIdle, idleMs);
+      const out = handOut(parser.feed(chunk as Buffer));
+      if (!firstSent) {
+        const upstreamErr = translator.upstreamError;
+        // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
+        if (upstreamErr) return await failBeforeCommit(errorFromEvent(upstreamErr));
+        if (!out) continue;
+        if (!(await commit())) {
+          body.destroy();
+          return false;
+        }
+      }
+      await write(out);
+    }
+    clearTimeout(idleTimer);
+    let out = handOut(parser.end(true));
+    const end = translator.end();
+    out += end.text;
+    if (!firstSent) {
+      if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError));
+      if (!end.complete) return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));
+      if (!(await commit())) return false;
+    }
+    await write(out);
+    if (ctx.signal.aborted) {
+      settleUsage(end.complete);
+      attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+      return true;
+    }
+    if (!end.complete) {
+      failAfterCommit();
+      return true;
+    }
+    const closing = translator.closing(estimate);
+    settleUsage(true);
+    res.end(closing);
+    return true;
+  } catch {
+    clearTimeout(idleTimer);
+    if (ctx.signal.aborted) {
+      // The client went away: the upstream is aborted; bill what was generated, write nothing.
+      settleUsage(false);
+      attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+      return true;
+    }
+    if (!firstSent) {
+      return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
+        message: idle ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
+      }));
+    }
+    failAfterCommit();
+    return true;
+  } finally {
+    clearTimeout(idleTimer);
+  }
+}
