@@ -1,0 +1,88 @@
+/**
+ * auth: who is calling, and may they use this endpoint.
+ *
+ * onRequest (identification, headers only), in the spec's check order:
+ *   key in the query string → 400 api_key_in_query_deprecated (on every endpoint; never logged)
+ *   no credential header → 401 API_KEY_REQUIRED; malformed → 401 INVALID_API_KEY
+ *   unknown key → 401 INVALID_API_KEY; duplicate credential headers → 401 INVALID_API_KEY
+ *   disabled → 401 API_KEY_DISABLED; no such user → 401 USER_NOT_FOUND; inactive → 401 USER_INACTIVE
+ * onAccess (after ip-filter has screened the address):
+ *   expired → 403 API_KEY_EXPIRED (not on /v1/usage, which expired keys may read)
+ *   no group → 403 permission_error; endpoint not served by the group → 404 / 403 (spec §4 matrix)
+ *
+ * Credentials: `Authorization: Bearer` (scheme case-insensitive), then `x-api-key`, then
+ * `x-goog-api-key` (the neutral `x-alt-api-key` too). A key is looked up by its SHA-256 digest,
+ * never compared as a plain string.
+ */
+import { createHash } from 'node:crypto';
+import { definePlugin } from '../../core/plugin.js';
+import { GatewayError } from '../../core/errors.js';
+import type { RequestContext } from '../../core/context.js';
+import { endpointAccess } from '../../core/routing.js';
+import { authSchema, type AuthOptions } from './schema.js';
+
+const KEY_FORMAT = /^(sk-[0-9a-fA-F]{64}|[A-Za-z0-9_-]{16,})$/;
+const BEARER = /^bearer\s+(.*)$/i;
+const ALT_HEADERS = ['x-goog-api-key', 'x-alt-api-key'] as const;
+
+interface Presented {
+  values: string[];
+}
+
+/** The credential by precedence: the first header present wins; all its values are kept. */
+function presented(ctx: RequestContext): Presented | undefined {
+  const auth = ctx.headerValues('authorization');
+  if (auth.length > 0) {
+    const values = auth.map((v) => BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000');
+    return { values };
+  }
+  for (const name of ['x-api-key', ...ALT_HEADERS]) {
+    const v = ctx.headerValues(name);
+    if (v.length > 0) return { values: v.map((x) => x.trim()) };
+  }
+  return undefined;
+}
+
+export default definePlugin<AuthOptions>({
+  name: 'auth',
+  description: 'API key authentication and the group endpoint matrix',
+  schema: authSchema,
+  create(_options, { config }) {
+    return {
+      onRequest(ctx) {
+        const url = new URL(ctx.req.url ?? '/', 'http://gateway');
+        if (url.searchParams.has('key') || url.searchParams.has('api_key')) throw new GatewayError('API_KEY_IN_QUERY');
+
+        const cred = presented(ctx);
+        if (!cred || cred.values.every((v) => v === '')) throw new GatewayError('API_KEY_REQUIRED');
+        // Node joins a repeated x-api-key into "a, b": split it back so it counts as a duplicate.
+        const values = cred.values.flatMap((v) => v.split(',').map((x) => x.trim()));
+        const first = values[0];
+        if (!KEY_FORMAT.test(first)) throw new GatewayError('INVALID_API_KEY');
+        const digest = createHash('sha256').update(first, 'utf8').digest('hex');
+        const key = config.keysByDigest.get(digest);
+        if (!key) throw new GatewayError('INVALID_API_KEY');
+        if (values.length > 1) throw new GatewayError('INVALID_API_KEY', { message: 'More than one API key was sent' });
+        if (!key.enabled) throw new GatewayError('API_KEY_DISABLED');
+        const user = config.users[key.user];
+        if (!user) throw new GatewayError('USER_NOT_FOUND');
+        if (user.status !== 'active') throw new GatewayError('USER_INACTIVE');
+        ctx.key = key;
+        ctx.user = user;
+      },
+
+      onAccess(ctx) {
+        const key = ctx.key!;
+        if (key.expiresAt !== undefined && key.expiresAt <= ctx.clock.now() && ctx.route.handler !== 'usage') {
+          throw new GatewayError('API_KEY_EXPIRED');
+        }
+        if (!key.group) throw new GatewayError('NO_GROUP');
+        const group = config.groups[key.group];
+        ctx.group = group;
+        const access = endpointAccess(group, ctx.route.protocol, ctx.route.handler);
+        if (access === 'not_found') throw new GatewayError('ENDPOINT_NOT_SERVED');
+        if (access === 'forbidden') throw new GatewayError('MESSAGES_NOT_ALLOWED');
+      },
+    };
+  },
+});

@@ -1,0 +1,49 @@
+/**
+ * concurrency: per-user slots (`users.<u>.concurrency`, 0 = unlimited) with a wait queue
+ * (`queue: {size, max_wait}`). Last in the check order: the request is admitted first (money held,
+ * RPM counted), then waits for a slot. A full queue rejects at once ("Too many pending requests…");
+ * waiting past max_wait fails ("Concurrency limit exceeded…"); both 429 rate_limit_error. A stream
+ * holds its slot until it ends; a client that goes away frees its slot or its queue place at once.
+ */
+import { definePlugin } from '../../core/plugin.js';
+import { GatewayError } from '../../core/errors.js';
+import { createSlot } from '../../core/context.js';
+import { isModelCall } from '../../core/billing.js';
+import { concurrencySchema, type ConcurrencyOptions } from './schema.js';
+
+const RELEASE = createSlot<() => void>('concurrency.release');
+
+export default definePlugin<ConcurrencyOptions>({
+  name: 'concurrency',
+  description: 'Per-user concurrent request slots with a wait queue',
+  schema: concurrencySchema,
+  requires: ['auth'],
+  create({}, { metrics }) {
+    return {
+      async onAccess(ctx) {
+        const user = ctx.user;
+        if (!user || user.concurrency <= 0 || !isModelCall(ctx)) return;
+        await ctx.admission.commit();
+        metrics.queueWaiting.inc();
+        let r;
+        try {
+          r = await ctx.store.acquireSlot({
+            user: user.name, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.signal,
+          });
+        } finally {
+          metrics.queueWaiting.dec();
+        }
+        if (r.ok) {
+          ctx.set(RELEASE, r.release);
+          return;
+        }
+        if (r.reason === 'queue_full') throw new GatewayError('QUEUE_FULL');
+        if (r.reason === 'timeout') throw new GatewayError('QUEUE_TIMEOUT');
+        throw new GatewayError('QUEUE_TIMEOUT', { message: 'client went away', status: 499 });
+      },
+      onFinally(ctx) {
+        ctx.get(RELEASE)?.();
+      },
+    };
+  },
+});

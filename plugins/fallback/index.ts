@@ -1,0 +1,29 @@
+/**
+ * fallback: the request's `models` list, tried in order after `model`, at most `max_attempts` in
+ * total, and only while nothing has been sent to the client. It moves on after a connection error,
+ * a timeout, 429, 5xx or 529 — never after a 4xx such as 400 (the next model would refuse the same
+ * request). The answer names the model that answered and is billed once, for it.
+ */
+import { definePlugin } from '../../core/plugin.js';
+import { fallbackSchema, type FallbackOptions } from './schema.js';
+
+export default definePlugin<FallbackOptions>({
+  name: 'fallback',
+  description: 'Try the request\'s fallback models on retryable upstream failures',
+  schema: fallbackSchema,
+  create(options) {
+    return {
+      async onAccess(ctx) {
+        if (ctx.route.handler) return;
+        const body = await ctx.body();
+        ctx.fallback = { models: body.fallback, maxAttempts: options.max_attempts };
+      },
+      onResponse(ctx, attempt) {
+        if (!attempt.error || ctx.committed || ctx.signal.aborted) return;
+        const s = attempt.status ?? 0;
+        const retryable = attempt.failure === 'connect' || attempt.failure === 'timeout' || s === 429 || s >= 500;
+        if (retryable) attempt.retry = true;
+      },
+    };
+  },
+});

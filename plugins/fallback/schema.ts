@@ -1,0 +1,9 @@
+export interface FallbackOptions {
+  /** Attempts in total, the requested model included (the spec's ceiling is 5). */
+  max_attempts: number;
+}
+export const fallbackSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { max_attempts: { type: 'integer', minimum: 1, maximum: 5, default: 5 } },
+} as const;

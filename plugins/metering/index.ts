@@ -1,0 +1,52 @@
+/**
+ * metering: prices the answer and settles it — one usage record per request, for the model that
+ * answered, at the group multiplier or the user's personal rate; `cost` at list price and
+ * `actual_cost` charged. Settlement replaces the admission's reservation (idempotent per request).
+ * A request that failed before any output is not billed; a stream cut short is billed for what
+ * was generated (usage seen so far, else an estimate from the streamed text).
+ */
+import { definePlugin } from '../../core/plugin.js';
+import { priceUsage } from '../../core/money.js';
+import { WINDOWS } from '../../core/config/types.js';
+import { chargeRate } from '../../core/billing.js';
+import { meteringSchema, type MeteringOptions } from './schema.js';
+
+export default definePlugin<MeteringOptions>({
+  name: 'metering',
+  description: 'Usage records and settlement of the charge',
+  schema: meteringSchema,
+  requires: ['auth'],
+  create(_o, { metrics, log }) {
+    return {
+      async onFinally(ctx) {
+        const { key, user, group, usage, answeredModel: model } = ctx;
+        if (!key || !group || !usage || !model || ctx.route.handler) return;
+        const charge = priceUsage(usage, model.price, chargeRate(user, group));
+        try {
+          await ctx.store.settle(ctx.id, {
+            keyId: key.id,
+            user: key.user,
+            group: group.name,
+            model: model.id,
+            billing: group.billing,
+            usage,
+            cost: charge.cost,
+            actual: charge.actual,
+            durationMs: ctx.clock.now() - ctx.startedAt,
+            windows: WINDOWS.filter((w) => key.windows[w] > 0),
+            estimated: ctx.usageEstimated || undefined,
+          });
+          ctx.admission.markSettled();
+        } catch (e) {
+          log.error('settlement failed', { requestId: ctx.id, error: e as Error });
+          return;
+        }
+        metrics.tokens.inc({ model: model.id, bucket: 'input' }, usage.input);
+        metrics.tokens.inc({ model: model.id, bucket: 'output' }, usage.output);
+        metrics.tokens.inc({ model: model.id, bucket: 'cache_read' }, usage.cacheRead);
+        metrics.tokens.inc({ model: model.id, bucket: 'cache_write' }, usage.cacheWrite);
+        metrics.costMicros.inc({ model: model.id }, charge.actual);
+      },
+    };
+  },
+});

@@ -1,0 +1,60 @@
+/**
+ * quota: billing eligibility and the key's quota — the money checks that come first in the
+ * spec's order (eligibility → key quota), and the worst-case reservation for the request.
+ *
+ * Balance groups: a priced model needs balance > 0 (403 billing_error); models priced at $0 stay
+ * callable at zero balance under `limits.free_rpm_at_zero_balance` (429 rate_limit_exceeded).
+ * Plan groups: no subscription or an expired one → 403 SUBSCRIPTION_NOT_FOUND; a suspended one →
+ * 403 SUBSCRIPTION_INVALID (flat). Key quota: 429 API_KEY_QUOTA_EXHAUSTED, x-should-retry: false.
+ * On routes that call no model (/v1/models, count_tokens) only eligibility is checked, and a
+ * balance at or below zero is the key check's flat 403 INSUFFICIENT_BALANCE.
+ */
+import { definePlugin } from '../../core/plugin.js';
+import { GatewayError } from '../../core/errors.js';
+import type { RequestContext } from '../../core/context.js';
+import { allFree, candidateModels, chargeRate, isModelCall, worstCaseCharge } from '../../core/billing.js';
+import { quotaSchema, type QuotaOptions } from './schema.js';
+
+function checkSubscription(ctx: RequestContext): void {
+  const sub = ctx.user!.subscriptions.find((s) => s.group === ctx.group!.name);
+  if (!sub || sub.expiresAt <= ctx.clock.now()) throw new GatewayError('SUBSCRIPTION_NOT_FOUND');
+  if (sub.status !== 'active') throw new GatewayError('SUBSCRIPTION_INVALID');
+}
+
+export default definePlugin<QuotaOptions>({
+  name: 'quota',
+  description: 'Billing eligibility (balance or plan), key quota, and the admission reservation',
+  schema: quotaSchema,
+  requires: ['auth'],
+  create(_options, { config }) {
+    return {
+      async onAccess(ctx) {
+        const { key, user, group } = ctx;
+        if (!key || !user || !group) return;
+        if (!isModelCall(ctx)) {
+          if (group.billing === 'plan') return checkSubscription(ctx);
+          const spent = await ctx.store.balanceSpent(user.name);
+          if (user.balance - spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
+          return;
+        }
+        const models = await candidateModels(ctx);
+        const rate = chargeRate(user, group);
+        ctx.admission.reserve = Math.max(ctx.admission.reserve, worstCaseCharge(await ctx.body(), models, rate));
+        if (group.billing === 'plan') {
+          checkSubscription(ctx);
+        } else {
+          const free = allFree(models);
+          ctx.admission.add(
+            { kind: 'balance', user: user.name, credit: user.balance, free, freeRpm: config.limits.freeRpmAtZeroBalance },
+            (ms) => free
+              ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
+              : new GatewayError('BILLING_ERROR', { message: 'Insufficient balance: top up to use this model, or use a model priced at $0' }),
+          );
+        }
+        if (key.quota > 0) {
+          ctx.admission.add({ kind: 'key-quota', key: key.id, limit: key.quota }, () => new GatewayError('API_KEY_QUOTA_EXHAUSTED'));
+        }
+      },
+    };
+  },
+});

@@ -1,0 +1,51 @@
+/**
+ * windows: every spend limit measured over time, after the key quota in the spec's order:
+ *   key windows 5h / 1d / 7d (fixed, from first use) → 429 rate_limit_exceeded, the Chinese message
+ *     naming the window, no Retry-After (read reset_at in /v1/usage), x-should-retry: false
+ *   plan allowances daily / weekly / monthly (UTC calendar) → 429 USAGE_LIMIT_EXCEEDED (flat)
+ *   account spend caps weekly (Monday 00:00 UTC) / monthly (the 1st), balance spend only →
+ *     402 spend_cap_reached with Retry-After = seconds until the reset
+ * The claims join the request's single atomic admission.
+ */
+import { definePlugin } from '../../core/plugin.js';
+import { GatewayError, WINDOW_MESSAGES } from '../../core/errors.js';
+import { WINDOWS } from '../../core/config/types.js';
+import { isModelCall } from '../../core/billing.js';
+import { windowsSchema, type WindowsOptions } from './schema.js';
+
+export default definePlugin<WindowsOptions>({
+  name: 'windows',
+  description: 'Key spend windows, plan allowances and account spend caps',
+  schema: windowsSchema,
+  requires: ['auth'],
+  create() {
+    return {
+      onAccess(ctx) {
+        const { key, user, group } = ctx;
+        if (!key || !user || !group || !isModelCall(ctx)) return;
+        for (const w of WINDOWS) {
+          const limit = key.windows[w];
+          if (limit > 0) {
+            ctx.admission.add({ kind: 'key-window', key: key.id, window: w, limit }, () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] }));
+          }
+        }
+        if (group.billing === 'plan') {
+          const p = group.plan;
+          if (p.daily > 0 || p.weekly > 0 || p.monthly > 0) {
+            ctx.admission.add({ kind: 'plan', user: user.name, group: group.name, limits: p }, () => new GatewayError('USAGE_LIMIT_EXCEEDED'));
+          }
+        } else {
+          for (const period of ['weekly', 'monthly'] as const) {
+            const limit = user.spendCaps[period];
+            if (limit > 0) {
+              ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, (ms) => new GatewayError('SPEND_CAP_REACHED', {
+                message: `Account ${period} spend cap reached`,
+                retryAfter: Math.ceil((ms ?? 0) / 1000),
+              }));
+            }
+          }
+        }
+      },
+    };
+  },
+});
