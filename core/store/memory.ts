@@ -1,0 +1,887 @@
+/**
+ * The embedded store: all state in process memory, persisted to a directory as a snapshot plus an
+ * append-only journal. The default for one gateway instance.
+ *
+ * Decisions (the contract is in types.ts):
+ * - Atomicity comes from the event loop: `admit()` evaluates every claim and then applies them
+ *   without an `await` in between, so no other request can interleave. Evaluation builds one
+ *   closure per claim that applies exactly what was checked; nothing changes unless all pass.
+ * - Reservations are held on the counter objects themselves (`reserved` next to `used`), and an
+ *   admission remembers those objects. Period rollovers (windows, plan days/weeks/months, cap
+ *   weeks/months) reset `used` but keep `reserved`, so an in-flight request is still counted after
+ *   a reset and its settlement lands in the period current at settle time. Counter objects are
+ *   therefore mutated in place, never replaced.
+ * - A limit of 0 (or less) on a key/plan/cap/rpm claim means "no limit" (plugins do not add such
+ *   claims anyway); the balance claim has no such escape.
+ * - Amounts must be non-negative safe integers (micro-USD); anything else throws, so a pricing
+ *   bug surfaces instead of putting floats into the counters.
+ * - An admission that is never settled nor cancelled keeps its reservation until the process
+ *   ends: there is no expiry, since a long stream may legitimately hold one for a long time. The
+ *   pipeline settles or cancels every admission.
+ * - Admitting an id that is already admitted is a no-op returning ok (a retried call); admitting
+ *   an id that was already settled throws (ids are unique per request).
+ * - Mutations after close() throw: a settlement that cannot be made durable is reported, not lost
+ *   silently.
+ *
+ * Durability (only with `path`):
+ * - Files: `snapshot.json` (whole durable state + the journal sequence number it includes;
+ *   written to a temp file, fsynced, renamed, directory fsynced) and `journal.jsonl` (one JSON
+ *   object per line: settlements, window starts, quota resets, each with an increasing `seq`).
+ * - Journal appends go to an in-memory buffer that a timer writes and fsyncs every
+ *   `flushIntervalMs` (async I/O only). A `kill -9` or power loss therefore loses at most the
+ *   writes of the last interval (plus one in-flight write); a torn last line is skipped on load.
+ * - Replay skips entries whose `seq` the snapshot already contains, so a crash between writing a
+ *   snapshot and truncating the journal does not count anything twice (nor does a journal chunk
+ *   rewritten after a failed write).
+ * - Compaction (new snapshot, journal truncated) runs when the journal passes `compactBytes`
+ *   (4 MB), after loading a non-empty journal (which also drops a torn tail before new appends),
+ *   and on close().
+ * - Volatile by design: reservations, admission records, RPM and free-call counters, slots, and
+ *   the last-60-s rpm/tpm ring. Settled request ids are restored only from the journal tail being
+ *   replayed, not from the snapshot: a request cannot outlive the process that admitted it, so
+ *   cross-restart idempotency is only needed for what the journal itself replays.
+ */
+import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { systemClock, type Clock } from '../clock.js';
+import { silentLogger, type Logger } from '../log.js';
+import { WINDOWS, WINDOW_MS, type Window } from '../config/types.js';
+import {
+  dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
+  type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage,
+  type Settlement, type SlotRequest, type SlotResult, type Store, type UsageCounters, type WindowState,
+} from './types.js';
+
+const MINUTE = 60_000;
+const DAY = 86_400_000;
+const WEEK = 7 * DAY;
+const SETTLED_TTL_MS = DAY;
+const SETTLED_MAX = 200_000;
+const COMPACT_BYTES = 4 * 1024 * 1024;
+const MAX_TIMER_MS = 2_147_483_647;
+const SNAPSHOT = 'snapshot.json';
+const JOURNAL = 'journal.jsonl';
+
+// ---- state shapes ------------------------------------------------------------------------------
+
+/** Something an admission holds a reservation on. */
+interface Held {
+  reserved: number;
+}
+
+/** Usage within one calendar period (`start` = the period's first ms). */
+interface Period extends Held {
+  start: number;
+  used: number;
+}
+
+interface WindowCounter extends Held {
+  start?: number;
+  used: number;
+}
+
+interface KeyCounters extends Held {
+  used: number;
+  windows: Record<Window, WindowCounter>;
+}
+
+interface Wallet extends Held {
+  spent: number;
+}
+
+interface PlanCounters {
+  daily: Period;
+  weekly: Period;
+  monthly: Period;
+}
+
+interface CapCounters {
+  weekly: Period;
+  monthly: Period;
+}
+
+interface MinuteCounter {
+  minute: number;
+  count: number;
+}
+
+interface RingSlot {
+  sec: number;
+  requests: number;
+  tokens: number;
+}
+
+interface KeyUsage {
+  total: UsageCounters;
+  /** day (YYYY-MM-DD) → model → counters */
+  days: Map<string, Map<string, UsageCounters>>;
+  /** Last 60 one-second buckets, indexed by sec % 60. */
+  ring: RingSlot[];
+}
+
+interface Admission {
+  reserve: number;
+  held: Held[];
+  /** Minute counters incremented (RPM, free calls), with the minute they counted in. */
+  counted: { counter: MinuteCounter; minute: number }[];
+}
+
+interface Waiter {
+  resolve: (r: SlotResult) => void;
+  timer: NodeJS.Timeout;
+  signal: AbortSignal;
+  onAbort: () => void;
+}
+
+interface SlotGroup {
+  user: string;
+  active: number;
+  limit: number;
+  waiters: Set<Waiter>;
+}
+
+// ---- persisted shapes --------------------------------------------------------------------------
+
+type PeriodJson = { start: number; used: number };
+
+interface SnapshotJson {
+  v: 1;
+  seq: number;
+  savedAt: number;
+  wallets: Record<string, number>;
+  caps: Record<string, { weekly: PeriodJson; monthly: PeriodJson }>;
+  /** keyed by planKey(user, group) */
+  plans: Record<string, { user: string; group: string; daily: PeriodJson; weekly: PeriodJson; monthly: PeriodJson }>;
+  keys: Record<string, { used: number; windows: Partial<Record<Window, PeriodJson>> }>;
+  stats: Record<string, { total: UsageCounters; days: Record<string, Record<string, UsageCounters>> }>;
+}
+
+type JournalEntry =
+  | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
+  | { seq: number; op: 'wstart'; t: number; key: string; w: Window }
+  | { seq: number; op: 'reset'; t: number; key: string };
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+// ---- small helpers -----------------------------------------------------------------------------
+
+const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
+
+function addCounters(into: UsageCounters, c: UsageCounters): void {
+  into.requests += c.requests;
+  into.input += c.input;
+  into.output += c.output;
+  into.cacheRead += c.cacheRead;
+  into.cacheWrite += c.cacheWrite;
+  into.cost += c.cost;
+  into.actual += c.actual;
+  into.durationMs += c.durationMs;
+}
+
+function newPeriod(): Period {
+  return { start: 0, used: 0, reserved: 0 };
+}
+
+/** Used within the period starting at `start` (0 if the counter belongs to another period). */
+function periodUsed(p: Period, start: number): number {
+  return p.start === start ? p.used : 0;
+}
+
+function rollPeriod(p: Period, start: number): void {
+  if (p.start !== start) {
+    p.start = start;
+    p.used = 0;
+  }
+}
+
+/** True when the window has not started or its duration has passed at `now`. */
+function windowExpired(w: WindowCounter, win: Window, now: number): boolean {
+  return w.start === undefined || now >= w.start + WINDOW_MS[win];
+}
+
+function planKey(user: string, group: string): string {
+  return `${user}\u0000${group}`;
+}
+
+function rpmKey(scope: string, id: string): string {
+  return `${scope}\u0000${id}`;
+}
+
+function assertMoney(name: string, v: number): void {
+  if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
+}
+
+function getOr<K, V>(m: Map<K, V>, k: K, make: () => V): V {
+  let v = m.get(k);
+  if (v === undefined) {
+    v = make();
+    m.set(k, v);
+  }
+  return v;
+}
+
+function errCode(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException | null)?.code;
+}
+
+type Check = { ok: true; apply: (adm: Admission) => void } | { ok: false; retryAfterMs?: number };
+const FAIL: Check = { ok: false };
+
+export interface MemoryStoreOptions {
+  /** Directory for the snapshot and journal; undefined = nothing on disk. */
+  path?: string;
+  /** How often buffered journal writes are written and fsynced (default 1000). */
+  flushIntervalMs?: number;
+  clock?: Clock;
+  log?: Logger;
+  /** Journal size that triggers compaction (default 4 MB). */
+  compactBytes?: number;
+}
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory' as const;
+
+  private readonly wallets = new Map<string, Wallet>();
+  private readonly caps = new Map<string, CapCounters>();
+  private readonly plans = new Map<string, PlanCounters & { user: string; group: string }>();
+  private readonly keys = new Map<string, KeyCounters>();
+  private readonly usage = new Map<string, KeyUsage>();
+  private readonly rpm = new Map<string, MinuteCounter>();
+  private readonly freeCalls = new Map<string, MinuteCounter>();
+  private readonly admissions = new Map<string, Admission>();
+  /** requestId → settle time (insertion ordered, trimmed by age and count). */
+  private readonly settled = new Map<string, number>();
+  private readonly slots = new Map<string, SlotGroup>();
+
+  // persistence
+  private seq = 0;
+  private pending: string[] = [];
+  private journal: FileHandle | undefined;
+  private journalBytes = 0;
+  private chain: Promise<void> = Promise.resolve();
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private closing: Promise<void> | undefined;
+
+  private constructor(
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly dir: string | undefined,
+    private readonly flushIntervalMs: number,
+    private readonly compactBytes: number,
+  ) {}
+
+  static async open(opts: MemoryStoreOptions = {}): Promise<MemoryStore> {
+    const store = new MemoryStore(
+      opts.clock ?? systemClock,
+      opts.log ?? silentLogger,
+      opts.path,
+      opts.flushIntervalMs ?? 1000,
+      opts.compactBytes ?? COMPACT_BYTES,
+    );
+    if (store.dir !== undefined) await store.load();
+    return store;
+  }
+
+  // ---- admission -------------------------------------------------------------------------------
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    this.assertOpen();
+    assertMoney('reserve', req.reserve);
+    if (this.admissions.has(req.requestId)) return { ok: true };
+    if (this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already settled`);
+    const now = this.clock.now();
+    // No await from here to the end: check and apply are one atomic step.
+    const applies: ((adm: Admission) => void)[] = [];
+    for (let i = 0; i < req.claims.length; i++) {
+      const c = this.check(req.claims[i], now, req.reserve);
+      if (!c.ok) return c.retryAfterMs === undefined ? { ok: false, index: i } : { ok: false, index: i, retryAfterMs: c.retryAfterMs };
+      applies.push(c.apply);
+    }
+    const adm: Admission = { reserve: req.reserve, held: [], counted: [] };
+    for (const apply of applies) apply(adm);
+    this.admissions.set(req.requestId, adm);
+    return { ok: true };
+  }
+
+  /** Evaluates one claim without side effects; `apply` performs exactly what was checked. */
+  private check(c: Claim, now: number, reserve: number): Check {
+    const hold = (h: Held, adm: Admission) => {
+      h.reserved += reserve;
+      adm.held.push(h);
+    };
+    const minute = Math.floor(now / MINUTE);
+    const untilNextMinute = minuteStart(now) + MINUTE - now;
+    const count = (counter: MinuteCounter, adm: Admission) => {
+      if (counter.minute !== minute) {
+        counter.minute = minute;
+        counter.count = 0;
+      }
+      counter.count++;
+      adm.counted.push({ counter, minute });
+    };
+
+    switch (c.kind) {
+      case 'balance': {
+        const w = this.wallet(c.user);
+        if (c.credit - w.spent - w.reserved > 0) return { ok: true, apply: (adm) => hold(w, adm) };
+        if (!c.free) return FAIL;
+        const fc = getOr(this.freeCalls, c.user, () => ({ minute, count: 0 }));
+        const used = fc.minute === minute ? fc.count : 0;
+        if (c.freeRpm > 0 && used >= c.freeRpm) return { ok: false, retryAfterMs: untilNextMinute };
+        return { ok: true, apply: (adm) => { hold(w, adm); count(fc, adm); } };
+      }
+      case 'plan': {
+        const p = this.plan(c.user, c.group);
+        const periods: [Period, number, number][] = [
+          [p.daily, dayStart(now), c.limits.daily],
+          [p.weekly, weekStart(now), c.limits.weekly],
+          [p.monthly, monthStart(now), c.limits.monthly],
+        ];
+        for (const [period, start, limit] of periods) {
+          if (limit > 0 && periodUsed(period, start) + period.reserved >= limit) return FAIL;
+        }
+        return { ok: true, apply: (adm) => { for (const [period] of periods) hold(period, adm); } };
+      }
+      case 'key-quota': {
+        const k = this.keyCounters(c.key);
+        if (c.limit > 0 && k.used + k.reserved >= c.limit) return FAIL;
+        return { ok: true, apply: (adm) => hold(k, adm) };
+      }
+      case 'key-window': {
+        const k = this.keyCounters(c.key);
+        const w = k.windows[c.window];
+        const restart = windowExpired(w, c.window, now);
+        const used = restart ? 0 : w.used;
+        if (c.limit > 0 && used + w.reserved >= c.limit) return FAIL;
+        return {
+          ok: true,
+          apply: (adm) => {
+            if (restart) {
+              w.start = now;
+              w.used = 0;
+              this.append({ op: 'wstart', t: now, key: c.key, w: c.window });
+            }
+            hold(w, adm);
+          },
+        };
+      }
+      case 'spend-cap': {
+        const p = this.cap(c.user)[c.period];
+        const start = c.period === 'weekly' ? weekStart(now) : monthStart(now);
+        if (c.limit > 0 && periodUsed(p, start) + p.reserved >= c.limit) {
+          const end = c.period === 'weekly' ? start + WEEK : nextMonthStart(now);
+          return { ok: false, retryAfterMs: end - now };
+        }
+        return { ok: true, apply: (adm) => hold(p, adm) };
+      }
+      case 'rpm': {
+        const r = getOr(this.rpm, rpmKey(c.scope, c.id), () => ({ minute, count: 0 }));
+        const used = r.minute === minute ? r.count : 0;
+        if (c.limit > 0 && used >= c.limit) return { ok: false, retryAfterMs: untilNextMinute };
+        return { ok: true, apply: (adm) => count(r, adm) };
+      }
+      default: {
+        const never: never = c;
+        throw new Error(`unknown claim kind ${(never as { kind: string }).kind}`);
+      }
+    }
+  }
+
+  /** Drops an admission's reservations; `undoCounts` also takes back its RPM / free-call counts. */
+  private release(requestId: string, undoCounts: boolean): void {
+    const adm = this.admissions.get(requestId);
+    if (!adm) return;
+    this.admissions.delete(requestId);
+    for (const h of adm.held) h.reserved -= adm.reserve;
+    if (undoCounts) {
+      for (const { counter, minute } of adm.counted) {
+        if (counter.minute === minute && counter.count > 0) counter.count--;
+      }
+    }
+  }
+
+  async cancel(requestId: string): Promise<void> {
+    this.release(requestId, true);
+  }
+
+  // ---- settlement ------------------------------------------------------------------------------
+
+  async settle(requestId: string, s: Settlement): Promise<void> {
+    this.assertOpen();
+    assertMoney('actual', s.actual);
+    assertMoney('cost', s.cost);
+    if (this.settled.has(requestId)) return;
+    const now = this.clock.now();
+    this.release(requestId, false);
+    this.applySettlement(requestId, s, now);
+    this.append({ op: 'settle', t: now, id: requestId, s });
+  }
+
+  /** The durable effects of a settlement (also used by journal replay, with the recorded time). */
+  private applySettlement(requestId: string, s: Settlement, now: number): void {
+    this.rememberSettled(requestId, now);
+    const k = this.keyCounters(s.keyId);
+    k.used += s.actual;
+    for (const win of s.windows) {
+      const w = k.windows[win];
+      if (!w) continue;
+      if (windowExpired(w, win, now)) {
+        w.start = now;
+        w.used = 0;
+      }
+      w.used += s.actual;
+    }
+    if (s.billing === 'balance') {
+      this.wallet(s.user).spent += s.actual;
+      const cap = this.cap(s.user);
+      rollPeriod(cap.weekly, weekStart(now));
+      rollPeriod(cap.monthly, monthStart(now));
+      cap.weekly.used += s.actual;
+      cap.monthly.used += s.actual;
+    } else {
+      const p = this.plan(s.user, s.group);
+      rollPeriod(p.daily, dayStart(now));
+      rollPeriod(p.weekly, weekStart(now));
+      rollPeriod(p.monthly, monthStart(now));
+      p.daily.used += s.actual;
+      p.weekly.used += s.actual;
+      p.monthly.used += s.actual;
+    }
+    this.recordUsage(s, now);
+  }
+
+  private recordUsage(s: Settlement, now: number): void {
+    const u = this.keyUsage(s.keyId);
+    const c: UsageCounters = {
+      requests: 1,
+      input: s.usage.input,
+      output: s.usage.output,
+      cacheRead: s.usage.cacheRead,
+      cacheWrite: s.usage.cacheWrite,
+      cost: s.cost,
+      actual: s.actual,
+      durationMs: s.durationMs,
+    };
+    addCounters(u.total, c);
+    const day = getOr(u.days, dayKey(now), () => new Map<string, UsageCounters>());
+    addCounters(getOr(day, s.model, zeroCounters), c);
+    const sec = Math.floor(now / 1000);
+    const slot = u.ring[sec % 60];
+    if (slot.sec !== sec) {
+      slot.sec = sec;
+      slot.requests = 0;
+      slot.tokens = 0;
+    }
+    slot.requests++;
+    slot.tokens += c.input + c.output + c.cacheRead + c.cacheWrite;
+  }
+
+  private rememberSettled(requestId: string, now: number): void {
+    this.settled.set(requestId, now);
+    for (const [id, t] of this.settled) {
+      if (this.settled.size <= SETTLED_MAX && t > now - SETTLED_TTL_MS) break;
+      this.settled.delete(id);
+    }
+  }
+
+  // ---- slots -----------------------------------------------------------------------------------
+
+  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    if (req.signal.aborted) return { ok: false, reason: 'aborted' };
+    if (req.limit <= 0) return { ok: true, release: () => {} };
+    const g = getOr(this.slots, req.user, () => ({ user: req.user, active: 0, limit: req.limit, waiters: new Set<Waiter>() }));
+    g.limit = req.limit;
+    this.pumpSlots(g); // a raised limit first serves those already waiting
+    if (g.active < g.limit) {
+      g.active++;
+      return { ok: true, release: this.slotRelease(g) };
+    }
+    if (g.waiters.size >= req.queueSize) return { ok: false, reason: 'queue_full' };
+    return new Promise<SlotResult>((resolve) => {
+      const waiter: Waiter = {
+        resolve,
+        signal: req.signal,
+        onAbort: () => this.dropWaiter(g, waiter, 'aborted'),
+        timer: setTimeout(() => this.dropWaiter(g, waiter, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), MAX_TIMER_MS)),
+      };
+      req.signal.addEventListener('abort', waiter.onAbort, { once: true });
+      g.waiters.add(waiter);
+    });
+  }
+
+  private slotRelease(g: SlotGroup): () => void {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      g.active--;
+      this.slotsChanged(g);
+    };
+  }
+
+  /** Hands free slots to waiters in FIFO order. */
+  private pumpSlots(g: SlotGroup): void {
+    while (g.active < g.limit && g.waiters.size > 0) {
+      const w = g.waiters.values().next().value as Waiter;
+      this.unlinkWaiter(g, w);
+      g.active++;
+      w.resolve({ ok: true, release: this.slotRelease(g) });
+    }
+  }
+
+  /** After a release or a dropped waiter: serve the queue, forget an idle user. */
+  private slotsChanged(g: SlotGroup): void {
+    this.pumpSlots(g);
+    if (g.active === 0 && g.waiters.size === 0 && this.slots.get(g.user) === g) this.slots.delete(g.user);
+  }
+
+  private unlinkWaiter(g: SlotGroup, w: Waiter): void {
+    g.waiters.delete(w);
+    clearTimeout(w.timer);
+    w.signal.removeEventListener('abort', w.onAbort);
+  }
+
+  private dropWaiter(g: SlotGroup, w: Waiter, reason: 'timeout' | 'aborted'): void {
+    if (!g.waiters.has(w)) return;
+    this.unlinkWaiter(g, w);
+    w.resolve({ ok: false, reason });
+    this.slotsChanged(g);
+  }
+
+  // ---- reads -----------------------------------------------------------------------------------
+
+  async balanceSpent(user: string): Promise<number> {
+    return this.wallets.get(user)?.spent ?? 0;
+  }
+
+  async keyState(keyId: string): Promise<KeyState> {
+    const now = this.clock.now();
+    const k = this.keys.get(keyId);
+    const windows = {} as Record<Window, WindowState>;
+    for (const win of WINDOWS) {
+      const w = k?.windows[win];
+      if (!w) windows[win] = { used: 0, reserved: 0 };
+      else if (windowExpired(w, win, now)) windows[win] = { used: 0, reserved: w.reserved };
+      else windows[win] = { start: w.start, used: w.used, reserved: w.reserved };
+    }
+    return { used: k?.used ?? 0, reserved: k?.reserved ?? 0, windows };
+  }
+
+  async planUsage(user: string, group: string): Promise<PeriodUsage> {
+    const p = this.plans.get(planKey(user, group));
+    if (!p) return { daily: 0, weekly: 0, monthly: 0 };
+    const now = this.clock.now();
+    return {
+      daily: periodUsed(p.daily, dayStart(now)),
+      weekly: periodUsed(p.weekly, weekStart(now)),
+      monthly: periodUsed(p.monthly, monthStart(now)),
+    };
+  }
+
+  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+    const c = this.caps.get(user);
+    if (!c) return { weekly: 0, monthly: 0 };
+    const now = this.clock.now();
+    return { weekly: periodUsed(c.weekly, weekStart(now)), monthly: periodUsed(c.monthly, monthStart(now)) };
+  }
+
+  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+    const now = this.clock.now();
+    const u = this.usage.get(keyId);
+    const today = zeroCounters();
+    const total = zeroCounters();
+    const byModel: Record<string, UsageCounters> = Object.create(null);
+    let rpm = 0;
+    let tpm = 0;
+    if (u) {
+      addCounters(total, u.total);
+      for (const c of u.days.get(dayKey(now))?.values() ?? []) addCounters(today, c);
+      for (const [day, models] of u.days) {
+        if (day < fromDay || day > toDay) continue;
+        for (const [model, c] of models) {
+          byModel[model] ??= zeroCounters();
+          addCounters(byModel[model], c);
+        }
+      }
+      const nowSec = Math.floor(now / 1000);
+      for (const slot of u.ring) {
+        if (slot.sec > nowSec - 60 && slot.sec <= nowSec) {
+          rpm += slot.requests;
+          tpm += slot.tokens;
+        }
+      }
+    }
+    return { today, total, byModel: { ...byModel }, rpm, tpm };
+  }
+
+  async resetKeyQuota(keyId: string): Promise<void> {
+    this.assertOpen();
+    this.applyReset(keyId);
+    this.append({ op: 'reset', t: this.clock.now(), key: keyId });
+  }
+
+  private applyReset(keyId: string): void {
+    const k = this.keyCounters(keyId);
+    k.used = 0;
+    for (const win of WINDOWS) {
+      k.windows[win].start = undefined;
+      k.windows[win].used = 0;
+    }
+  }
+
+  // ---- counters (created on first touch; never replaced, since admissions hold references) -----
+
+  private wallet(user: string): Wallet {
+    return getOr(this.wallets, user, () => ({ spent: 0, reserved: 0 }));
+  }
+
+  private cap(user: string): CapCounters {
+    return getOr(this.caps, user, () => ({ weekly: newPeriod(), monthly: newPeriod() }));
+  }
+
+  private plan(user: string, group: string): PlanCounters {
+    return getOr(this.plans, planKey(user, group), () => ({ user, group, daily: newPeriod(), weekly: newPeriod(), monthly: newPeriod() }));
+  }
+
+  private keyCounters(keyId: string): KeyCounters {
+    return getOr(this.keys, keyId, () => ({
+      used: 0,
+      reserved: 0,
+      windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
+    }));
+  }
+
+  private keyUsage(keyId: string): KeyUsage {
+    return getOr(this.usage, keyId, () => ({
+      total: zeroCounters(),
+      days: new Map(),
+      ring: Array.from({ length: 60 }, () => ({ sec: -1, requests: 0, tokens: 0 })),
+    }));
+  }
+
+  // ---- persistence -----------------------------------------------------------------------------
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error('store is closed');
+  }
+
+  private append(entry: DistributiveOmit<JournalEntry, 'seq'>): void {
+    if (this.dir === undefined) return;
+    this.pending.push(JSON.stringify({ seq: ++this.seq, ...entry }) + '\n');
+  }
+
+  /** Runs `fn` after every earlier disk operation (one writer at a time). */
+  private serial(fn: () => Promise<void>): Promise<void> {
+    const p = this.chain.then(fn);
+    this.chain = p.catch(() => undefined);
+    return p;
+  }
+
+  async flush(): Promise<void> {
+    if (this.dir === undefined || !this.journal) return;
+    return this.serial(() => this.writePending());
+  }
+
+  private async writePending(): Promise<void> {
+    const fh = this.journal;
+    if (!fh || this.pending.length === 0) return;
+    const chunk = this.pending.join('');
+    this.pending = [];
+    try {
+      await fh.appendFile(chunk, 'utf8');
+      await fh.sync();
+    } catch (e) {
+      // Put it back for the next attempt; cut off a partial write so lines stay whole.
+      this.pending.unshift(chunk);
+      await fh.truncate(this.journalBytes).catch(() => undefined);
+      throw e;
+    }
+    this.journalBytes += Buffer.byteLength(chunk);
+    if (this.journalBytes >= this.compactBytes) await this.compact();
+  }
+
+  /** Writes a snapshot of the whole state and empties the journal. Run through serial(). */
+  private async compact(): Promise<void> {
+    const dir = this.dir!;
+    const snap = JSON.stringify(this.snapshot());
+    // Everything buffered so far is in the snapshot; keep it until the snapshot is durable.
+    const included = this.pending;
+    this.pending = [];
+    try {
+      const tmp = join(dir, SNAPSHOT + '.tmp');
+      const fh = await open(tmp, 'w');
+      try {
+        await fh.writeFile(snap, 'utf8');
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      await rename(tmp, join(dir, SNAPSHOT));
+      await syncDir(dir);
+    } catch (e) {
+      this.pending = included.concat(this.pending);
+      throw e;
+    }
+    if (this.journal) {
+      await this.journal.truncate(0);
+      await this.journal.sync();
+      this.journalBytes = 0;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    if (this.dir === undefined || !this.journal) return;
+    try {
+      await this.serial(() => this.writePending());
+      await this.serial(() => this.compact());
+    } finally {
+      const fh = this.journal;
+      this.journal = undefined;
+      await fh.close();
+    }
+  }
+
+  private async load(): Promise<void> {
+    const dir = this.dir!;
+    await mkdir(dir, { recursive: true });
+    const snapText = await readIfExists(join(dir, SNAPSHOT));
+    if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
+    const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
+    const replayed = this.replay(journalText);
+    this.journal = await open(join(dir, JOURNAL), 'a');
+    this.journalBytes = Buffer.byteLength(journalText);
+    await syncDir(dir); // the journal's directory entry, if it was just created
+    // Fold the journal into a fresh snapshot: also drops a torn tail before anything is appended.
+    if (journalText.length > 0) await this.serial(() => this.compact());
+    this.log.info('store loaded', { path: dir, seq: this.seq, replayed });
+    this.timer = setInterval(() => {
+      this.flush().catch((e) => this.log.error('store journal flush failed', { error: e as Error }));
+    }, this.flushIntervalMs);
+    this.timer.unref();
+  }
+
+  private replay(text: string): number {
+    const lines = text.split('\n');
+    let replayed = 0;
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i];
+      if (line.trim() === '') continue;
+      let e: JournalEntry;
+      try {
+        e = JSON.parse(line) as JournalEntry;
+      } catch {
+        const last = lines.slice(i + 1).every((l) => l.trim() === '');
+        if (last) this.log.warn('store journal: ignoring torn last line', { line: i + 1 });
+        else this.log.error('store journal: skipping unreadable line', { line: i + 1 });
+        continue;
+      }
+      if (typeof e.seq !== 'number' || e.seq <= this.seq) continue;
+      this.seq = e.seq;
+      replayed++;
+      switch (e.op) {
+        case 'settle':
+          if (!this.settled.has(e.id)) this.applySettlement(e.id, e.s, e.t);
+          break;
+        case 'wstart': {
+          const w = this.keyCounters(e.key).windows[e.w];
+          if (w) {
+            w.start = e.t;
+            w.used = 0;
+          }
+          break;
+        }
+        case 'reset':
+          this.applyReset(e.key);
+          break;
+        default:
+          this.log.warn('store journal: unknown entry', { line: i + 1 });
+      }
+    }
+    return replayed;
+  }
+
+  private snapshot(): SnapshotJson {
+    const period = (p: Period): PeriodJson => ({ start: p.start, used: p.used });
+    const days = (u: KeyUsage) =>
+      Object.fromEntries([...u.days].map(([day, models]) => [day, Object.fromEntries(models)]));
+    return {
+      v: 1,
+      seq: this.seq,
+      savedAt: this.clock.now(),
+      wallets: Object.fromEntries([...this.wallets].map(([u, w]) => [u, w.spent])),
+      caps: Object.fromEntries([...this.caps].map(([u, c]) => [u, { weekly: period(c.weekly), monthly: period(c.monthly) }])),
+      plans: Object.fromEntries([...this.plans].map(([k, p]) => [k, {
+        user: p.user, group: p.group, daily: period(p.daily), weekly: period(p.weekly), monthly: period(p.monthly),
+      }])),
+      keys: Object.fromEntries([...this.keys].map(([id, k]) => [id, {
+        used: k.used,
+        windows: Object.fromEntries(WINDOWS.filter((w) => k.windows[w].start !== undefined)
+          .map((w) => [w, { start: k.windows[w].start!, used: k.windows[w].used }])),
+      }])),
+      stats: Object.fromEntries([...this.usage].map(([id, u]) => [id, { total: u.total, days: days(u) }])),
+    };
+  }
+
+  private restore(s: SnapshotJson): void {
+    if (s.v !== 1) throw new Error(`store snapshot: unsupported version ${String(s.v)}`);
+    this.seq = s.seq;
+    for (const [user, spent] of Object.entries(s.wallets)) this.wallet(user).spent = spent;
+    for (const [user, c] of Object.entries(s.caps)) {
+      const cap = this.cap(user);
+      Object.assign(cap.weekly, c.weekly);
+      Object.assign(cap.monthly, c.monthly);
+    }
+    for (const p of Object.values(s.plans)) {
+      const plan = this.plan(p.user, p.group);
+      Object.assign(plan.daily, p.daily);
+      Object.assign(plan.weekly, p.weekly);
+      Object.assign(plan.monthly, p.monthly);
+    }
+    for (const [id, k] of Object.entries(s.keys)) {
+      const kc = this.keyCounters(id);
+      kc.used = k.used;
+      for (const w of WINDOWS) {
+        const saved = k.windows[w];
+        if (saved) Object.assign(kc.windows[w], saved);
+      }
+    }
+    for (const [id, st] of Object.entries(s.stats)) {
+      const u = this.keyUsage(id);
+      Object.assign(u.total, st.total);
+      for (const [day, models] of Object.entries(st.days)) {
+        u.days.set(day, new Map(Object.entries(models).map(([m, c]) => [m, { ...zeroCounters(), ...c }])));
+      }
+    }
+  }
+}
+
+async function readIfExists(file: string): Promise<string | undefined> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (e) {
+    if (errCode(e) === 'ENOENT') return undefined;
+    throw e;
+  }
+}
+
+/** Makes a rename durable; not every platform can open a directory for fsync. */
+async function syncDir(dir: string): Promise<void> {
+  let fh: FileHandle | undefined;
+  try {
+    fh = await open(dir, 'r');
+    await fh.sync();
+  } catch {
+    // best effort
+  } finally {
+    await fh?.close().catch(() => undefined);
+  }
+}

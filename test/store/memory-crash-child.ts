@@ -1,0 +1,25 @@
+/**
+ * Child process for the kill -9 test (not a test itself): opens a MemoryStore on argv[2], settles
+ * argv[3] requests (request i charges i + 1 micro-USD), waits longer than the flush interval,
+ * prints "ready" and then idles until the parent kills it with SIGKILL.
+ */
+import { MemoryStore } from '../../core/store/memory.js';
+
+const [dir, nArg] = process.argv.slice(2);
+const n = Number(nArg);
+const flushIntervalMs = 50;
+
+const store = await MemoryStore.open({ path: dir, flushIntervalMs });
+for (let i = 0; i < n; i++) {
+  await store.admit({ requestId: `crash-${i}`, reserve: 1000, claims: [{ kind: 'key-window', key: 'k1', window: '5h', limit: 1_000_000_000 }] });
+  await store.settle(`crash-${i}`, {
+    keyId: 'k1', user: 'u1', group: 'g1', model: 'm1', billing: 'balance',
+    usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
+    cost: i + 1, actual: i + 1, durationMs: 1, windows: ['5h'],
+  });
+}
+// A reservation that must not survive the crash.
+await store.admit({ requestId: 'in-flight', reserve: 5000, claims: [{ kind: 'key-quota', key: 'k1', limit: 1_000_000_000 }] });
+await new Promise((r) => setTimeout(r, flushIntervalMs * 4));
+process.stdout.write('ready\n');
+setInterval(() => {}, 60_000);
