@@ -3,6 +3,9 @@
  *
  *   gateway start [--config FILE]        run a config (default: $GATEWAY_CONFIG or ./gateway.yaml)
  *   gateway check [FILE]                 validate a config; exit 1 listing every error
+ * Environment: GATEWAY_CONFIG (config path), GATEWAY_LOG_LEVEL (debug|info|warn|error),
+ * GATEWAY_WATCH_CONFIG=0 (reload only on SIGHUP, not on file change).
+ *
  *   gateway reset-quota KEY_NAME         reset a key's used quota on a running gateway (admin API)
  *            [--url URL] [--token TOKEN]   (defaults: the config's address and server.admin_token)
  */
@@ -71,7 +74,9 @@ async function start(file: string): Promise<number> {
   const log = createLogger();
   let gw: Gateway;
   try {
-    gw = await Gateway.start({ configFile: file, registry: builtinPlugins, log, sighup: true });
+    gw = await Gateway.start({
+      configFile: file, registry: builtinPlugins, log, sighup: true, watch: process.env.GATEWAY_WATCH_CONFIG !== '0',
+    });
   } catch (e) {
     if (e instanceof ConfigError) {
       console.error(e.message);

@@ -83,7 +83,7 @@ export class Transport {
    * the caller must consume or destroy); rejects with a TransportError on connection failure or
    * when the upstream is silent past `idleTimeoutMs` before answering. `abort()` cancels.
    */
-  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void } {
+  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void; idleTimedOut: () => boolean } {
     let pending!: Pending;
     const response = new Promise<UpstreamResponse>((resolve, reject) => {
       pending = { resolve, reject };
@@ -119,7 +119,7 @@ export class Transport {
       pending.proxyReq?.destroy();
       pending.reject(new TransportError('aborted', 'aborted'));
     };
-    return { response, abort };
+    return { response, abort, idleTimedOut: () => pending.timedOut === true };
   }
 
   close(): void {

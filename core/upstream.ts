@@ -240,7 +240,7 @@ async function tryAttempt(
       return false;
     }
     ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: 'ok' });
-    if (stream) return await deliverStream(ctx, attempt, up, hooks, () => totalTimedOut);
+    if (stream) return await deliverStream(ctx, attempt, up, hooks, () => totalTimedOut, call.idleTimedOut);
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {
     cleanup();
@@ -294,6 +294,7 @@ export function writeHead(ctx: RequestContext, status: number, headers: Record<s
 
 async function deliverStream(
   ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks, totalTimedOut: () => boolean,
+  socketIdle: () => boolean,
 ): Promise<boolean> {
   const translator: ResponseTranslator = attempt.conversion!.stream({ model: attempt.model.id, requestId: ctx.id });
   const parser = new SseParser();
@@ -368,7 +369,7 @@ async function deliverStream(
       res.end();
       return;
     }
-    const message = idle ? 'The upstream stopped sending data (idle timeout)'
+    const message = idle || socketIdle() ? 'The upstream stopped sending data (idle timeout)'
       : totalTimedOut() ? 'The upstream request timed out'
         : 'The upstream stream ended before completion';
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
@@ -433,7 +434,7 @@ async function deliverStream(
     }
     if (!firstSent) {
       return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
-        message: idle ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
+        message: idle || socketIdle() ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
       }));
     }
     failAfterCommit();

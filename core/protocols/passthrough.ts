@@ -38,9 +38,9 @@ export function passthrough(protocol: ProtocolName): Conversion {
       let upstreamError: ErrorInfo | undefined;
       return {
         block(b: SseBlock): string {
-          tap.observe(b);
+          const forward = tap.observe(b);
           if (tap.errored && !upstreamError && b.data !== undefined) upstreamError = readError(b.data);
-          return b.raw;
+          return forward ? b.raw : '';
         },
         end() {
           return { text: '', complete: tap.complete };

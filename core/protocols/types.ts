@@ -76,7 +76,8 @@ export interface ProtocolCodec extends ProtocolWire {
 
 /** Watches a passthrough stream; decodes only events that can carry usage or end the stream. */
 export interface StreamTap {
-  observe(block: SseBlock): void;
+  /** Inspects a block; false means "do not forward it now" (`closing()` accounts for it). */
+  observe(block: SseBlock): boolean;
   /** Best usage known so far (cumulative totals). */
   readonly usage: Usage | undefined;
   /** The protocol's terminal event was seen (message_stop, response.completed, finish + [DONE]…). */

@@ -33,7 +33,8 @@ interface Presented {
 function presented(ctx: RequestContext): Presented | undefined {
   const auth = ctx.headerValues('authorization');
   if (auth.length > 0) {
-    const values = auth.map((v) => BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000');
+    // "Bearer" with nothing after it is a missing key; another scheme is an invalid one.
+    const values = auth.map((v) => (/^bearer$/i.test(v.trim()) ? '' : BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000'));
     return { values };
   }
   for (const name of ['x-api-key', ...ALT_HEADERS]) {

@@ -7,6 +7,7 @@ import { formatJsonEvent, type SseBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
 import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage, stringValueLength } from '../usage.js';
+import { validateHistory } from './history.js';
 
 const TEXT_KEYS = ['text', 'partial_json', 'thinking'] as const;
 
@@ -17,7 +18,12 @@ class MessagesTap implements StreamTap {
   outputChars = 0;
   meta: StreamMeta = {};
 
-  observe(b: SseBlock): void {
+  observe(b: SseBlock): boolean {
+    this.inspect(b);
+    return true;
+  }
+
+  private inspect(b: SseBlock): void {
     if (b.data === undefined) return;
     switch (b.event) {
       case 'content_block_delta':
@@ -59,6 +65,7 @@ export const messagesWire: ProtocolWire = {
     if (!Array.isArray(body.messages)) {
       throw new GatewayError('INVALID_REQUEST', { message: "'messages' is required and must be an array" });
     }
+    validateHistory(body);
   },
   usageOf(body) {
     return fromAnthropicUsage(body.usage);

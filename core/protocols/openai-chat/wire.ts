@@ -20,16 +20,18 @@ class ChatTap implements StreamTap {
   errored = false;
   outputChars = 0;
   meta: StreamMeta = {};
-  private done = false;
+  /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
+  private doneRaw: string | undefined;
   private finished = false;
 
-  observe(b: SseBlock): void {
+  observe(b: SseBlock): boolean {
+    if (this.doneRaw !== undefined) return false; // nothing after [DONE] reaches the client
     const data = b.data;
-    if (data === undefined) return;
+    if (data === undefined) return true;
     if (data.startsWith('[DONE]')) {
-      this.done = true;
+      this.doneRaw = b.raw;
       this.complete = this.finished;
-      return;
+      return false;
     }
     if (this.meta.id === undefined) {
       try {
@@ -39,7 +41,7 @@ class ChatTap implements StreamTap {
     }
     if (ERROR_FIRST.test(data) || b.event === 'error') {
       this.errored = true;
-      return;
+      return true;
     }
     if (USAGE.test(data)) {
       try {
@@ -52,6 +54,7 @@ class ChatTap implements StreamTap {
       this.complete = true;
     }
     this.outputChars += stringValueLength(data, TEXT_KEYS);
+    return true;
   }
 
   closing(estimate: () => Usage): string {
@@ -68,8 +71,7 @@ class ChatTap implements StreamTap {
         usage: toChatUsage(this.usage),
       });
     }
-    if (!this.done) out += formatEvent('[DONE]');
-    return out;
+    return out + (this.doneRaw ?? formatEvent('[DONE]'));
   }
 }
 

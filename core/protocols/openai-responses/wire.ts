@@ -19,7 +19,12 @@ class ResponsesTap implements StreamTap {
   outputChars = 0;
   meta: StreamMeta = {};
 
-  observe(b: SseBlock): void {
+  observe(b: SseBlock): boolean {
+    this.inspect(b);
+    return true;
+  }
+
+  private inspect(b: SseBlock): void {
     const data = b.data;
     if (data === undefined || data.startsWith('[DONE]')) return;
     const type = b.event ?? TYPE.exec(data)?.[1];
