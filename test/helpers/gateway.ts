@@ -151,3 +151,7 @@ export function messagesBody(extra: Record<string, unknown> = {}): Record<string
 export function responsesBody(extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { model: 'gpt-model', input: 'Hello there', ...extra };
 }
+
+import type tapT from 'tap';
+/** The type of a tap subtest's `t`. */
+export type TapTest = Parameters<Parameters<typeof tapT.test>[0]>[0];
