@@ -141,8 +141,6 @@ export class RequestContext {
   key?: KeyConfig;
   user?: UserConfig;
   group?: GroupConfig;
-  /** Body format for protocol-format errors on this request (may change once the group is known). */
-  errorFormat: ErrorFormat;
   readonly admission: Admission;
   readonly attempts: Attempt[] = [];
   /** Bytes have been written to the client. */
@@ -177,12 +175,24 @@ export class RequestContext {
   ) {
     this.startedAt = clock.now();
     this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
-    this.errorFormat = defaultErrorFormat(route.protocol);
     this.admission = new Admission(store, id);
   }
 
   get protocol(): ProtocolName | undefined {
     return this.route.protocol;
+  }
+
+  /**
+   * Body format for protocol-format errors (spec §7.1): Messages-style on the Messages endpoints,
+   * `{error:{code,message}}` for Responses on a Messages-style group, Chat-style otherwise; on
+   * /v1/models and /v1/usage, Messages-style for clients that speak Messages.
+   */
+  get errorFormat(): ErrorFormat {
+    const p = this.route.protocol;
+    if (p === 'anthropic-messages') return 'messages';
+    if (p === 'openai-responses') return this.group?.kind === 'messages' ? 'responses-lite' : 'chat';
+    if (p === 'openai-chat') return 'chat';
+    return this.headerValues('anthropic-version').length > 0 || this.headerValues('x-api-key').length > 0 ? 'messages' : 'chat';
   }
 
   get<T>(slot: Slot<T>): T | undefined {
@@ -222,6 +232,3 @@ export function normaliseIp(ip: string): string {
   return m ? m[1] : ip;
 }
 
-export function defaultErrorFormat(protocol: ProtocolName | undefined): ErrorFormat {
-  return protocol === 'anthropic-messages' ? 'messages' : 'chat';
-}

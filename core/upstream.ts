@@ -384,25 +384,30 @@ async function deliverStream(
     return out;
   };
 
+  // The preamble (message_start, response.created, Chat's role chunk) is held until content begins.
+  let held = '';
   try {
     for await (const chunk of body) {
       clearTimeout(idleTimer);
       idleTimer = setTimeout(onIdle, idleMs);
-      const out = handOut(parser.feed(chunk as Buffer));
+      let out = handOut(parser.feed(chunk as Buffer));
       if (!firstSent) {
+        held += out;
         const upstreamErr = translator.upstreamError;
         // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
         if (upstreamErr) return await failBeforeCommit(errorFromEvent(upstreamErr));
-        if (!out) continue;
+        if (!translator.started || !held) continue;
         if (!(await commit())) {
           body.destroy();
           return false;
         }
+        out = held;
+        held = '';
       }
       await write(out);
     }
     clearTimeout(idleTimer);
-    let out = handOut(parser.end(true));
+    let out = held + handOut(parser.end(true));
     const end = translator.end();
     out += end.text;
     if (!firstSent) {

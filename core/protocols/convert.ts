@@ -36,6 +36,7 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
       let chars = 0;
       let complete = false;
       let upstreamError: ErrorInfo | undefined;
+      let started = false;
       const run = (events: IRStreamEvent[]): string => {
         let out = '';
         for (const ev of events) {
@@ -45,6 +46,10 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
               break;
             case 'usage':
               usage = mergeUsage(usage, ev.usage);
+              break;
+            case 'block_start':
+            case 'finish':
+              started = true;
               break;
             case 'delta':
               chars += ev.delta.type === 'text' || ev.delta.type === 'thinking' ? ev.delta.text.length
@@ -68,6 +73,9 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
         fail: (err) => enc.fail(err),
         get upstreamError() {
           return upstreamError;
+        },
+        get started() {
+          return started;
         },
         usage: () => usage,
         outputChars: () => chars,

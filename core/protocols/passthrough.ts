@@ -54,6 +54,9 @@ export function passthrough(protocol: ProtocolName): Conversion {
         get upstreamError() {
           return upstreamError;
         },
+        get started() {
+          return tap.started;
+        },
         usage: () => tap.usage,
         outputChars: () => tap.outputChars,
       };

@@ -84,6 +84,8 @@ export interface StreamTap {
   readonly complete: boolean;
   /** The upstream sent its own in-stream error. */
   readonly errored: boolean;
+  /** Content has begun (a text, tool or thinking event), past the stream's preamble. */
+  readonly started: boolean;
   /** Characters of generated text seen, for estimates when usage never arrives. */
   readonly outputChars: number;
   /** What the stream said about itself (id, model, sequence), for error frames. */
@@ -116,6 +118,12 @@ export interface ResponseTranslator {
   fail(err: ErrorInfo): string;
   /** The upstream's own error event, if one passed through (the stream is then over). */
   readonly upstreamError: ErrorInfo | undefined;
+  /**
+   * Content has begun. Until then the core holds the preamble (message_start, response.created,
+   * Chat's role chunk) back, so a failure right after it is still a real HTTP error that fallback
+   * can retry.
+   */
+  readonly started: boolean;
   usage(): Usage | undefined;
   outputChars(): number;
 }

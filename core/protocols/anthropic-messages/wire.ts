@@ -15,6 +15,7 @@ class MessagesTap implements StreamTap {
   usage: Usage | undefined;
   complete = false;
   errored = false;
+  started = false;
   outputChars = 0;
   meta: StreamMeta = {};
 
@@ -26,7 +27,11 @@ class MessagesTap implements StreamTap {
   private inspect(b: SseBlock): void {
     if (b.data === undefined) return;
     switch (b.event) {
+      case 'content_block_start':
+        this.started = true;
+        return;
       case 'content_block_delta':
+        this.started = true;
         this.outputChars += stringValueLength(b.data, TEXT_KEYS);
         return;
       case 'message_start':
@@ -45,6 +50,7 @@ class MessagesTap implements StreamTap {
         return;
       case 'message_stop':
         this.complete = true;
+        this.started = true;
         return;
       case 'error':
         this.errored = true;

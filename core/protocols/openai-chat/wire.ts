@@ -12,12 +12,14 @@ import { fromChatUsage, stringValueLength, toChatUsage } from '../usage.js';
 const USAGE = /"usage"\s*:\s*\{/;
 const FINISH = /"finish_reason"\s*:\s*"/;
 const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
+const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
 const TEXT_KEYS = ['content', 'arguments', 'reasoning_content', 'refusal'] as const;
 
 class ChatTap implements StreamTap {
   usage: Usage | undefined;
   complete = false;
   errored = false;
+  started = false;
   outputChars = 0;
   meta: StreamMeta = {};
   /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
@@ -52,8 +54,11 @@ class ChatTap implements StreamTap {
     if (FINISH.test(data)) {
       this.finished = true;
       this.complete = true;
+      this.started = true;
     }
-    this.outputChars += stringValueLength(data, TEXT_KEYS);
+    const chars = stringValueLength(data, TEXT_KEYS);
+    this.outputChars += chars;
+    if (chars > 0 || TOOL_CALLS.test(data)) this.started = true;
     return true;
   }
 

@@ -9,13 +9,25 @@ import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
 import { fromResponsesUsage, stringValueLength } from '../usage.js';
 
-const TYPE = /"type"\s*:\s*"([^"]+)"/;
+/**
+ * Frames without an `event:` line (some servers, the SDK's own fixtures) name their type only in
+ * the data, where nested objects have `type`s too: read the top-level one.
+ */
+function topLevelType(data: string): string | undefined {
+  try {
+    const j = JSON.parse(data);
+    return typeof j?.type === 'string' ? j.type : undefined;
+  } catch {
+    return undefined;
+  }
+}
 const SEQ = /"sequence_number"\s*:\s*(\d+)/;
 
 class ResponsesTap implements StreamTap {
   usage: Usage | undefined;
   complete = false;
   errored = false;
+  started = false;
   outputChars = 0;
   meta: StreamMeta = {};
 
@@ -27,7 +39,7 @@ class ResponsesTap implements StreamTap {
   private inspect(b: SseBlock): void {
     const data = b.data;
     if (data === undefined || data.startsWith('[DONE]')) return;
-    const type = b.event ?? TYPE.exec(data)?.[1];
+    const type = b.event ?? topLevelType(data);
     const seq = SEQ.exec(data);
     if (seq) this.meta.sequence = Number(seq[1]);
     switch (type) {
@@ -36,7 +48,11 @@ class ResponsesTap implements StreamTap {
       case 'response.reasoning_summary_text.delta':
       case 'response.reasoning_text.delta':
       case 'response.refusal.delta':
+        this.started = true;
         this.outputChars += stringValueLength(data, ['delta']);
+        return;
+      case 'response.output_item.added':
+        this.started = true;
         return;
       case 'response.created':
         try {
@@ -51,6 +67,7 @@ class ResponsesTap implements StreamTap {
           if (u) this.usage = u;
         } catch { /* ignore */ }
         this.complete = true;
+        this.started = true;
         return;
       case 'response.failed':
       case 'error':
