@@ -1,0 +1,151 @@
+/**
+ * `npm run bench`: load the gateway (full default chain) and a bare http-proxy-3 proxy over the
+ * same mock upstream, for a fixed time each, non-streaming and streaming, and print requests/s,
+ * p50/p99 latency and the gateway/bare-proxy ratios. Results are written to bench/results/.
+ *
+ * Options (env): BENCH_SECONDS (default 10), BENCH_CONCURRENCY (default 32), BENCH_WORDS (reply
+ * length, default 20). The load generator runs in this process; the three servers are children.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
+const WORDS = Number(process.env.BENCH_WORDS ?? 20);
+const KEY = 'sk-' + 'be'.repeat(32);
+
+function startRole(role: string, arg = ''): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [path.join(here, 'roles.js'), role, arg], { stdio: ['ignore', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /READY (\S+)/.exec(out);
+      if (m) resolve({ url: m[1], child });
+    });
+    child.on('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
+  });
+}
+
+/** The gateway's default chain and routes, over the external mock as an openai-kind provider. */
+function gatewayConfig(mockUrl: string, dataDir: string): string {
+  const defaults = YAML.parse(readDefault());
+  return YAML.stringify({
+    version: 1,
+    server: { host: '127.0.0.1', port: 0 },
+    store: { kind: 'memory', path: dataDir, flush_interval: '1s' },
+    providers: { bench: { kind: 'openai', base_url: `${mockUrl}/v1`, api_key: 'bench', protocols: ['openai-chat', 'openai-responses'] } },
+    models: { 'bench-model': { provider: 'bench', price: { input: 0.5, output: 1.5 } } },
+    groups: { bench: { kind: 'chat', passthrough: true, models: ['bench-model'], rpm: 0 } },
+    users: { bench: { balance: 1_000_000, rpm: 0, concurrency: 0 } },
+    keys: [{ key: KEY, name: 'bench', user: 'bench', group: 'bench', quota: 0 }],
+    plugins: defaults.plugins,
+    chains: defaults.chains,
+    routes: defaults.routes,
+  });
+}
+
+function readDefault(): string {
+  return readFileSync(path.join(root, 'gateway.yaml'), 'utf8');
+}
+
+interface Result { requests: number; errors: number; rps: number; p50: number; p99: number; mean: number }
+
+async function load(url: string, stream: boolean): Promise<Result> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+  const u = new URL(url + '/v1/chat/completions');
+  const body = JSON.stringify({ model: 'bench-model', stream, messages: [{ role: 'user', content: `benchmark [[mock: words=${WORDS}]]` }] });
+  const latencies: number[] = [];
+  let errors = 0;
+  const deadline = Date.now() + SECONDS * 1000;
+  const one = () => new Promise<void>((resolve) => {
+    const t0 = process.hrtime.bigint();
+    const req = http.request({
+      host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, 'content-length': Buffer.byteLength(body) },
+    }, (res) => {
+      res.on('data', () => {});
+      res.on('end', () => {
+        if (res.statusCode === 200) latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
+        else errors++;
+        resolve();
+      });
+      res.on('error', () => { errors++; resolve(); });
+    });
+    req.on('error', () => { errors++; resolve(); });
+    req.end(body);
+  });
+  const worker = async () => { while (Date.now() < deadline) await one(); };
+  // warm-up
+  await Promise.all(Array.from({ length: CONCURRENCY }, one));
+  latencies.length = 0;
+  errors = 0;
+  const started = Date.now();
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const elapsed = (Date.now() - started) / 1000;
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? NaN;
+  return {
+    requests: latencies.length, errors, rps: latencies.length / elapsed,
+    p50: q(0.5), p99: q(0.99), mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+  };
+}
+
+async function main(): Promise<void> {
+  const children: ChildProcess[] = [];
+  const dataDir = path.join(os.tmpdir(), `gw-bench-${process.pid}`);
+  try {
+    const mock = await startRole('mock');
+    children.push(mock.child);
+    const cfgFile = path.join(os.tmpdir(), `gw-bench-${process.pid}.yaml`);
+    writeFileSync(cfgFile, gatewayConfig(mock.url, dataDir));
+    const [gateway, proxy] = await Promise.all([startRole('gateway', cfgFile), startRole('proxy', mock.url)]);
+    children.push(gateway.child, proxy.child);
+
+    const rows: Array<{ mode: string; target: string; r: Result }> = [];
+    for (const stream of [false, true]) {
+      const mode = stream ? 'streaming' : 'non-streaming';
+      // Alternate the order so neither side always runs on a warmer machine.
+      for (const [target, url] of [['bare proxy', proxy.url], ['gateway', gateway.url]] as const) {
+        rows.push({ mode, target, r: await load(url, stream) });
+      }
+    }
+    const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : '-');
+    const lines: string[] = [];
+    lines.push(`node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'}), ${SECONDS}s per run, concurrency ${CONCURRENCY}, ${WORDS}-word replies`);
+    lines.push('');
+    lines.push('| mode | target | requests | errors | req/s | p50 ms | p99 ms |');
+    lines.push('|---|---|---|---|---|---|---|');
+    for (const { mode, target, r } of rows) {
+      lines.push(`| ${mode} | ${target} | ${r.requests} | ${r.errors} | ${fmt(r.rps)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} |`);
+    }
+    lines.push('');
+    for (const mode of ['non-streaming', 'streaming']) {
+      const bare = rows.find((x) => x.mode === mode && x.target === 'bare proxy')!.r;
+      const gw = rows.find((x) => x.mode === mode && x.target === 'gateway')!.r;
+      lines.push(`${mode}: gateway/bare-proxy throughput ratio ${fmt(gw.rps / bare.rps, 2)}, p50 latency ratio ${fmt(gw.p50 / bare.p50, 2)}, p99 latency ratio ${fmt(gw.p99 / bare.p99, 2)}`);
+    }
+    const text = lines.join('\n');
+    console.log(text);
+    const dir = path.join(root, 'bench/results');
+    mkdirSync(dir, { recursive: true });
+    const stamp = new Date().toISOString().slice(0, 19).replace(/:/g, '-');
+    writeFileSync(path.join(dir, `${stamp}.md`), `# Benchmark ${new Date().toISOString()}\n\n${text}\n`);
+    writeFileSync(path.join(dir, 'latest.json'), JSON.stringify({ at: new Date().toISOString(), seconds: SECONDS, concurrency: CONCURRENCY, words: WORDS, rows }, null, 2) + '\n');
+  } finally {
+    for (const c of children) c.kill('SIGKILL');
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exitCode = 1;
+});
