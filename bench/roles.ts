@@ -12,6 +12,12 @@ import { createLogger } from '../core/log.js';
 
 const [role, arg] = process.argv.slice(2);
 
+// The parent asks for this process's CPU time around each load run (IPC), so the report can give
+// CPU per request: steadier than requests/s on a small shared machine.
+process.on('message', (m) => {
+  if (m === 'cpu') process.send?.(process.cpuUsage());
+});
+
 async function main(): Promise<void> {
   if (role === 'mock') {
     const m = await startMockServer({ keepRequests: 0 });
@@ -35,6 +41,7 @@ async function main(): Promise<void> {
   if (role === 'gateway') {
     const gw = await Gateway.start({ configFile: arg, registry: builtinPlugins, log: createLogger('warn'), watch: false, port: 0 });
     console.log(`READY ${gw.url}`);
+    process.on('SIGINT', () => void gw.close().then(() => process.exit(0)));
     return;
   }
   throw new Error(`unknown role ${role}`);

@@ -4,7 +4,8 @@
  * p50/p99 latency and the gateway/bare-proxy ratios. Results are written to bench/results/.
  *
  * Options (env): BENCH_SECONDS (default 10), BENCH_CONCURRENCY (default 32), BENCH_WORDS (reply
- * length, default 20). The load generator runs in this process; the three servers are children.
+ * length, default 20), BENCH_MODE (json | stream: run only one), BENCH_PROFILE=1 (CPU profile of
+ * the gateway into bench/profiles/). The load generator runs in this process; the three servers are children.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
@@ -22,7 +23,9 @@ const WORDS = Number(process.env.BENCH_WORDS ?? 20);
 const KEY = 'sk-' + 'be'.repeat(32);
 
 function startRole(role: string, arg = ''): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [path.join(here, 'roles.js'), role, arg], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // BENCH_PROFILE=1 writes a CPU profile of the gateway process (./*.cpuprofile) for inspection.
+  const flags = role === 'gateway' && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench/profiles')] : [];
+  const child = spawn(process.execPath, [...flags, path.join(here, 'roles.js'), role, arg], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
   return new Promise((resolve, reject) => {
     let out = '';
     child.stdout!.on('data', (d) => {
@@ -56,9 +59,16 @@ function readDefault(): string {
   return readFileSync(path.join(root, 'gateway.yaml'), 'utf8');
 }
 
-interface Result { requests: number; errors: number; rps: number; p50: number; p99: number; mean: number }
+interface Result { requests: number; errors: number; rps: number; p50: number; p99: number; mean: number; cpuUsPerRequest: number }
 
-async function load(url: string, stream: boolean): Promise<Result> {
+function cpuOf(child: ChildProcess): Promise<number> {
+  return new Promise((resolve) => {
+    child.once('message', (u: any) => resolve(u.user + u.system));
+    child.send('cpu');
+  });
+}
+
+async function load(url: string, stream: boolean, server: ChildProcess): Promise<Result> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const u = new URL(url + '/v1/chat/completions');
   const body = JSON.stringify({ model: 'bench-model', stream, messages: [{ role: 'user', content: `benchmark [[mock: words=${WORDS}]]` }] });
@@ -87,15 +97,18 @@ async function load(url: string, stream: boolean): Promise<Result> {
   await Promise.all(Array.from({ length: CONCURRENCY }, one));
   latencies.length = 0;
   errors = 0;
+  const cpu0 = await cpuOf(server);
   const started = Date.now();
   await Promise.all(Array.from({ length: CONCURRENCY }, worker));
   const elapsed = (Date.now() - started) / 1000;
+  const cpu = (await cpuOf(server)) - cpu0;
   agent.destroy();
   latencies.sort((a, b) => a - b);
   const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? NaN;
   return {
     requests: latencies.length, errors, rps: latencies.length / elapsed,
     p50: q(0.5), p99: q(0.99), mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
+    cpuUsPerRequest: cpu / Math.max(1, latencies.length),
   };
 }
 
@@ -111,27 +124,29 @@ async function main(): Promise<void> {
     children.push(gateway.child, proxy.child);
 
     const rows: Array<{ mode: string; target: string; r: Result }> = [];
-    for (const stream of [false, true]) {
+    const modes = process.env.BENCH_MODE === 'stream' ? [true] : process.env.BENCH_MODE === 'json' ? [false] : [false, true];
+    for (const stream of modes) {
       const mode = stream ? 'streaming' : 'non-streaming';
       // Alternate the order so neither side always runs on a warmer machine.
-      for (const [target, url] of [['bare proxy', proxy.url], ['gateway', gateway.url]] as const) {
-        rows.push({ mode, target, r: await load(url, stream) });
+      for (const [target, url, child] of [['bare proxy', proxy.url, proxy.child], ['gateway', gateway.url, gateway.child]] as const) {
+        rows.push({ mode, target, r: await load(url, stream, child) });
       }
     }
     const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : '-');
     const lines: string[] = [];
     lines.push(`node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'}), ${SECONDS}s per run, concurrency ${CONCURRENCY}, ${WORDS}-word replies`);
     lines.push('');
-    lines.push('| mode | target | requests | errors | req/s | p50 ms | p99 ms |');
-    lines.push('|---|---|---|---|---|---|---|');
+    lines.push('| mode | target | requests | errors | req/s | p50 ms | p99 ms | server CPU µs/request |');
+    lines.push('|---|---|---|---|---|---|---|---|');
     for (const { mode, target, r } of rows) {
-      lines.push(`| ${mode} | ${target} | ${r.requests} | ${r.errors} | ${fmt(r.rps)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} |`);
+      lines.push(`| ${mode} | ${target} | ${r.requests} | ${r.errors} | ${fmt(r.rps)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.cpuUsPerRequest, 0)} |`);
     }
     lines.push('');
     for (const mode of ['non-streaming', 'streaming']) {
+      if (!rows.some((x) => x.mode === mode)) continue;
       const bare = rows.find((x) => x.mode === mode && x.target === 'bare proxy')!.r;
       const gw = rows.find((x) => x.mode === mode && x.target === 'gateway')!.r;
-      lines.push(`${mode}: gateway/bare-proxy throughput ratio ${fmt(gw.rps / bare.rps, 2)}, p50 latency ratio ${fmt(gw.p50 / bare.p50, 2)}, p99 latency ratio ${fmt(gw.p99 / bare.p99, 2)}`);
+      lines.push(`${mode}: gateway/bare-proxy throughput ratio ${fmt(gw.rps / bare.rps, 2)}, p50 latency ratio ${fmt(gw.p50 / bare.p50, 2)}, p99 latency ratio ${fmt(gw.p99 / bare.p99, 2)}, CPU per request ratio ${fmt(gw.cpuUsPerRequest / bare.cpuUsPerRequest, 2)}`);
     }
     const text = lines.join('\n');
     console.log(text);
@@ -141,7 +156,7 @@ async function main(): Promise<void> {
     writeFileSync(path.join(dir, `${stamp}.md`), `# Benchmark ${new Date().toISOString()}\n\n${text}\n`);
     writeFileSync(path.join(dir, 'latest.json'), JSON.stringify({ at: new Date().toISOString(), seconds: SECONDS, concurrency: CONCURRENCY, words: WORDS, rows }, null, 2) + '\n');
   } finally {
-    for (const c of children) c.kill('SIGKILL');
+    for (const c of children) c.kill(process.env.BENCH_PROFILE ? 'SIGINT' : 'SIGKILL');
   }
 }
 
