@@ -26,8 +26,10 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
       return JSON.stringify(u.encodeRequest(ir, { model: input.upstreamModel, requestId: input.requestId, defaultMaxTokens: input.defaultMaxTokens }));
     },
     response(text: string, opts: EncodeOptions) {
-      const ir = u.decodeResponse(JSON.parse(text));
-      return { body: JSON.stringify(c.encodeResponse(ir, opts)), usage: ir.usage };
+      const json = JSON.parse(text);
+      const ir = u.decodeResponse(json);
+      // An upstream that reported no usage is estimated by the core, not billed as zero.
+      return { body: JSON.stringify(c.encodeResponse(ir, opts)), usage: u.usageOf(json) ? ir.usage : undefined };
     },
     stream(opts: EncodeOptions): ResponseTranslator {
       const dec = u.createStreamDecoder();

@@ -4,6 +4,9 @@ import type { ProtocolCodec, ProtocolWire } from './types.js';
 import { chatWire } from './openai-chat/wire.js';
 import { messagesWire } from './anthropic-messages/wire.js';
 import { responsesWire } from './openai-responses/wire.js';
+import { chatCodec } from './openai-chat/codec.js';
+import { messagesCodec } from './anthropic-messages/codec.js';
+import { responsesCodec } from './openai-responses/codec.js';
 
 const WIRES: Record<ProtocolName, ProtocolWire> = {
   'openai-chat': chatWire,
@@ -16,7 +19,11 @@ export function wireFor(p: ProtocolName): ProtocolWire {
 }
 
 // Full codecs (conversion through the IR): core/protocols/<protocol>/codec.ts, listed here.
-const CODECS = new Map<ProtocolName, ProtocolCodec>();
+const CODECS = new Map<ProtocolName, ProtocolCodec>([
+  ['openai-chat', chatCodec],
+  ['anthropic-messages', messagesCodec],
+  ['openai-responses', responsesCodec],
+]);
 
 export function codecFor(p: ProtocolName): ProtocolCodec | undefined {
   return CODECS.get(p);
