@@ -101,7 +101,9 @@ export class Transport {
         ignorePath: true,
         changeOrigin: true,
         selfHandleResponse: true,
-        buffer: Readable.from([body]),
+        // http-proxy-3 only calls `buffer.pipe(proxyReq)`: hand it the whole body in one end()
+        // (headers and body in one write) instead of streaming a one-chunk Readable.
+        buffer: { pipe: (dest: NodeJS.WritableStream) => dest.end(body) } as unknown as Readable,
         agent: this.agentFor(u.provider, u.url),
         proxyTimeout: u.idleTimeoutMs,
         xfwd: false,
