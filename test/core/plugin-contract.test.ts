@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
-import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, ROOT, startGateway, tmpDir } from '../helpers/gateway.js';
+import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, ROOT, tmpDir } from '../helpers/gateway.js';
 import { sseText } from '../helpers/raw.js';
 
 const errorsUrl = pathToFileURL(path.join(ROOT, 'dist/core/errors.js')).href;

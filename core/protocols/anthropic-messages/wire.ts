@@ -4,20 +4,14 @@
  */
 import { GatewayError } from '../../errors.js';
 import { formatJsonEvent, type SseBlock } from '../../sse.js';
-import type { Usage } from '../../money.js';
-import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import type { ErrorInfo, ProtocolWire } from '../types.js';
+import { BaseTap } from '../tap.js';
 import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage, stringValueLength } from '../usage.js';
 import { validateHistory } from './history.js';
 
 const TEXT_KEYS = ['text', 'partial_json', 'thinking'] as const;
 
-class MessagesTap implements StreamTap {
-  usage: Usage | undefined;
-  complete = false;
-  errored = false;
-  started = false;
-  outputChars = 0;
-  meta: StreamMeta = {};
+class MessagesTap extends BaseTap {
 
   observe(b: SseBlock): boolean {
     this.inspect(b);
@@ -58,10 +52,6 @@ class MessagesTap implements StreamTap {
       default:
         return;
     }
-  }
-
-  closing(): string {
-    return '';
   }
 }
 

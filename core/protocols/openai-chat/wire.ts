@@ -6,7 +6,8 @@
 import { GatewayError } from '../../errors.js';
 import { formatEvent, formatJsonEvent, type SseBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
-import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import type { ErrorInfo, ProtocolWire } from '../types.js';
+import { BaseTap } from '../tap.js';
 import { fromChatUsage, stringValueLength, toChatUsage } from '../usage.js';
 
 const USAGE = /"usage"\s*:\s*\{/;
@@ -15,13 +16,7 @@ const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
 const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
 const TEXT_KEYS = ['content', 'arguments', 'reasoning_content', 'refusal'] as const;
 
-class ChatTap implements StreamTap {
-  usage: Usage | undefined;
-  complete = false;
-  errored = false;
-  started = false;
-  outputChars = 0;
-  meta: StreamMeta = {};
+class ChatTap extends BaseTap {
   /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
   private doneRaw: string | undefined;
   private finished = false;
@@ -62,7 +57,7 @@ class ChatTap implements StreamTap {
     return true;
   }
 
-  closing(estimate: () => Usage): string {
+  override closing(estimate: () => Usage): string {
     let out = '';
     if (!this.usage) {
       // The upstream ignored include_usage: the client still gets its usage chunk (estimated).

@@ -5,8 +5,8 @@
  */
 import { GatewayError } from '../../errors.js';
 import { formatJsonEvent, type SseBlock } from '../../sse.js';
-import type { Usage } from '../../money.js';
-import type { ErrorInfo, ProtocolWire, StreamMeta, StreamTap } from '../types.js';
+import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
+import { BaseTap } from '../tap.js';
 import { fromResponsesUsage, stringValueLength } from '../usage.js';
 
 /**
@@ -23,13 +23,7 @@ function topLevelType(data: string): string | undefined {
 }
 const SEQ = /"sequence_number"\s*:\s*(\d+)/;
 
-class ResponsesTap implements StreamTap {
-  usage: Usage | undefined;
-  complete = false;
-  errored = false;
-  started = false;
-  outputChars = 0;
-  meta: StreamMeta = {};
+class ResponsesTap extends BaseTap {
 
   observe(b: SseBlock): boolean {
     this.inspect(b);
@@ -76,10 +70,6 @@ class ResponsesTap implements StreamTap {
       default:
         return;
     }
-  }
-
-  closing(): string {
-    return '';
   }
 }
 
