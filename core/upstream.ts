@@ -16,7 +16,7 @@ import type { Attempt, RequestContext, ResolvedModel } from './context.js';
 import { GatewayError, type ErrorId } from './errors.js';
 import type { ProtocolName, ProviderConfig } from './config/types.js';
 import type { PluginInstance } from './plugin.js';
-import { SseParser } from './sse.js';
+import { KEEPALIVE, SseParser } from './sse.js';
 import { passthrough } from './protocols/passthrough.js';
 import type { ErrorInfo, ResponseTranslator } from './protocols/types.js';
 import { resolveModel, upstreamProtocol } from './routing.js';
@@ -28,6 +28,7 @@ import type { Usage } from './money.js';
 const MAX_JSON_BODY = 64 * 1024 * 1024;
 /** Upstream error bodies are read for their message, up to this much. */
 const MAX_ERROR_BODY = 256 * 1024;
+
 
 export interface UpstreamDeps {
   transport: Transport;
@@ -384,30 +385,63 @@ async function deliverStream(
     return out;
   };
 
-  // The preamble (message_start, response.created, Chat's role chunk) is held until content begins.
+  // The preamble (message_start, response.created, Chat's role chunk) is held until content begins,
+  // at most `server.preamble_hold`: a model that thinks silently for minutes still gets its headers out.
   let held = '';
+  let committing: Promise<boolean> | undefined;
+  let holdTimer: NodeJS.Timeout | undefined;
+  const commitHeld = (): Promise<boolean> => (committing ??= (async () => {
+    clearTimeout(holdTimer);
+    if (!(await commit())) return false;
+    const h = held;
+    held = '';
+    await write(h);
+    return true;
+  })());
+  // Once committed, an upstream silence is bridged with SSE comments (ignored by every SDK) so
+  // proxies and clients do not time the stream out.
+  let lastWrite = Date.now();
+  const keepaliveMs = ctx.config.server.streamKeepaliveMs;
+  const keepalive = setInterval(() => {
+    if (firstSent && !ctx.signal.aborted && !res.writableEnded && Date.now() - lastWrite >= keepaliveMs) {
+      res.write(KEEPALIVE);
+      lastWrite = Date.now();
+    }
+  }, Math.max(10, Math.floor(keepaliveMs / 2)));
+  keepalive.unref();
   try {
     for await (const chunk of body) {
       clearTimeout(idleTimer);
       idleTimer = setTimeout(onIdle, idleMs);
-      let out = handOut(parser.feed(chunk as Buffer));
+      const out = handOut(parser.feed(chunk as Buffer));
       if (!firstSent) {
         held += out;
         const upstreamErr = translator.upstreamError;
         // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
-        if (upstreamErr) return await failBeforeCommit(errorFromEvent(upstreamErr));
-        if (!translator.started || !held) continue;
-        if (!(await commit())) {
+        if (upstreamErr && !committing) return await failBeforeCommit(errorFromEvent(upstreamErr));
+        if (!translator.started && !committing) {
+          if (held && !holdTimer) holdTimer = setTimeout(() => void commitHeld().catch(() => undefined), ctx.config.server.preambleHoldMs);
+          continue;
+        }
+        if (!(await commitHeld())) {
           body.destroy();
           return false;
         }
-        out = held;
-        held = '';
+        if (held) {
+          const h = held;
+          held = '';
+          await write(h);
+        }
+        lastWrite = Date.now();
+        continue;
       }
       await write(out);
+      if (out) lastWrite = Date.now();
     }
     clearTimeout(idleTimer);
+    if (committing && !(await committing)) return false;
     let out = held + handOut(parser.end(true));
+    held = '';
     const end = translator.end();
     out += end.text;
     if (!firstSent) {
@@ -431,6 +465,8 @@ async function deliverStream(
     return true;
   } catch {
     clearTimeout(idleTimer);
+    clearTimeout(holdTimer);
+    if (committing) await committing.catch(() => false);
     if (ctx.signal.aborted) {
       // The client went away: the upstream is aborted; bill what was generated, write nothing.
       settleUsage(false);
@@ -446,5 +482,7 @@ async function deliverStream(
     return true;
   } finally {
     clearTimeout(idleTimer);
+    clearTimeout(holdTimer);
+    clearInterval(keepalive);
   }
 }

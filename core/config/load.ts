@@ -405,6 +405,8 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
     workers: s.workers ?? 1,
     adminToken: s.admin_token || undefined,
     drainTimeoutMs: parseDuration(s.drain_timeout ?? '30s'),
+    preambleHoldMs: parseDuration(s.preamble_hold ?? '10s'),
+    streamKeepaliveMs: parseDuration(s.stream_keepalive ?? '15s'),
   } as const;
   const storeKind = st.kind ?? 'memory';
   if (storeKind === 'redis') fail(['store', 'kind'], "the redis store is not available in this version; use kind: memory");

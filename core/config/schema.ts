@@ -53,6 +53,8 @@ export const gatewaySchema = {
         workers: { type: 'integer', minimum: 1, description: 'More than 1 requires store.kind: redis' },
         admin_token: { type: 'string', description: 'Bearer token for the /admin API; the API is off without one' },
         drain_timeout: { ...duration, description: 'Grace period for in-flight requests on shutdown (default 30s)' },
+        preamble_hold: { ...duration, description: "Longest a stream's preamble waits for content before the response commits (default 10s)" },
+        stream_keepalive: { ...duration, description: 'Silence on a committed stream bridged by an SSE comment (default 15s)' },
       },
     },
     store: {

@@ -30,6 +30,10 @@ export interface ServerConfig {
   adminToken?: string;
   /** Grace period for in-flight requests on shutdown. */
   drainTimeoutMs: number;
+  /** Longest a stream's preamble is held back waiting for content (fallback stays possible meanwhile). */
+  preambleHoldMs: number;
+  /** Client-side silence on a committed stream bridged by an SSE comment. */
+  streamKeepaliveMs: number;
 }
 
 export interface StoreConfig {

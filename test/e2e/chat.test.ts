@@ -155,3 +155,21 @@ t.test('a request the upstream never answers times out as 502', async (t) => {
   });
   t.match(s.text, /event: error\ndata: .*idle timeout/, 'a stream that goes silent gets an error event');
 });
+
+t.test('a silent upstream: the preamble is released after preamble_hold, keepalive comments bridge the silence', async (t) => {
+  const cfg = baseConfig();
+  cfg.server.preamble_hold = '150ms';
+  cfg.server.stream_keepalive = '100ms';
+  cfg.server.upstream_idle_timeout = '900ms';
+  const g2 = await startGateway(cfg);
+  t.teardown(() => g2.close());
+  const res = await fetch(g2.url + '/v1/chat/completions', {
+    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: hang_after=1]]' }] })),
+  });
+  t.equal(res.status, 200, 'headers sent although no content came (an idle failure before commit would be a 502)');
+  const text = await res.text();
+  t.match(text, /^data: \{.*"role":"assistant"/, 'the held preamble first');
+  t.match(text, /\n: keepalive\n\n/, 'keepalive comments during the silence');
+  t.match(text, /event: error\ndata: .*idle timeout/, 'then the idle timeout as an error event');
+});
