@@ -94,5 +94,6 @@ export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol'>): P
 
 export async function readBody(ctx: RequestContext): Promise<ParsedBody> {
   const buf = await readRaw(ctx.req, ctx.config.server.bodyLimit);
+  ctx.rawBody = buf;
   return parseBody(buf, ctx);
 }

@@ -153,6 +153,8 @@ export class RequestContext {
   answeredModel?: ModelConfig;
   /** Characters in the request body (for usage estimates). */
   requestChars = 0;
+  /** The body bytes as received, once read (kept for failed-request records). */
+  rawBody?: Buffer;
   metrics?: Metrics;
   /** Set by the fallback plugin: extra models to try, and the attempt budget. */
   fallback: { models: string[]; maxAttempts: number } = { models: [], maxAttempts: 1 };

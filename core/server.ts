@@ -30,6 +30,7 @@ import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
 import { adminHandler } from './handlers/admin.js';
+import { FailedRequestLog } from './failed-requests.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
   models: modelsHandler,
@@ -68,6 +69,7 @@ export class Gateway implements UpstreamDeps {
   private readonly sockets = new Set<Socket>();
   private closing = false;
   private onHup?: () => void;
+  private failed?: FailedRequestLog;
   url = '';
 
   private constructor(
@@ -89,6 +91,7 @@ export class Gateway implements UpstreamDeps {
     try {
       await gw.startMocks(loaded.config);
       gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics: gw.metrics });
+      gw.keepFailedRequests(loaded.config);
       await gw.listen(loaded.config);
     } catch (e) {
       await gw.shutdownResources();
@@ -115,6 +118,12 @@ export class Gateway implements UpstreamDeps {
       if (p.kind !== 'mock' || this.mocks.has(p.name)) continue;
       this.mocks.set(p.name, await startMockServer({ fixturesDir: p.fixturesDir }));
     }
+  }
+
+  private keepFailedRequests(config: GatewayConfig): void {
+    this.failed?.close();
+    const { dir, retentionMs } = config.failedRequests;
+    this.failed = dir ? new FailedRequestLog(dir, retentionMs, this.clock, this.log) : undefined;
   }
 
   private listen(config: GatewayConfig): Promise<void> {
@@ -195,6 +204,9 @@ export class Gateway implements UpstreamDeps {
       const next = await Runtime.create(loaded, { store: this.store, clock: this.clock, log: this.log, metrics: this.metrics });
       const old = this.runtime;
       this.runtime = next;
+      if (next.config.failedRequests.dir !== old.config.failedRequests.dir || next.config.failedRequests.retentionMs !== old.config.failedRequests.retentionMs) {
+        this.keepFailedRequests(next.config);
+      }
       this.metrics.configReloads.inc({ result: 'ok' });
       this.log.info('config reloaded', { file: this.opts.configFile });
       void old.retire();
@@ -302,6 +314,13 @@ export class Gateway implements UpstreamDeps {
     }
     this.metrics.inFlight.dec({ route: route.info.name });
     res.off('close', onClose);
+    if (this.failed && (outcome.status >= 400 || error)) {
+      this.failed.record({
+        requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,
+        error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
+        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, body: ctx.rawBody,
+      });
+    }
     log.info('request', {
       route: route.info.name,
       status: outcome.status,
@@ -344,6 +363,7 @@ export class Gateway implements UpstreamDeps {
   }
 
   private async shutdownResources(): Promise<void> {
+    this.failed?.close();
     this.transport.close();
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
