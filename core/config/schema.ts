@@ -49,7 +49,7 @@ export const gatewaySchema = {
         headers_timeout: duration,
         upstream_timeout: { ...duration, description: 'Whole upstream attempt, request to last byte (default 600s)' },
         upstream_idle_timeout: { ...duration, description: 'Longest upstream silence once it answers (default 300s)' },
-        on_client_abort: { enum: ['abort', 'finish'], description: 'abort: stop the upstream and bill what was generated' },
+        on_client_abort: { enum: ['abort'], description: 'abort: stop the upstream and bill what was generated (the only mode)' },
         workers: { type: 'integer', minimum: 1, description: 'More than 1 requires store.kind: redis' },
         admin_token: { type: 'string', description: 'Bearer token for the /admin API; the API is off without one' },
         drain_timeout: { ...duration, description: 'Grace period for in-flight requests on shutdown (default 30s)' },

@@ -24,7 +24,7 @@ export interface ServerConfig {
   upstreamTimeoutMs: number;
   /** Longest silence allowed from the upstream once it has started answering. */
   upstreamIdleTimeoutMs: number;
-  onClientAbort: 'abort' | 'finish';
+  onClientAbort: 'abort';
   workers: number;
   /** Bearer token for /admin endpoints; absent: the admin API is off. */
   adminToken?: string;
