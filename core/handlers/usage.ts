@@ -48,11 +48,11 @@ export const usageHandler: Handler = async (ctx) => {
   if (!key) throw new GatewayError('API_KEY_REQUIRED');
   const now = ctx.clock.now();
   const url = new URL(ctx.req.url ?? '/', 'http://gateway');
+  const badDate = () => new GatewayError('INVALID_REQUEST', { message: 'start_date and end_date must be dates in the form YYYY-MM-DD' });
   const end = url.searchParams.get('end_date') ?? dayKey(now);
+  if (!validDate(end)) throw badDate(); // before deriving the default start from it
   const start = url.searchParams.get('start_date') ?? dayKey(Date.parse(`${end}T00:00:00Z`) - 30 * DAY);
-  if (!validDate(start) || !validDate(end)) {
-    throw new GatewayError('INVALID_REQUEST', { message: 'start_date and end_date must be dates in the form YYYY-MM-DD' });
-  }
+  if (!validDate(start)) throw badDate();
   if (start > end) throw new GatewayError('INVALID_REQUEST', { message: 'start_date must not be after end_date' });
 
   const store = ctx.store;
@@ -134,12 +134,15 @@ export const usageHandler: Handler = async (ctx) => {
     return;
   }
   const spent = await store.balanceSpent(key.user);
-  const balance = microsToUsd((user?.balance ?? 0) - spent);
+  const left = (user?.balance ?? 0) - spent;
+  const balance = microsToUsd(left);
   sendJson(ctx, 200, {
     mode: 'unrestricted',
     isValid: true,
     planName: WALLET_PLAN_NAME,
-    remaining: balance,
+    // A wallet overrun by the last request reports its negative `balance`, but `remaining` never
+    // goes below 0: -1 is reserved for "unlimited".
+    remaining: microsToUsd(Math.max(0, left)),
     unit: 'USD',
     balance,
     ...expiry,

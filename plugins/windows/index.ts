@@ -6,11 +6,16 @@
  *   account spend caps weekly (Monday 00:00 UTC) / monthly (the 1st), balance spend only →
  *     402 spend_cap_reached with Retry-After = seconds until the reset
  * The claims join the request's single atomic admission.
+ *
+ * Spend caps count balance spend only, and models priced at $0 stay available (spec §8 rule 3):
+ * a request whose every candidate model is free adds no cap claim. When both caps are reached,
+ * Retry-After names the later reset (the first moment the request can pass).
  */
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError, WINDOW_MESSAGES } from '../../core/errors.js';
 import { WINDOWS } from '../../core/config/types.js';
-import { isModelCall } from '../../core/billing.js';
+import { allFree, candidateModels, isModelCall } from '../../core/billing.js';
+import { nextMonthStart } from '../../core/store/types.js';
 import { windowsSchema, type WindowsOptions } from './schema.js';
 
 export default definePlugin<WindowsOptions>({
@@ -20,7 +25,7 @@ export default definePlugin<WindowsOptions>({
   requires: ['auth'],
   create() {
     return {
-      onAccess(ctx) {
+      async onAccess(ctx) {
         const { key, user, group } = ctx;
         if (!key || !user || !group || !isModelCall(ctx)) return;
         for (const w of WINDOWS) {
@@ -34,16 +39,27 @@ export default definePlugin<WindowsOptions>({
           if (p.daily > 0 || p.weekly > 0 || p.monthly > 0) {
             ctx.admission.add({ kind: 'plan', user: user.name, group: group.name, limits: p }, () => new GatewayError('USAGE_LIMIT_EXCEEDED'));
           }
-        } else {
-          for (const period of ['weekly', 'monthly'] as const) {
-            const limit = user.spendCaps[period];
-            if (limit > 0) {
-              ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, (ms) => new GatewayError('SPEND_CAP_REACHED', {
-                message: `Account ${period} spend cap reached`,
-                retryAfter: Math.ceil((ms ?? 0) / 1000),
-              }));
+          return;
+        }
+        const caps = user.spendCaps;
+        if (caps.weekly <= 0 && caps.monthly <= 0) return;
+        if (allFree(await candidateModels(ctx))) return;
+        // Only to name the later reset when both caps are reached; admission itself decides.
+        const both = caps.weekly > 0 && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
+        for (const period of ['weekly', 'monthly'] as const) {
+          const limit = caps[period];
+          if (limit <= 0) continue;
+          ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, (ms) => {
+            let wait = ms ?? 0;
+            if (period === 'weekly' && both && both.monthly >= caps.monthly) {
+              const now = ctx.clock.now();
+              wait = Math.max(wait, nextMonthStart(now) - now);
             }
-          }
+            return new GatewayError('SPEND_CAP_REACHED', {
+              message: `Account ${period} spend cap reached`,
+              retryAfter: Math.max(1, Math.ceil(wait / 1000)),
+            });
+          });
         }
       },
     };
