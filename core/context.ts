@@ -89,11 +89,11 @@ export class Admission {
     return this.admitted;
   }
 
-  /** Releases a reservation that will not be settled. */
-  async cancel(): Promise<void> {
+  /** Releases a reservation that will not be settled (`keepCounts`: the request still counts for RPM). */
+  async cancel(opts: { keepCounts?: boolean } = {}): Promise<void> {
     if (!this.admitted) return;
     this.admitted = false;
-    await this.store.cancel(this.requestId);
+    await this.store.cancel(this.requestId, opts);
   }
 
   /** Called once settled: nothing left to cancel. */

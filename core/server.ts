@@ -310,7 +310,8 @@ export class Gateway implements UpstreamDeps {
     await runFinally(ctx, route.chain, run.reached, outcome);
     if (ctx.admission.isAdmitted) {
       // Admitted but never settled (no metering on this route, or it failed first): release the hold.
-      try { await ctx.admission.cancel(); } catch (e) { log.error('could not release a reservation', { error: e as Error }); }
+      // A request that reached an upstream still counts as a request (RPM); one refused before did not.
+      try { await ctx.admission.cancel({ keepCounts: ctx.attempts.length > 0 }); } catch (e) { log.error('could not release a reservation', { error: e as Error }); }
     }
     this.metrics.inFlight.dec({ route: route.info.name });
     res.off('close', onClose);

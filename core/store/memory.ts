@@ -401,8 +401,8 @@ export class MemoryStore implements Store {
     }
   }
 
-  async cancel(requestId: string): Promise<void> {
-    this.release(requestId, true);
+  async cancel(requestId: string, opts: { keepCounts?: boolean } = {}): Promise<void> {
+    this.release(requestId, !opts.keepCounts);
   }
 
   // ---- settlement ------------------------------------------------------------------------------

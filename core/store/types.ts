@@ -120,8 +120,11 @@ export interface Store {
   admit(req: AdmitRequest): Promise<AdmitResult>;
   /** Idempotent per requestId; releases the reservation made by admit (if any). */
   settle(requestId: string, s: Settlement): Promise<void>;
-  /** Drops a reservation without charging (request rejected after admission, e.g. by the queue). */
-  cancel(requestId: string): Promise<void>;
+  /**
+   * Drops a reservation without charging. The request's RPM counts are taken back too — unless
+   * `keepCounts`: a request that reached the upstream (and failed) still counts as a request.
+   */
+  cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void>;
   acquireSlot(req: SlotRequest): Promise<SlotResult>;
 
   /** Balance spend of a user, micro-USD (the balance is the configured credit minus this). */
