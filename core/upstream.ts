@@ -301,13 +301,7 @@ async function deliverStream(
   const parser = new SseParser();
   const res: ServerResponse = ctx.res;
   const body = up.body;
-  const idleMs = attempt.provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
-  let idle = false;
-  let idleTimer = setTimeout(onIdle, idleMs);
-  function onIdle() {
-    idle = true;
-    body.destroy(new Error('upstream idle timeout'));
-  }
+  // Upstream silence is enforced by the transport's socket inactivity timeout (`socketIdle`).
   let firstSent = false;
 
   const estimate = () => estimateUsage(ctx, translator.outputChars());
@@ -325,19 +319,20 @@ async function deliverStream(
       ctx.usageEstimated = true;
     }
   };
+  /** Resolves when the client can take more (or went away). */
+  const drained = () => new Promise<void>((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      ctx.signal.removeEventListener('abort', done);
+      resolve();
+    };
+    res.on('drain', done);
+    ctx.signal.addEventListener('abort', done, { once: true });
+  });
+  /** Writes and reports whether the client's buffer is full (no promise per chunk on the hot path). */
+  const writeNow = (text: string): boolean => !text || ctx.signal.aborted || res.write(text);
   const write = async (text: string) => {
-    if (!text || ctx.signal.aborted) return;
-    if (!res.write(text)) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          res.off('drain', done);
-          ctx.signal.removeEventListener('abort', done);
-          resolve();
-        };
-        res.on('drain', done);
-        ctx.signal.addEventListener('abort', done, { once: true });
-      });
-    }
+    if (!writeNow(text)) await drained();
   };
   /** The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. */
   const commit = async (): Promise<boolean> => {
@@ -370,7 +365,7 @@ async function deliverStream(
       res.end();
       return;
     }
-    const message = idle || socketIdle() ? 'The upstream stopped sending data (idle timeout)'
+    const message = socketIdle() ? 'The upstream stopped sending data (idle timeout)'
       : totalTimedOut() ? 'The upstream request timed out'
         : 'The upstream stream ended before completion';
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
@@ -411,8 +406,6 @@ async function deliverStream(
   keepalive.unref();
   try {
     for await (const chunk of body) {
-      clearTimeout(idleTimer);
-      idleTimer = setTimeout(onIdle, idleMs);
       const out = handOut(parser.feed(chunk as Buffer));
       if (!firstSent) {
         held += out;
@@ -435,10 +428,11 @@ async function deliverStream(
         lastWrite = Date.now();
         continue;
       }
-      await write(out);
-      if (out) lastWrite = Date.now();
+      if (out) {
+        lastWrite = Date.now();
+        if (!writeNow(out)) await drained();
+      }
     }
-    clearTimeout(idleTimer);
     if (committing && !(await committing)) return false;
     let out = held + handOut(parser.end(true));
     held = '';
@@ -464,7 +458,6 @@ async function deliverStream(
     res.end(closing);
     return true;
   } catch {
-    clearTimeout(idleTimer);
     clearTimeout(holdTimer);
     if (committing) await committing.catch(() => false);
     if (ctx.signal.aborted) {
@@ -475,13 +468,12 @@ async function deliverStream(
     }
     if (!firstSent) {
       return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
-        message: idle || socketIdle() ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
+        message: socketIdle() ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
       }));
     }
     failAfterCommit();
     return true;
   } finally {
-    clearTimeout(idleTimer);
     clearTimeout(holdTimer);
     clearInterval(keepalive);
   }

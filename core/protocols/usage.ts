@@ -85,33 +85,33 @@ export function estimateTokens(chars: number): number {
 }
 
 /**
- * Sum of the lengths of the JSON string values of `keys` in `data`, without parsing it: the
- * passthrough taps use it to estimate generated text cheaply on every delta event.
+ * Length of the text a delta event carries: the JSON string value of the first of `keys` present
+ * in `data` (a delta carries one), found without parsing. The passthrough taps run it on every
+ * delta event to estimate generated text, so it scans once and stops at the first match.
  */
 export function stringValueLength(data: string, keys: readonly string[]): number {
-  let total = 0;
   for (const key of keys) {
     const needle = `"${key}":`;
-    let from = 0;
-    for (;;) {
-      const k = data.indexOf(needle, from);
-      if (k === -1) break;
+    let k = data.indexOf(needle);
+    while (k !== -1) {
       let i = k + needle.length;
       while (data.charCodeAt(i) === 32) i++;
-      from = i;
-      if (data.charCodeAt(i) !== 34) continue;
-      i++;
-      let len = 0;
-      while (i < data.length) {
-        const c = data.charCodeAt(i);
-        if (c === 92) { i += data.charCodeAt(i + 1) === 117 ? 6 : 2; len++; continue; }
-        if (c === 34) break;
-        i++;
-        len++;
-      }
-      total += len;
-      from = i;
+      if (data.charCodeAt(i) === 34) return stringLength(data, i + 1);
+      k = data.indexOf(needle, i);
     }
   }
-  return total;
+  return 0;
+}
+
+/** Characters of the JSON string starting after its opening quote at `i` (escapes count once). */
+function stringLength(data: string, i: number): number {
+  let len = 0;
+  while (i < data.length) {
+    const c = data.charCodeAt(i);
+    if (c === 92) { i += data.charCodeAt(i + 1) === 117 ? 6 : 2; len++; continue; }
+    if (c === 34) break;
+    i++;
+    len++;
+  }
+  return len;
 }
