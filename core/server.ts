@@ -139,9 +139,9 @@ export class Gateway implements UpstreamDeps {
       // Malformed requests (bad header characters, oversized headers) never reach a route.
       if (!socket.writable) return socket.destroy();
       const id = newRequestId();
-      const status = err.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const body = JSON.stringify({ error: { type: 'invalid_request_error', code: 'bad_request', message: 'Malformed HTTP request', param: null } });
-      socket.end(`HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+      const r = renderError(new GatewayError(err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : 'MALFORMED_HTTP'), 'chat');
+      const body = JSON.stringify(r.body);
+      socket.end(`HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
         `content-type: application/json\r\nx-request-id: ${id}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     });
     const host = this.opts.host ?? config.server.host;
@@ -271,8 +271,9 @@ export class Gateway implements UpstreamDeps {
     } catch (e) {
       this.log.error('request failed outside the pipeline', { error: e as Error, requestId: id });
       if (!res.headersSent) {
-        res.writeHead(500, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ error: { type: 'api_error', code: 'internal_error', message: 'Internal gateway error', param: null } }));
+        const r = renderError(new GatewayError('INTERNAL'), 'chat');
+        res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
+        res.end(JSON.stringify(r.body));
       } else res.destroy();
     } finally {
       this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
