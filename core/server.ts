@@ -67,6 +67,8 @@ export class Gateway implements UpstreamDeps {
   private reloadTimer?: NodeJS.Timeout;
   private reloading: Promise<unknown> = Promise.resolve();
   private readonly sockets = new Set<Socket>();
+  /** Sockets carrying a request right now; the others can be closed at shutdown. */
+  private readonly busy = new Set<Socket>();
   private closing = false;
   private onHup?: () => void;
   private failed?: FailedRequestLog;
@@ -224,6 +226,8 @@ export class Gateway implements UpstreamDeps {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const rt = this.runtime;
     rt.enter();
+    const socket = req.socket;
+    this.busy.add(socket);
     const started = Date.now();
     const given = req.headers['x-request-id'];
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
@@ -278,6 +282,7 @@ export class Gateway implements UpstreamDeps {
     } finally {
       this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
       this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
+      this.busy.delete(socket);
       rt.leave();
     }
   }
@@ -356,9 +361,16 @@ export class Gateway implements UpstreamDeps {
     clearTimeout(this.reloadTimer);
     await this.reloading;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
-    this.server.closeIdleConnections();
+    // Connections not carrying a request (keep-alive between requests, or opened and unused) are
+    // closed now, and the others as soon as their response ends.
+    const sweep = () => {
+      for (const s of this.sockets) if (!this.busy.has(s)) s.destroy();
+    };
+    const sweeper = setInterval(sweep, 50);
+    sweep();
     const deadline = new Promise<void>((resolve) => setTimeout(resolve, this.runtime.config.server.drainTimeoutMs).unref());
     await Promise.race([closed, deadline]);
+    clearInterval(sweeper);
     for (const s of this.sockets) s.destroy();
     await this.runtime.retire();
     await this.shutdownResources();

@@ -94,3 +94,20 @@ t.test('SIGHUP reloads the CLI process; the listening address is logged', async 
   t.equal(code, 0, 'clean shutdown on SIGTERM');
   t.ok(readFileSync(file, 'utf8').length > 0);
 });
+
+t.test('shutdown drains: a stream in flight completes, new requests are refused', async (t) => {
+  const g = await startGateway(baseConfig());
+  const slow = fetch(g.url + '/v1/chat/completions', {
+    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: chunk_delay=40 words=12]]' }] })),
+  }).then((r) => r.text());
+  await sleep(120);
+  const closing = g.close();
+  await sleep(20);
+  const refused = await fetch(g.url + '/v1/models', { headers: bearer(KEYS.chat) }).then(() => false, () => true);
+  t.ok(refused, 'no new connections while draining');
+  const text = await slow;
+  t.match(text, /\[DONE\]/, 'the stream in flight finished');
+  t.notMatch(text, /event: error/);
+  await closing;
+});
