@@ -12,7 +12,7 @@ import { builtinPlugins } from '../../plugins/index.js';
 import { silentLogger, createLogger } from '../../core/log.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const CONFORMANCE = path.resolve(ROOT, '../shared/conformance');
+export const CONFORMANCE = path.resolve(ROOT, 'test/fixtures/conformance');
 
 const hex = (n: number) => n.toString(16).padStart(64, '0');
 /** Deterministic test keys. */

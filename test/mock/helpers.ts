@@ -5,7 +5,7 @@ import { SseParser, type SseBlock } from '../../core/sse.js';
 
 /** Repository root (this file runs from dist/test/mock). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const CONFORMANCE = path.resolve(ROOT, '../shared/conformance');
+export const CONFORMANCE = path.resolve(ROOT, 'test/fixtures/conformance');
 
 export interface Raw {
   status: number;

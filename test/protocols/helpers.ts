@@ -19,7 +19,7 @@ import type { Usage } from '../../core/money.js';
 import { fromAnthropicUsage, fromChatUsage, fromResponsesUsage } from '../../core/protocols/usage.js';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const CONFORMANCE = path.resolve(ROOT, '../shared/conformance');
+export const CONFORMANCE = path.resolve(ROOT, 'test/fixtures/conformance');
 
 export const PROTOCOLS: ProtocolName[] = ['anthropic-messages', 'openai-chat', 'openai-responses'];
 export const DIRS: Record<ProtocolName, string> = {
