@@ -8,8 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-// The Anthropic SDK's own partial-JSON parser: tool input cut short (max_tokens) compares like `MessageStream` shows it.
-import { partialParse } from '@anthropic-ai/sdk/_vendor/partial-json-parser/parser.mjs';
+import { createRequire } from 'node:module';
 import { SseParser, type SseBlock } from '../../core/sse.js';
 import { codecFor } from '../../core/protocols/index.js';
 import type { ProtocolName } from '../../core/config/types.js';
@@ -17,6 +16,11 @@ import type { IRStreamEvent } from '../../core/protocols/ir.js';
 import type { ProtocolCodec } from '../../core/protocols/types.js';
 import type { Usage } from '../../core/money.js';
 import { fromAnthropicUsage, fromChatUsage, fromResponsesUsage } from '../../core/protocols/usage.js';
+
+// The Anthropic SDK's own partial-JSON parser: tool input cut short (max_tokens) compares like
+// `MessageStream` shows it. Loaded by require: a deep ESM import of it breaks under tap's first-run
+// (TypeScript-plugin) loader on a fresh install.
+const { partialParse } = createRequire(import.meta.url)('@anthropic-ai/sdk/_vendor/partial-json-parser/parser.js') as { partialParse: (s: string) => unknown };
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const CONFORMANCE = path.resolve(ROOT, 'test/fixtures/conformance');
