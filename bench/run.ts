@@ -3,7 +3,10 @@
  * same mock upstream, for a fixed time each, non-streaming and streaming, and print requests/s,
  * p50/p99 latency and the gateway/bare-proxy ratios. Results are written to bench/results/.
  *
- * Options (env): BENCH_SECONDS (default 10), BENCH_CONCURRENCY (default 32), BENCH_WORDS (reply
+ * Each target is loaded BENCH_ROUNDS times, alternating with the other, and the medians are
+ * reported: a shared machine's noise hits both sides alike instead of whichever ran during it.
+ *
+ * Options (env): BENCH_SECONDS per run (default 5), BENCH_ROUNDS (default 3), BENCH_CONCURRENCY (default 32), BENCH_WORDS (reply
  * length, default 20), BENCH_MODE (json | stream: run only one), BENCH_PROFILE=1 (CPU profile of
  * the gateway into bench/profiles/). The load generator runs in this process; the three servers are children.
  */
@@ -17,7 +20,8 @@ import YAML from 'yaml';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const WORDS = Number(process.env.BENCH_WORDS ?? 20);
 const KEY = 'sk-' + 'be'.repeat(32);
@@ -125,18 +129,32 @@ async function main(): Promise<void> {
 
     const rows: Array<{ mode: string; target: string; r: Result }> = [];
     const modes = process.env.BENCH_MODE === 'stream' ? [true] : process.env.BENCH_MODE === 'json' ? [false] : [false, true];
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
     for (const stream of modes) {
       const mode = stream ? 'streaming' : 'non-streaming';
-      // Alternate the order so neither side always runs on a warmer machine.
-      for (const [target, url, child] of [['bare proxy', proxy.url, proxy.child], ['gateway', gateway.url, gateway.child]] as const) {
-        rows.push({ mode, target, r: await load(url, stream, child) });
+      const runs: Record<string, Result[]> = { 'bare proxy': [], gateway: [] };
+      for (let round = 0; round < ROUNDS; round++) {
+        // Alternate the order so neither side always runs first.
+        const order = [['bare proxy', proxy.url, proxy.child], ['gateway', gateway.url, gateway.child]] as const;
+        for (const [target, url, child] of round % 2 ? [...order].reverse() : order) runs[target].push(await load(url, stream, child));
+      }
+      for (const target of ['bare proxy', 'gateway']) {
+        const rs = runs[target];
+        rows.push({
+          mode, target,
+          r: {
+            requests: rs.reduce((a, r) => a + r.requests, 0), errors: rs.reduce((a, r) => a + r.errors, 0),
+            rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)),
+            mean: median(rs.map((r) => r.mean)), cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
+          },
+        });
       }
     }
     const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : '-');
     const lines: string[] = [];
-    lines.push(`node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'}), ${SECONDS}s per run, concurrency ${CONCURRENCY}, ${WORDS}-word replies`);
+    lines.push(`node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'}), ${ROUNDS} alternating rounds of ${SECONDS}s per target (medians), concurrency ${CONCURRENCY}, ${WORDS}-word replies`);
     lines.push('');
-    lines.push('| mode | target | requests | errors | req/s | p50 ms | p99 ms | server CPU µs/request |');
+    lines.push('| mode | target | requests (all rounds) | errors | req/s | p50 ms | p99 ms | server CPU µs/request |');
     lines.push('|---|---|---|---|---|---|---|---|');
     for (const { mode, target, r } of rows) {
       lines.push(`| ${mode} | ${target} | ${r.requests} | ${r.errors} | ${fmt(r.rps)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.cpuUsPerRequest, 0)} |`);
@@ -154,7 +172,7 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true });
     const stamp = new Date().toISOString().slice(0, 19).replace(/:/g, '-');
     writeFileSync(path.join(dir, `${stamp}.md`), `# Benchmark ${new Date().toISOString()}\n\n${text}\n`);
-    writeFileSync(path.join(dir, 'latest.json'), JSON.stringify({ at: new Date().toISOString(), seconds: SECONDS, concurrency: CONCURRENCY, words: WORDS, rows }, null, 2) + '\n');
+    writeFileSync(path.join(dir, 'latest.json'), JSON.stringify({ at: new Date().toISOString(), seconds: SECONDS, rounds: ROUNDS, concurrency: CONCURRENCY, words: WORDS, rows }, null, 2) + '\n');
   } finally {
     for (const c of children) c.kill(process.env.BENCH_PROFILE ? 'SIGINT' : 'SIGKILL');
   }
