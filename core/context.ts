@@ -80,7 +80,11 @@ export class Admission {
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
-    if (!result.ok) throw this.errors[result.index](result.retryAfterMs);
+    if (!result.ok) {
+      // Transient: the limit has room once the requests in flight settle. Retryable, unlike exhaustion.
+      if (result.held) throw new GatewayError('LIMIT_HELD', { retryAfter: 1 });
+      throw this.errors[result.index](result.retryAfterMs);
+    }
     this.admitted = true;
   }
 
@@ -163,7 +167,14 @@ export class RequestContext {
   private modelPromise?: Promise<ResolvedModel>;
 
   constructor(
+    /** The id echoed in `X-Request-ID` and logs; may come from the client. */
     readonly id: string,
+    /**
+     * The id the store knows this request by (admission, settlement). Always minted by the gateway:
+     * a client-chosen `X-Request-ID` must never be able to collide with, or replay, another request's
+     * reservation.
+     */
+    readonly ledgerId: string,
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
     readonly route: RouteInfo,
@@ -177,7 +188,7 @@ export class RequestContext {
   ) {
     this.startedAt = clock.now();
     this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
-    this.admission = new Admission(store, id);
+    this.admission = new Admission(store, ledgerId);
   }
 
   get protocol(): ProtocolName | undefined {

@@ -92,6 +92,8 @@ export const CATALOGUE = Object.freeze({
     message: 'Too many pending requests, please retry later' }),
   QUEUE_TIMEOUT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
     message: 'Concurrency limit exceeded for user, please retry later' }),
+  LIMIT_HELD: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
+    message: 'The rest of this limit is held by requests in flight, please retry shortly' }),
   PROVIDER_RATE_LIMIT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
     message: 'The provider is rate limiting requests' }),
   UPSTREAM_ERROR: entry({ status: 502, type: 'upstream_error', code: 'upstream_error',

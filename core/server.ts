@@ -294,7 +294,8 @@ export class Gateway implements UpstreamDeps {
     };
     res.on('close', onClose);
     const log = this.log.child({ requestId: id });
-    const ctx = new RequestContext(id, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, readBody);
+    const ledgerId = newRequestId();
+    const ctx = new RequestContext(id, ledgerId, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, readBody);
     ctx.metrics = this.metrics;
     this.metrics.inFlight.inc({ route: route.info.name });
     const handler = route.info.handler ? HANDLERS[route.info.handler] : undefined;

@@ -224,8 +224,10 @@ function errCode(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | null)?.code;
 }
 
-type Check = { ok: true; apply: (adm: Admission) => void } | { ok: false; retryAfterMs?: number };
+type Check = { ok: true; apply: (adm: Admission) => void } | { ok: false; retryAfterMs?: number; held?: true };
 const FAIL: Check = { ok: false };
+/** Refused only because of reservations in flight. */
+const HELD: Check = { ok: false, held: true };
 
 export interface MemoryStoreOptions {
   /** Directory for the snapshot and journal; undefined = nothing on disk. */
@@ -288,16 +290,20 @@ export class MemoryStore implements Store {
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     this.assertOpen();
     assertMoney('reserve', req.reserve);
-    if (this.admissions.has(req.requestId)) return { ok: true };
-    if (this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already settled`);
+    // Ids are minted by the gateway, one admission each; a repeat is a bug, never a free pass.
+    if (this.admissions.has(req.requestId) || this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
     const now = this.clock.now();
     // No await from here to the end: check and apply are one atomic step.
     const applies: ((adm: Admission) => void)[] = [];
+    let heldAt = -1;
     for (let i = 0; i < req.claims.length; i++) {
       const c = this.check(req.claims[i], now, req.reserve);
-      if (!c.ok) return c.retryAfterMs === undefined ? { ok: false, index: i } : { ok: false, index: i, retryAfterMs: c.retryAfterMs };
-      applies.push(c.apply);
+      if (c.ok) applies.push(c.apply);
+      // A held claim is reported only if no later claim is refused outright: exhaustion wins.
+      else if (c.held) heldAt = heldAt < 0 ? i : heldAt;
+      else return c.retryAfterMs === undefined ? { ok: false, index: i } : { ok: false, index: i, retryAfterMs: c.retryAfterMs };
     }
+    if (heldAt >= 0) return { ok: false, index: heldAt, held: true };
     const adm: Admission = { reserve: req.reserve, held: [], counted: [] };
     for (const apply of applies) apply(adm);
     this.admissions.set(req.requestId, adm);
@@ -325,7 +331,7 @@ export class MemoryStore implements Store {
       case 'balance': {
         const w = this.wallet(c.user);
         if (c.credit - w.spent - w.reserved > 0) return { ok: true, apply: (adm) => hold(w, adm) };
-        if (!c.free) return FAIL;
+        if (!c.free) return c.credit - w.spent > 0 ? HELD : FAIL;
         const fc = getOr(this.freeCalls, c.user, () => ({ minute, count: 0 }));
         const used = fc.minute === minute ? fc.count : 0;
         if (c.freeRpm > 0 && used >= c.freeRpm) return { ok: false, retryAfterMs: untilNextMinute };
@@ -338,14 +344,20 @@ export class MemoryStore implements Store {
           [p.weekly, weekStart(now), c.limits.weekly],
           [p.monthly, monthStart(now), c.limits.monthly],
         ];
+        let held = false;
         for (const [period, start, limit] of periods) {
-          if (limit > 0 && periodUsed(period, start) + period.reserved >= limit) return FAIL;
+          if (limit <= 0) continue;
+          const used = periodUsed(period, start);
+          if (used >= limit) return FAIL;
+          if (used + period.reserved >= limit) held = true;
         }
+        if (held) return HELD;
         return { ok: true, apply: (adm) => { for (const [period] of periods) hold(period, adm); } };
       }
       case 'key-quota': {
         const k = this.keyCounters(c.key);
-        if (c.limit > 0 && k.used + k.reserved >= c.limit) return FAIL;
+        if (c.limit > 0 && k.used >= c.limit) return FAIL;
+        if (c.limit > 0 && k.used + k.reserved >= c.limit) return HELD;
         return { ok: true, apply: (adm) => hold(k, adm) };
       }
       case 'key-window': {
@@ -353,7 +365,8 @@ export class MemoryStore implements Store {
         const w = k.windows[c.window];
         const restart = windowExpired(w, c.window, now);
         const used = restart ? 0 : w.used;
-        if (c.limit > 0 && used + w.reserved >= c.limit) return FAIL;
+        if (c.limit > 0 && used >= c.limit) return FAIL;
+        if (c.limit > 0 && used + w.reserved >= c.limit) return HELD;
         return {
           ok: true,
           apply: (adm) => {
@@ -369,6 +382,7 @@ export class MemoryStore implements Store {
       case 'spend-cap': {
         const p = this.cap(c.user)[c.period];
         const start = c.period === 'weekly' ? weekStart(now) : monthStart(now);
+        if (c.limit > 0 && periodUsed(p, start) < c.limit && periodUsed(p, start) + p.reserved >= c.limit) return HELD;
         if (c.limit > 0 && periodUsed(p, start) + p.reserved >= c.limit) {
           const end = c.period === 'weekly' ? start + WEEK : nextMonthStart(now);
           return { ok: false, retryAfterMs: end - now };

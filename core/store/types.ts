@@ -39,8 +39,12 @@ export interface AdmitRequest {
 
 export type AdmitResult =
   | { ok: true }
-  /** `index` of the first failing claim; `retryAfterMs` for time-based limits (RPM, caps). */
-  | { ok: false; index: number; retryAfterMs?: number };
+  /**
+   * `index` of the first failing claim; `retryAfterMs` for time-based limits (RPM, caps). `held`:
+   * the limit itself is not reached — only the reservations of requests in flight fill it, so the
+   * refusal is transient (it clears as they settle) and must not read as exhaustion.
+   */
+  | { ok: false; index: number; retryAfterMs?: number; held?: true };
 
 /** What a finished request cost, and where it counts. */
 export interface Settlement {
@@ -117,6 +121,7 @@ export interface PeriodUsage {
 
 export interface Store {
   readonly kind: 'memory' | 'redis';
+  /** One call per requestId: admitting an id that is live or already settled throws. */
   admit(req: AdmitRequest): Promise<AdmitResult>;
   /** Idempotent per requestId; releases the reservation made by admit (if any). */
   settle(requestId: string, s: Settlement): Promise<void>;

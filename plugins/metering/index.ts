@@ -23,7 +23,7 @@ export default definePlugin<MeteringOptions>({
         if (!key || !group || !usage || !model || ctx.route.handler) return;
         const charge = priceUsage(usage, model.price, chargeRate(user, group));
         try {
-          await ctx.store.settle(ctx.id, {
+          await ctx.store.settle(ctx.ledgerId, {
             keyId: key.id,
             user: key.user,
             group: group.name,

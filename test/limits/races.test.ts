@@ -18,7 +18,7 @@ const USAGE = { input: 10, output: 20 };
 const EACH = charge(USAGE, PRICE).actual;
 const LIMIT_USD = 0.0102; // not a multiple of a request: the last one admitted overruns it
 const LIMIT = 10_200;
-const K = { quota: key(0x600), window: key(0x601), plan: key(0x602), balance: key(0x603) };
+const K = { quota: key(0x600), window: key(0x601), plan: key(0x602), balance: key(0x603), sameId: key(0x604) };
 
 const clock = new ManualClock(Date.UTC(2026, 0, 6, 8, 0, 0));
 let g: TestGateway;
@@ -35,6 +35,7 @@ t.before(async () => {
     { key: K.window, name: 'race-window', user: 'rich', group: 'race', windows: { '1d': LIMIT_USD } },
     { key: K.plan, name: 'race-plan', user: 'rich', group: 'race-plan' },
     { key: K.balance, name: 'race-balance', user: 'poor', group: 'race' },
+    { key: K.sameId, name: 'race-same-id', user: 'rich', group: 'race', quota: LIMIT_USD },
   );
   g = await startGateway(cfg, { clock });
 });
@@ -48,38 +49,53 @@ function reserve(): number {
   return worstCaseCharge(body, [g.gw.config.models['race-model']], 1_000_000);
 }
 
-async function storm(k: string): Promise<Reply[]> {
+async function storm(k: string, headers: Record<string, string> = {}): Promise<Reply[]> {
   return Promise.all(Array.from({ length: N }, () => call(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(k), 'content-type': 'application/json' }, body: requestBody,
+    method: 'POST', headers: { ...bearer(k), 'content-type': 'application/json', ...headers }, body: requestBody,
   })));
 }
 
-async function check(t: any, k: string, name: string, err: ErrorExpectation, spent: () => Promise<number>) {
+/** The refusal of a request whose limit is filled only by reservations in flight: retryable. */
+const HELD: ErrorExpectation = {
+  status: 429, type: 'rate_limit_error', message: 'The rest of this limit is held by requests in flight, please retry shortly',
+  retryAfter: '1', shouldRetryFalse: false,
+};
+const signature = (x: Reply) => `${x.status} ${x.json?.code ?? x.json?.error?.type} ${x.json?.message ?? x.json?.error?.message}`;
+
+async function check(t: any, k: string, name: string, err: ErrorExpectation, spent: () => Promise<number>, headers: Record<string, string> = {}) {
   const r = reserve();
   t.ok(r >= EACH, `the reservation (${r}) covers the actual charge (${EACH})`);
-  // Storms until one admits nothing: reservations held by requests in flight may refuse requests
-  // the limit could still take, but once everything settled the limit is reached, not passed by more
-  // than one request.
+  // Storms until one admits nothing. While requests are in flight their reservations refuse others
+  // with the retryable "held" 429; once everything settled the limit is reached, not passed by more
+  // than one request, and every refusal is the limit's own (non-retryable) error.
   let admitted = 0;
   let storms = 0;
-  const refused: Reply[] = [];
+  let last: Reply[] = [];
+  const held: Reply[] = [];
   for (;;) {
-    const replies = await storm(k);
+    const replies = await storm(k, headers);
     storms++;
     const ok = replies.filter((x) => x.status === 200);
-    refused.push(...replies.filter((x) => x.status !== 200));
+    last = replies.filter((x) => x.status !== 200);
     for (const x of ok) t.equal(x.json.usage.total_tokens, USAGE.input + USAGE.output);
+    if (headers['x-request-id']) t.ok(replies.every((x) => x.headers.get('x-request-id') === headers['x-request-id']), 'the client\'s X-Request-ID is echoed');
     admitted += ok.length;
     if (ok.length === 0 || storms === 10) break;
+    held.push(...last.filter((x) => x.json?.error?.type === 'rate_limit_error'));
+    const other = last.filter((x) => x.json?.error?.type !== 'rate_limit_error');
+    if (other.length > 0) assertError(t, other[0], err, `${name} (storm ${storms})`);
   }
   t.ok(storms < 10, `the limit was reached after ${storms} storms of ${N}`);
   t.ok(admitted * EACH >= LIMIT, `spend ${admitted * EACH} reached the limit ${LIMIT}`);
   t.ok(admitted * EACH < LIMIT + r, `spend ${admitted * EACH} < limit ${LIMIT} + one request's worst case ${r}`);
   t.ok(admitted <= Math.floor(LIMIT / EACH) + 1, `at most one request beyond the limit (${admitted})`);
-  t.equal(refused.length, storms * N - admitted);
-  const distinct = new Set(refused.map((x) => `${x.status} ${x.json?.code ?? x.json?.error?.type} ${x.json?.message ?? x.json?.error?.message}`));
-  t.equal(distinct.size, 1, `every refusal is the same error: ${[...distinct].join(' | ')}`);
-  assertError(t, refused[0], err, name);
+  t.equal(last.length, N, 'the final storm admitted nothing');
+  const distinct = new Set(last.map(signature));
+  t.equal(distinct.size, 1, `once the limit is reached every refusal is the same error: ${[...distinct].join(' | ')}`);
+  assertError(t, last[0], err, name);
+  t.ok(held.length > 0, `requests refused only by reservations in flight were told to retry (${held.length})`);
+  for (const x of new Set(held.map(signature))) t.equal(x, signature(held[0]), 'one held error');
+  if (held.length > 0) assertError(t, held[0], HELD, `${name} held`);
   const u = await usageOf(g, k);
   t.equal(u.usage.total.requests, admitted, 'one usage record per answered request');
   t.equal(Math.round(u.usage.total.actual_cost * 1e6), admitted * EACH, '/v1/usage spend = sum of the charges');
@@ -110,4 +126,12 @@ t.test('wallet balance', async (t) => {
   const res = await check(t, K.balance, 'balance', { status: 403, type: 'billing_error' }, async () => g.gw.store.balanceSpent('poor'));
   t.equal(res.u.balance, (LIMIT - res.ok * EACH) / 1e6, 'balance = credit − the sum of the charges');
   t.ok(res.u.balance > -reserve() / 1e6, 'overrun by less than one request');
+});
+
+t.test('every request carries the same client X-Request-ID: each is still admitted and billed on its own', async (t) => {
+  // The client's id is echoed, never used as the ledger id: reusing it cannot skip a claim or a charge.
+  const res = await check(t, K.sameId, 'quota, shared X-Request-ID', { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-same-id')).used, { 'x-request-id': 'my-fixed-request-id' });
+  t.equal((await g.gw.store.keyState('race-same-id')).reserved, 0, 'no reservation left behind');
+  t.equal(res.u.quota.used, res.ok * EACH / 1e6);
 });

@@ -66,7 +66,7 @@ t.test('balance: priced requests need available > 0, reservations count', async 
   t.ok(a.ok);
   const b = await admit(store, 600, balance(1000)); // available 400
   t.ok(b.ok);
-  t.same(await admit(store, 1, balance(1000)), { ok: false, index: 0, id: `req-${nextId}` }, 'available -200');
+  t.same(await admit(store, 1, balance(1000)), { ok: false, index: 0, held: true, id: `req-${nextId}` }, 'available -200, but only because of reservations: held');
   await store.settle(a.id, settlement({ actual: 500 }));
   t.equal(await store.balanceSpent('u1'), 500);
   t.notOk((await admit(store, 1, balance(1000))).ok, 'spent 500 + reserved 600');
@@ -103,7 +103,7 @@ t.test('key-quota: used + reserved < limit', async (t) => {
   const a = await admit(store, 50, quota(100));
   const b = await admit(store, 50, quota(100));
   t.ok(a.ok && b.ok);
-  t.same(await admit(store, 0, quota(100)), { id: `req-${nextId}`, ok: false, index: 0 }, 'reserved 100 = limit');
+  t.same(await admit(store, 0, quota(100)), { id: `req-${nextId}`, ok: false, index: 0, held: true }, 'reserved 100 = limit: held, not exhausted');
   t.same((await store.keyState('k1')).reserved, 100);
   await store.settle(a.id, settlement({ actual: 49 }));
   await store.settle(b.id, settlement({ actual: 50 }));
@@ -173,7 +173,7 @@ t.test('plan: daily / weekly / monthly limits at their UTC boundaries', async (t
   t.ok((await admit(store, 0, plan(100, 0, 0))).ok, 'daily used 99');
   const r = await admit(store, 1, plan(100, 0, 0));
   t.ok(r.ok, 'reserve 1 on top of 99');
-  t.same(await admit(store, 0, plan(100, 0, 0)), { id: `req-${nextId}`, ok: false, index: 0 }, '99 + 1 reserved');
+  t.same(await admit(store, 0, plan(100, 0, 0)), { id: `req-${nextId}`, ok: false, index: 0, held: true }, '99 + 1 reserved: held');
   await store.settle(r.id, settlement({ billing: 'plan', actual: 1 }));
   t.same(await store.planUsage('u1', 'g1'), { daily: 100, weekly: 100, monthly: 100 });
   clock.set(Date.UTC(2026, 0, 5, 23, 59, 59, 999));
@@ -257,6 +257,24 @@ t.test('rpm: per clock minute, per scope', async (t) => {
   t.notOk((await admit(store, 0, rpm(1, 'other'))).ok, 'a cancel from an earlier minute does not touch this one');
 });
 
+t.test('held: a claim refused only by reservations in flight is transient; exhaustion anywhere wins', async (t) => {
+  const { store } = await memStore();
+  await charge(store, 50);
+  const a = await admit(store, 60, quota(100), win('1d', 1000), balance(1000), cap('weekly', 1000));
+  t.ok(a.ok);
+  t.same(await admit(store, 1, quota(100)), { id: `req-${nextId}`, ok: false, index: 0, held: true }, 'quota: 50 used + 60 held');
+  const w = await admit(store, 0, win('1d', 60));
+  t.same(w, { id: w.id, ok: false, index: 0, held: true }, 'window: 0 used + 60 held');
+  const c = await admit(store, 0, cap('weekly', 110));
+  t.same(c, { id: c.id, ok: false, index: 0, held: true }, 'cap: 50 used + 60 held, no retry-after of a week');
+  const b = await admit(store, 0, balance(110));
+  t.same(b, { id: b.id, ok: false, index: 0, held: true }, 'wallet: 110 − 50 spent − 60 held');
+  const x = await admit(store, 0, quota(100), quota(50, 'k1'));
+  t.same(x, { id: x.id, ok: false, index: 1 }, 'a later claim that is exhausted outright wins over an earlier held one');
+  await store.settle(a.id, settlement({ actual: 10 }));
+  t.ok((await admit(store, 0, quota(100))).ok, 'passes once the request in flight settled');
+});
+
 t.test('claims are checked in order, the first failure wins, a failure applies nothing', async (t) => {
   const { store } = await memStore();
   await charge(store, 100);
@@ -292,10 +310,10 @@ t.test('settle is idempotent and valid without an admission; bad amounts throw',
   t.equal((await store.keyStats('k1', '2026-01-01', '2026-12-31')).total.requests, 1);
   await store.settle('never-admitted', settlement({ actual: 5 }));
   t.equal(await store.balanceSpent('u1'), 125);
-  await t.rejects(store.admit({ requestId: a.id, reserve: 1, claims: [] }), /already settled/);
+  await t.rejects(store.admit({ requestId: a.id, reserve: 1, claims: [] }), /already admitted/, 'a settled id cannot be admitted again');
   const b = await admit(store, 10, quota(1000));
-  t.same(await store.admit({ requestId: b.id, reserve: 10, claims: [quota(1000)] }), { ok: true }, 're-admitting a live id is a no-op');
-  t.equal((await store.keyState('k1')).reserved, 10);
+  await t.rejects(store.admit({ requestId: b.id, reserve: 10, claims: [quota(1000)] }), /already admitted/, 'a live id cannot be admitted again');
+  t.equal((await store.keyState('k1')).reserved, 10, 'the failed re-admission reserved nothing');
   await t.rejects(store.admit({ requestId: 'f', reserve: 1.5, claims: [] }), TypeError);
   await t.rejects(store.admit({ requestId: 'n', reserve: -1, claims: [] }), TypeError);
   await t.rejects(store.settle('f', settlement({ actual: 0.5 })), TypeError);
