@@ -334,6 +334,17 @@ async function deliverStream(
   const write = async (text: string) => {
     if (!writeNow(text)) await drained();
   };
+  /**
+   * The client left after this upstream answered 200: no fallback, nothing written, and the usage
+   * seen so far is billed to this model (wire-notes: bill what was generated) — even inside the
+   * preamble hold, where nothing reached the client yet but the upstream already worked.
+   */
+  const clientGone = (complete: boolean): true => {
+    ctx.answeredModel = attempt.model;
+    settleUsage(complete);
+    attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    return true;
+  };
   /** The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. */
   const commit = async (): Promise<boolean> => {
     await runOnResponse(ctx, attempt, hooks);
@@ -418,7 +429,7 @@ async function deliverStream(
         }
         if (!(await commitHeld())) {
           body.destroy();
-          return false;
+          return ctx.signal.aborted && !attempt.retry ? clientGone(false) : false;
         }
         if (held) {
           const h = held;
@@ -433,7 +444,7 @@ async function deliverStream(
         if (!writeNow(out)) await drained();
       }
     }
-    if (committing && !(await committing)) return false;
+    if (committing && !(await committing)) return ctx.signal.aborted && !attempt.retry ? clientGone(false) : false;
     let out = held + handOut(parser.end(true));
     held = '';
     const end = translator.end();
@@ -441,14 +452,10 @@ async function deliverStream(
     if (!firstSent) {
       if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError));
       if (!end.complete) return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));
-      if (!(await commit())) return false;
+      if (!(await commit())) return ctx.signal.aborted && !attempt.retry ? clientGone(end.complete) : false;
     }
     await write(out);
-    if (ctx.signal.aborted) {
-      settleUsage(end.complete);
-      attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
-      return true;
-    }
+    if (ctx.signal.aborted) return clientGone(end.complete);
     if (!end.complete) {
       failAfterCommit();
       return true;
@@ -460,12 +467,8 @@ async function deliverStream(
   } catch {
     clearTimeout(holdTimer);
     if (committing) await committing.catch(() => false);
-    if (ctx.signal.aborted) {
-      // The client went away: the upstream is aborted; bill what was generated, write nothing.
-      settleUsage(false);
-      attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
-      return true;
-    }
+    // The client went away: the upstream is aborted; bill what was generated, write nothing.
+    if (ctx.signal.aborted) return clientGone(false);
     if (!firstSent) {
       return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
         message: socketIdle() ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',

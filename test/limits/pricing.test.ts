@@ -8,7 +8,7 @@
 import t from 'tap';
 import { baseConfig, bearer, call, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { ManualClock } from '../../core/clock.js';
-import { bodyFor, charge, directive, key, modelCall, PATHS, until, usageOf, type Proto } from './helpers.js';
+import { bodyFor, charge, directive, key, modelCall, PATHS, sleep, until, usageOf, type Proto } from './helpers.js';
 import type { Usage } from '../../core/money.js';
 
 const CLAUDE = { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 };
@@ -217,6 +217,27 @@ for (const [proto, k] of [['chat', KEYS.chat], ['messages', KEYS.messages], ['re
     t.equal(d.spent, d.actual);
   });
 }
+
+t.test('a client that leaves inside the preamble hold (nothing reached it yet) is billed the input the upstream reported', async (t) => {
+  // message_start carries the input usage, then the upstream thinks silently: the response is not
+  // committed (preamble_hold) when the client gives up, but the upstream already did the work.
+  const k = KEYS.messages;
+  const b = await snap(k);
+  const ac = new AbortController();
+  const pending = fetch(g.url + PATHS.messages, {
+    method: 'POST', signal: ac.signal, headers: { ...bearer(k), 'content-type': 'application/json' },
+    body: JSON.stringify(bodyFor('messages', 'p-claude', '[[mock: input_tokens=5000 output_tokens=1 hang_after=1]]', { stream: true })),
+  }).then(() => 'headers', () => 'aborted');
+  await sleep(300);
+  ac.abort();
+  t.equal(await pending, 'aborted', 'no response headers had been sent');
+  t.ok(await until(async () => (await snap(k)).requests === b.requests + 1), 'one usage record');
+  const d = diff(b, await snap(k));
+  t.equal(d.input, 5000, 'the input reported in message_start');
+  t.equal(d.output, 1, 'the output message_start reported (1, as the real API does), nothing more');
+  t.ok(d.actual > 0, 'charged');
+  t.equal(d.spent, d.actual);
+});
 
 for (const [proto, k] of [['chat', KEYS.chat], ['messages', KEYS.messages], ['responses', KEYS.responses]] as const) {
   t.test(`an upstream that dies mid-stream (${proto}): billed for what was generated, the client gets an error event`, async (t) => {
