@@ -37,17 +37,31 @@ export function requestedMaxTokens(body: ParsedBody): number | undefined {
   return undefined;
 }
 
+/** Choices a Chat request asks for (`n`); each may produce the full output cap. */
+function choices(body: ParsedBody): number {
+  const n = body.json.n;
+  return typeof n === 'number' && Number.isInteger(n) && n > 1 ? Math.min(n, 128) : 1;
+}
+
 /**
- * Worst-case charge of a request, reserved at admission: input estimated generously from the body
- * size (a token per 3 characters), output at the requested cap or the model's maximum.
+ * Worst-case charge of a request, reserved at admission (docs/limits.md "Admission").
+ *  - Input: a token per 2 bytes of the UTF-8 body. Generous for English (about 4 characters a
+ *    token) and still covering CJK text (3 bytes a character, about a token each) and dense digits
+ *    or base64; priced at the dearer of the input and cache-write rates, since the provider decides
+ *    which bucket the prompt lands in.
+ *  - Output: the requested cap, else the model's `max_output_tokens`, times `n` choices.
+ * The overrun bound of one request holds as long as this covers the actual charge, which is why it
+ * errs high: a large reservation only limits how many requests run at once near a limit.
  */
 export function worstCaseCharge(body: ParsedBody, models: readonly ModelConfig[], ratePpm: number): number {
-  const input = Math.ceil(body.text.length / 3);
+  const input = Math.ceil(Buffer.byteLength(body.text, 'utf8') / 2);
+  const n = choices(body);
   let worst = 0;
   for (const m of models) {
-    const output = requestedMaxTokens(body) ?? m.maxOutputTokens;
-    const c = priceUsage({ input, output, cacheRead: 0, cacheWrite: 0 }, m.price, ratePpm).actual;
-    if (c > worst) worst = c;
+    const output = (requestedMaxTokens(body) ?? m.maxOutputTokens) * n;
+    const asInput = priceUsage({ input, output, cacheRead: 0, cacheWrite: 0 }, m.price, ratePpm).actual;
+    const asCacheWrite = priceUsage({ input: 0, output, cacheRead: 0, cacheWrite: input }, m.price, ratePpm).actual;
+    worst = Math.max(worst, asInput, asCacheWrite);
   }
   return worst;
 }

@@ -18,7 +18,7 @@ const USAGE = { input: 10, output: 20 };
 const EACH = charge(USAGE, PRICE).actual;
 const LIMIT_USD = 0.0102; // not a multiple of a request: the last one admitted overruns it
 const LIMIT = 10_200;
-const K = { quota: key(0x600), window: key(0x601), plan: key(0x602), balance: key(0x603), sameId: key(0x604) };
+const K = { quota: key(0x600), window: key(0x601), plan: key(0x602), balance: key(0x603), sameId: key(0x604), uncapped: key(0x605) };
 
 const clock = new ManualClock(Date.UTC(2026, 0, 6, 8, 0, 0));
 let g: TestGateway;
@@ -26,7 +26,9 @@ let g: TestGateway;
 t.before(async () => {
   const cfg = baseConfig();
   cfg.models['race-model'] = { provider: 'mock', price: PRICE };
-  cfg.groups.race = { kind: 'chat', passthrough: true, models: ['race-model'] };
+  // A model whose output ceiling is small, so uncapped requests still admit a few at a time.
+  cfg.models['race-small'] = { provider: 'mock', price: PRICE, max_output_tokens: 50 };
+  cfg.groups.race = { kind: 'chat', passthrough: true, models: ['race-model', 'race-small'] };
   cfg.groups['race-plan'] = { kind: 'chat', passthrough: true, billing: 'plan', models: ['race-model'], plan: { daily: LIMIT_USD } };
   cfg.users.rich = { balance: 1000, subscriptions: [{ group: 'race-plan', expires_at: '2099-01-01T00:00:00Z' }] };
   cfg.users.poor = { balance: LIMIT_USD };
@@ -36,6 +38,7 @@ t.before(async () => {
     { key: K.plan, name: 'race-plan', user: 'rich', group: 'race-plan' },
     { key: K.balance, name: 'race-balance', user: 'poor', group: 'race' },
     { key: K.sameId, name: 'race-same-id', user: 'rich', group: 'race', quota: LIMIT_USD },
+    { key: K.uncapped, name: 'race-uncapped', user: 'rich', group: 'race', quota: LIMIT_USD },
   );
   g = await startGateway(cfg, { clock });
 });
@@ -43,15 +46,19 @@ t.teardown(() => g.close());
 
 const requestBody = JSON.stringify({ model: 'race-model', max_tokens: USAGE.output, messages: [{ role: 'user', content: `Hello ${directive(USAGE)}` }] });
 
-/** The reservation each request makes (its worst case): input ≈ body chars / 3, output = max_tokens. */
-function reserve(): number {
-  const body = { text: requestBody, json: JSON.parse(requestBody), model: 'race-model', stream: false, fallback: [] };
-  return worstCaseCharge(body, [g.gw.config.models['race-model']], 1_000_000);
+/** A request that sets no output cap, in CJK text (3 UTF-8 bytes a character). */
+const uncappedCjkBody = JSON.stringify({ model: 'race-small', messages: [{ role: 'user', content: `你好，请用中文回答这个问题。${directive(USAGE)}` }] });
+
+/** The reservation each request makes (its worst case): input ≈ UTF-8 bytes / 2, output = the cap. */
+function reserve(text = requestBody): number {
+  const json = JSON.parse(text);
+  const body = { text, json, model: json.model, stream: false, fallback: [] };
+  return worstCaseCharge(body, [g.gw.config.models[json.model]], 1_000_000);
 }
 
-async function storm(k: string, headers: Record<string, string> = {}): Promise<Reply[]> {
+async function storm(k: string, headers: Record<string, string>, body: string): Promise<Reply[]> {
   return Promise.all(Array.from({ length: N }, () => call(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(k), 'content-type': 'application/json', ...headers }, body: requestBody,
+    method: 'POST', headers: { ...bearer(k), 'content-type': 'application/json', ...headers }, body,
   })));
 }
 
@@ -62,8 +69,8 @@ const HELD: ErrorExpectation = {
 };
 const signature = (x: Reply) => `${x.status} ${x.json?.code ?? x.json?.error?.type} ${x.json?.message ?? x.json?.error?.message}`;
 
-async function check(t: any, k: string, name: string, err: ErrorExpectation, spent: () => Promise<number>, headers: Record<string, string> = {}) {
-  const r = reserve();
+async function check(t: any, k: string, name: string, err: ErrorExpectation, spent: () => Promise<number>, headers: Record<string, string> = {}, body = requestBody) {
+  const r = reserve(body);
   t.ok(r >= EACH, `the reservation (${r}) covers the actual charge (${EACH})`);
   // Storms until one admits nothing. While requests are in flight their reservations refuse others
   // with the retryable "held" 429; once everything settled the limit is reached, not passed by more
@@ -73,19 +80,19 @@ async function check(t: any, k: string, name: string, err: ErrorExpectation, spe
   let last: Reply[] = [];
   const held: Reply[] = [];
   for (;;) {
-    const replies = await storm(k, headers);
+    const replies = await storm(k, headers, body);
     storms++;
     const ok = replies.filter((x) => x.status === 200);
     last = replies.filter((x) => x.status !== 200);
     for (const x of ok) t.equal(x.json.usage.total_tokens, USAGE.input + USAGE.output);
     if (headers['x-request-id']) t.ok(replies.every((x) => x.headers.get('x-request-id') === headers['x-request-id']), 'the client\'s X-Request-ID is echoed');
     admitted += ok.length;
-    if (ok.length === 0 || storms === 10) break;
+    if (ok.length === 0 || storms === 20) break;
     held.push(...last.filter((x) => x.json?.error?.type === 'rate_limit_error'));
     const other = last.filter((x) => x.json?.error?.type !== 'rate_limit_error');
     if (other.length > 0) assertError(t, other[0], err, `${name} (storm ${storms})`);
   }
-  t.ok(storms < 10, `the limit was reached after ${storms} storms of ${N}`);
+  t.ok(storms < 20, `the limit was reached after ${storms} storms of ${N}`);
   t.ok(admitted * EACH >= LIMIT, `spend ${admitted * EACH} reached the limit ${LIMIT}`);
   t.ok(admitted * EACH < LIMIT + r, `spend ${admitted * EACH} < limit ${LIMIT} + one request's worst case ${r}`);
   t.ok(admitted <= Math.floor(LIMIT / EACH) + 1, `at most one request beyond the limit (${admitted})`);
@@ -134,4 +141,11 @@ t.test('every request carries the same client X-Request-ID: each is still admitt
     async () => (await g.gw.store.keyState('race-same-id')).used, { 'x-request-id': 'my-fixed-request-id' });
   t.equal((await g.gw.store.keyState('race-same-id')).reserved, 0, 'no reservation left behind');
   t.equal(res.u.quota.used, res.ok * EACH / 1e6);
+});
+
+t.test('requests without max_tokens, in CJK text: the reservation is the model\'s output ceiling, the bound holds', async (t) => {
+  const r = reserve(uncappedCjkBody);
+  t.ok(r >= 50 * PRICE.output + Buffer.byteLength(uncappedCjkBody) / 2 * PRICE.input, `the output ceiling and the bytes are reserved (${r})`);
+  await check(t, K.uncapped, 'quota, uncapped', { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-uncapped')).used, {}, uncappedCjkBody);
 });
