@@ -9,7 +9,7 @@ import { baseConfig, bearer, call, startGateway, type TestGateway } from '../hel
 import { ManualClock } from '../../core/clock.js';
 import { assertError, key, modelCall, usageOf } from './helpers.js';
 
-const K = { q: key(0x700), wallet: key(0x701), plan: key(0x702), unlimitedPlan: key(0x703), noPlan: key(0x704), tiny: key(0x705) };
+const K = { q: key(0x700), wallet: key(0x701), plan: key(0x702), unlimitedPlan: key(0x703), noPlan: key(0x704), tiny: key(0x705), win: key(0x706), owing: key(0x707) };
 /** claude-model (3 / 15 / 0.3 / 3.75): 3000 + 12000 + 600 + 1500 = 17100 micro-USD. */
 const U1 = { input: 1000, output: 800, cacheRead: 2000, cacheWrite: 400 };
 /** 15000 micro-USD on claude-model. */
@@ -31,6 +31,7 @@ t.before(async () => {
     ],
   };
   cfg.users.nosub = { balance: 1 };
+  cfg.users.owing = { balance: 0.001 };
   cfg.keys.push(
     { key: K.q, name: 'snap-quota', user: 'alice', group: 'messages', quota: 1, windows: { '5h': 0.5, '7d': 2 }, expires_at: '2026-02-01T00:00:00Z' },
     { key: K.tiny, name: 'snap-tiny', user: 'alice', group: 'messages', quota: 0.01 },
@@ -38,6 +39,8 @@ t.before(async () => {
     { key: K.plan, name: 'snap-plan', user: 'planner', group: 'plan' },
     { key: K.unlimitedPlan, name: 'snap-open-plan', user: 'planner', group: 'open-plan' },
     { key: K.noPlan, name: 'snap-no-plan', user: 'nosub', group: 'plan' },
+    { key: K.win, name: 'snap-window-only', user: 'alice', group: 'messages', windows: { '1d': 1 } },
+    { key: K.owing, name: 'snap-owing', user: 'owing', group: 'chat' },
   );
   g = await startGateway(cfg, { clock });
 });
@@ -224,4 +227,18 @@ t.test('balance key: the wallet', async (t) => {
     model_stats: [{ model: 'chat-model', ...c }],
   });
   t.notOk('subscription' in body, 'exactly one of balance and subscription');
+});
+
+t.test('open cases of the contract (docs/limits.md): window-only key, a wallet overrun by the last request', async (t) => {
+  const w = await usageOf(g, K.win);
+  t.match(w, { mode: 'quota_limited', status: 'active', remaining: -1, rate_limits: [{ window: '1d', limit: 1, used: 0, remaining: 1, window_start: null, reset_at: null }] });
+  t.notOk('quota' in w, 'no quota object without a quota');
+
+  // 1000 micro-USD of credit; one request costing 15000 is admitted (available > 0) and overruns it.
+  t.equal((await modelCall(g, K.owing, 'chat', 'chat-model', { input: 5000, output: 5000 })).status, 200);
+  const o = await usageOf(g, K.owing);
+  t.equal(o.balance, -0.014, 'the negative balance is what is owed');
+  t.equal(o.remaining, 0, 'remaining stops at 0 (never -1, which means unlimited)');
+  const r = await modelCall(g, K.owing, 'chat', 'chat-model');
+  assertError(t, r, { status: 403, type: 'billing_error' }, 'the next priced request');
 });
