@@ -210,11 +210,12 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
       provider: m.provider,
       upstream: m.upstream ?? id,
       ownedBy: m.owned_by ?? m.provider,
+      // Unset cache prices bill cached tokens as plain input: never free by omission.
       price: {
         input: money(['models', id, 'price', 'input'], m.price.input),
         output: money(['models', id, 'price', 'output'], m.price.output),
-        cacheRead: money(['models', id, 'price', 'cache_read'], m.price.cache_read),
-        cacheWrite: money(['models', id, 'price', 'cache_write'], m.price.cache_write),
+        cacheRead: money(['models', id, 'price', 'cache_read'], m.price.cache_read ?? m.price.input),
+        cacheWrite: money(['models', id, 'price', 'cache_write'], m.price.cache_write ?? m.price.input),
       },
       maxOutputTokens: m.max_output_tokens ?? 8192,
     };

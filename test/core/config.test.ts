@@ -29,6 +29,8 @@ t.test('the shipped gateway.yaml is valid', async (t) => {
   t.ok(config.keysByDigest.get(sha256Hex('sk-deadbeef00000000000000000000000000000000000000000000000000000001')));
   t.equal(config.users.demo.balance, 100_000_000, 'USD kept as integer micro-USD');
   t.equal(config.models['demo-gpt'].price.cacheRead, 25_000, 'USD/Mtok kept as micro-USD per Mtok');
+  t.equal(config.models['demo-gpt'].price.cacheWrite, 250_000, 'an unset cache price is the input price, never free by omission');
+  t.equal(config.models['demo-free'].price.cacheRead, 0, 'a free model stays free');
 });
 
 t.test('gateway.schema.json is in step with the code', async (t) => {
