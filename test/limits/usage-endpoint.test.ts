@@ -242,3 +242,16 @@ t.test('open cases of the contract (docs/limits.md): window-only key, a wallet o
   const r = await modelCall(g, K.owing, 'chat', 'chat-model');
   assertError(t, r, { status: 403, type: 'billing_error' }, 'the next priced request');
 });
+
+t.test('average_duration_ms is the mean time from arrival to settlement', async (t) => {
+  const k = K.owing; // one earlier request, settled with no clock movement (0 ms)
+  const before = (await usageOf(g, k)).usage;
+  t.equal(before.total.requests, 1);
+  t.equal(before.average_duration_ms, 0);
+  // The upstream answers after 300 ms of real time; meanwhile the gateway's clock moves 1234 ms.
+  const pending = modelCall(g, k, 'chat', 'free-model', { extra: 'delay=300' });
+  await new Promise((r) => setTimeout(r, 100));
+  clock.advance(1234);
+  t.equal((await pending).status, 200);
+  t.equal((await usageOf(g, k)).usage.average_duration_ms, 617, '(0 + 1234) / 2');
+});
