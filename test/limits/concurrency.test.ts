@@ -14,7 +14,7 @@ import type { Reply } from '../helpers/gateway.js';
 
 const C = 2;
 const Q = 3;
-const K = { burst: key(0x500), timeout: key(0x501), gone: key(0x502), free: key(0x503) };
+const K = { burst: key(0x500), timeout: key(0x501), gone: key(0x502), free: key(0x503), failing: key(0x504) };
 
 let g: TestGateway;
 let up: ScriptedUpstream;
@@ -74,7 +74,10 @@ t.before(async () => {
   cfg.users.burst = { balance: 10, concurrency: C, queue: { size: Q, max_wait: '30s' } };
   cfg.users.impatient = { balance: 10, concurrency: 1, queue: { size: 1, max_wait: '300ms' } };
   cfg.users.gone = { balance: 10, concurrency: 1, queue: { size: 1, max_wait: '30s' } };
+  // One slot and a queue that gives up fast: a leaked slot shows as a queue timeout.
+  cfg.users.failing = { balance: 10, concurrency: 1, queue: { size: 1, max_wait: '200ms' } };
   cfg.keys.push(
+    { key: K.failing, name: 'failing', user: 'failing', group: 'chat' },
     { key: K.burst, name: 'burst', user: 'burst', group: 'slowgrp' },
     { key: K.timeout, name: 'impatient', user: 'impatient', group: 'slowgrp' },
     { key: K.gone, name: 'gone', user: 'gone', group: 'slowgrp' },
@@ -191,4 +194,26 @@ t.test('a client that disconnects while queued frees its queue place at once', a
   t.equal((await holder).status, 200);
   t.equal((await replacement).status, 200);
   t.equal(open, 0);
+});
+
+t.test('every way a request can fail releases its slot', async (t) => {
+  const ask = (text: string, stream = false) => fetch(g.url + '/v1/chat/completions', {
+    method: 'POST', headers: { ...bearer(K.failing), 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'chat-model', stream, messages: [{ role: 'user', content: text }] }),
+  }).then(async (r) => ({ status: r.status, text: await r.text() }));
+  const cases: [string, string, boolean, number][] = [
+    ['upstream 500', '[[mock: status=500]]', false, 502],
+    ['upstream 400', '[[mock: status=400]]', false, 400],
+    ['upstream 529', '[[mock: status=529]]', true, 503],
+    ['connection cut before the answer', '[[mock: cut_after=10]]', false, 502],
+    ['stream cut after commit', '[[mock: words=50 cut_after=6]]', true, 200],
+    ['in-stream upstream error', '[[mock: words=50 chunk_delay=10 stream_error=6]]', true, 200],
+  ];
+  for (const [name, text, stream, status] of cases) {
+    const r = await ask(text, stream);
+    t.equal(r.status, status, `${name}: ${status}`, { body: r.text.slice(0, 300) });
+    const next = await ask('hello');
+    t.equal(next.status, 200, `${name}: the next request gets the slot at once (no queue timeout)`);
+  }
+  t.equal(await waiting(), 0);
 });
