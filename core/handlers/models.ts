@@ -6,6 +6,7 @@
  */
 import type { Handler } from './types.js';
 import { sendJson } from './types.js';
+import { GatewayError } from '../errors.js';
 
 /** Fixed placeholder dates: not release dates (spec §2.8). */
 const CREATED_AT = '2024-01-01T00:00:00Z';
@@ -13,7 +14,11 @@ const CREATED = 1704067200;
 
 export const modelsHandler: Handler = async (ctx) => {
   const url = new URL(ctx.req.url ?? '/', 'http://gateway');
-  const configuredOnly = /^(true|1)$/i.test(url.searchParams.get('configured_only') ?? '');
+  const flag = url.searchParams.get('configured_only');
+  if (flag !== null && !/^(true|false|1|0)$/i.test(flag)) {
+    throw new GatewayError('INVALID_REQUEST', { message: `configured_only must be true or false, got '${flag.slice(0, 40)}'` });
+  }
+  const configuredOnly = flag !== null && /^(true|1)$/i.test(flag);
   const group = ctx.group;
   const ids = group && group.models.length > 0 ? [...group.models] : configuredOnly ? [] : Object.keys(ctx.config.models);
   const messagesStyle = ctx.headerValues('anthropic-version').length > 0 || ctx.headerValues('x-api-key').length > 0;
