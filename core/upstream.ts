@@ -195,7 +195,7 @@ async function tryAttempt(
   const conversion = attempt.conversion!;
   const { text, json } = attempt.request;
   const requestBody = conversion.requestBody({
-    text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.id, defaultMaxTokens: attempt.model.maxOutputTokens,
+    text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
   });
   const url = deps.baseUrl(provider) + upstreamPath(provider, attempt.upstreamProtocol);
   const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream), ...attempt.headers };
@@ -262,7 +262,7 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   }
   let out: { body: string; usage: Usage | undefined };
   try {
-    out = attempt.conversion!.response(text, { model: attempt.model.id, requestId: ctx.id });
+    out = attempt.conversion!.response(text, { model: attempt.model.id, requestId: ctx.ledgerId });
   } catch (e) {
     ctx.log.warn('could not translate upstream response', { error: e as Error });
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response could not be read' });
@@ -297,7 +297,7 @@ async function deliverStream(
   ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks, totalTimedOut: () => boolean,
   socketIdle: () => boolean,
 ): Promise<boolean> {
-  const translator: ResponseTranslator = attempt.conversion!.stream({ model: attempt.model.id, requestId: ctx.id });
+  const translator: ResponseTranslator = attempt.conversion!.stream({ model: attempt.model.id, requestId: ctx.ledgerId });
   const parser = new SseParser();
   const res: ServerResponse = ctx.res;
   const body = up.body;

@@ -117,7 +117,7 @@ t.test('upstream failures map per wire-notes and reach the SDK as its error clas
 t.test('an upstream that dies mid-stream: the SDK throws, never a silent success', async (t) => {
   const stream = client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: 'long [[mock: cut_after=3 words=30]]' }] });
   const err = await stream.finalChatCompletion().then(() => undefined, (e) => e);
-  t.ok(err, 'finalChatCompletion rejects');
+  t.ok(err instanceof OpenAI.APIError, 'finalChatCompletion rejects with the SDK\'s APIError');
   t.match(String(err?.message), /upstream|ended/i);
   const raw = await sseText(g.url + '/v1/chat/completions', {
     method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },

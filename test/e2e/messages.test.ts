@@ -19,8 +19,8 @@ t.teardown(() => g.close());
 
 const mock = () => g.gw.mocks.get('mock')!;
 const clients = () => [
-  { name: '@anthropic-ai/sdk 1.x', c: new Anthropic({ apiKey: KEYS.messages, baseURL: g.url, maxRetries: 0 }) as any, version: '2026-10-21', auth: 'authorization' },
-  { name: '@anthropic-ai/sdk 0.x', c: new Anthropic0({ apiKey: KEYS.messages, baseURL: g.url, maxRetries: 0 }) as any, version: '2023-06-01', auth: 'x-api-key' },
+  { name: '@anthropic-ai/sdk 1.x', c: new Anthropic({ apiKey: KEYS.messages, baseURL: g.url, maxRetries: 0 }) as any, version: '2026-10-21', auth: 'authorization', APIError: Anthropic.APIError as any },
+  { name: '@anthropic-ai/sdk 0.x', c: new Anthropic0({ apiKey: KEYS.messages, baseURL: g.url, maxRetries: 0 }) as any, version: '2023-06-01', auth: 'x-api-key', APIError: Anthropic0.APIError as any },
 ];
 const tools = [{ name: 'get_weather', description: 'Weather for a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
 
@@ -108,12 +108,12 @@ t.test('models.list: Messages-style entries for Anthropic clients', async (t) =>
 });
 
 t.test('failures mid-stream are thrown by both SDKs; upstream statuses map', async (t) => {
-  for (const { name, c } of clients()) {
+  for (const { name, c, APIError } of clients()) {
     const cut = await c.messages.stream({ model: 'claude-model', max_tokens: 200, messages: [{ role: 'user', content: 'x [[mock: cut_after=4 words=20]]' }] }).finalMessage().then(() => undefined, (e: any) => e);
-    t.ok(cut instanceof Error, `${name}: cut stream throws`);
+    t.ok(cut instanceof APIError, `${name}: cut stream throws the SDK's APIError`);
     t.match(String(cut?.message), /upstream_error|ended before completion/);
     const over = await c.messages.stream({ model: 'claude-model', max_tokens: 200, messages: [{ role: 'user', content: 'x [[mock: stream_error=4 words=20]]' }] }).finalMessage().then(() => undefined, (e: any) => e);
-    t.ok(over instanceof Error, `${name}: upstream error event throws`);
+    t.ok(over instanceof APIError, `${name}: upstream error event throws the SDK's APIError`);
     t.match(String(over?.message), /overloaded_error/);
     const s529 = await c.messages.create({ model: 'claude-model', max_tokens: 50, messages: [{ role: 'user', content: 'x [[mock: status=529 retry_after=3]]' }] }).then(() => undefined, (e: any) => e);
     t.equal(s529?.status, 503, `${name}: 529 → 503`);

@@ -66,7 +66,7 @@ t.test('models.list: Chat-style entries', async (t) => {
 
 t.test('mid-stream failures are thrown by the SDK', async (t) => {
   const cut = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: cut_after=5 words=20]]' }).finalResponse().then(() => undefined, (e) => e);
-  t.ok(cut instanceof Error, 'cut stream throws');
+  t.ok(cut instanceof OpenAI.APIError, 'cut stream throws the SDK\'s APIError');
   const raw = await sseText(g.url + '/v1/responses', {
     method: 'POST', headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
     body: JSON.stringify(responsesBody({ stream: true, input: 'x [[mock: cut_after=5 words=20]]' })),
@@ -74,7 +74,7 @@ t.test('mid-stream failures are thrown by the SDK', async (t) => {
   t.match(raw.text, /event: error\ndata: \{"type":"error","sequence_number":\d+,"error":\{"type":"upstream_error"/);
   t.match(raw.text, /event: response\.failed\ndata: .*"status":"failed"/);
   const own = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: stream_error=5 words=20]]' }).finalResponse().then(() => undefined, (e) => e);
-  t.ok(own instanceof Error, "the upstream's own error event throws");
+  t.ok(own instanceof OpenAI.APIError, "the upstream's own error event throws the SDK's APIError");
   const s500: any = await client.responses.create({ model: 'gpt-model', input: 'x [[mock: status=500]]' }).then(() => undefined, (e) => e);
   t.equal(s500?.status, 502);
   t.equal(s500?.type, 'upstream_error');
