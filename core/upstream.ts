@@ -194,9 +194,16 @@ async function tryAttempt(
   const { provider } = attempt;
   const conversion = attempt.conversion!;
   const { text, json } = attempt.request;
-  const requestBody = conversion.requestBody({
-    text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
-  });
+  let requestBody: string;
+  try {
+    requestBody = conversion.requestBody({
+      text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
+    });
+  } catch (e) {
+    // Converting walks the body recursively: a pathologically nested one is the client's error.
+    if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
+    throw e;
+  }
   const url = deps.baseUrl(provider) + upstreamPath(provider, attempt.upstreamProtocol);
   const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream), ...attempt.headers };
   const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;

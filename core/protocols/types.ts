@@ -53,7 +53,8 @@ export interface StreamMeta {
 export interface ProtocolWire {
   readonly name: ProtocolName;
   /** Protocol-specific request rules beyond the core's (model, stream, models); throws GatewayError. */
-  validate(body: Record<string, unknown>): void;
+  /** Throws a GatewayError for a body this protocol refuses. `history: false` skips conversation-history checks (count_tokens). */
+  validate(body: Record<string, unknown>, opts?: { history?: boolean }): void;
   /** Usage of a non-stream response body in this protocol (four buckets). */
   usageOf(body: Record<string, unknown>): Usage | undefined;
   /** Passthrough inspector for a stream in this protocol. */

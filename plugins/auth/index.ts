@@ -32,7 +32,9 @@ interface Presented {
 /** The credential by precedence: the first header present wins; all its values are kept. */
 function presented(ctx: RequestContext): Presented | undefined {
   const auth = ctx.headerValues('authorization');
-  if (auth.length > 0) {
+  // An empty Authorization (or a bare "Bearer") carries no key: it counts as absent, so a key in
+  // x-api-key behind it is still found, and with none anywhere the answer is API_KEY_REQUIRED.
+  if (auth.length > 0 && !auth.every((v) => /^(bearer)?$/i.test(v.trim()))) {
     // "Bearer" with nothing after it is a missing key; another scheme is an invalid one.
     const values = auth.map((v) => (/^bearer$/i.test(v.trim()) ? '' : BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000'));
     return { values };

@@ -9,7 +9,7 @@
 import net from 'node:net';
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
-import { normaliseIp } from '../../core/context.js';
+import { createSlot, normaliseIp, type RequestContext } from '../../core/context.js';
 import { ipFilterSchema, type IpFilterOptions } from './schema.js';
 
 export function compileList(entries: readonly string[], where: string): net.BlockList | undefined {
@@ -31,6 +31,16 @@ export function compileList(entries: readonly string[], where: string): net.Bloc
   return list;
 }
 
+/** The address as the filter saw it ('' when X-Forwarded-For hid it). */
+const CLIENT_IP = createSlot<string>('ip-filter.client');
+
+/** Deny wins; an allow list admits only its addresses; an unknown address passes no list. */
+function check(ip: string, allow: net.BlockList | undefined, deny: net.BlockList | undefined): void {
+  if (!ip && (allow || deny)) throw new GatewayError('ACCESS_DENIED');
+  if (has(deny, ip)) throw new GatewayError('ACCESS_DENIED');
+  if (allow && !has(allow, ip)) throw new GatewayError('ACCESS_DENIED');
+}
+
 function has(list: net.BlockList | undefined, ip: string): boolean {
   if (!list) return false;
   const family = net.isIP(ip);
@@ -43,8 +53,9 @@ export function clientAddress(socketIp: string, forwardedFor: string[], trusted:
   if (!trusted || !has(trusted, ip)) return ip;
   const hops = forwardedFor.join(',').split(',').map((s) => s.trim()).filter(Boolean);
   for (let i = hops.length - 1; i >= 0; i--) {
-    const hop = normaliseIp(hops[i].replace(/^\[(.*)\](?::\d+)?$/, '$1'));
-    if (net.isIP(hop) === 0) return ip; // unreadable hop: stop at the last address we can trust
+    const hop = normaliseIp(hops[i].replace(/^\[(.*)\](?::\d+)?$/, '$1').replace(/^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/, '$1'));
+    // An unreadable hop hides the client: its address is unknown (''), never the proxy's.
+    if (net.isIP(hop) === 0) return '';
     ip = hop;
     if (!has(trusted, hop)) return hop;
   }
@@ -65,14 +76,24 @@ export default definePlugin<IpFilterOptions>({
         perKey.set(k.id, { allow: compileList(k.ipAllow, `key ${k.id} ip_allow`), deny: compileList(k.ipDeny, `key ${k.id} ip_deny`) });
       }
     }
+    const checkKey = (ctx: RequestContext, ip: string) => {
+      const own = ctx.key ? perKey.get(ctx.key.id) : undefined;
+      if (own) check(ip, own.allow, own.deny);
+    };
     return {
       onRequest(ctx) {
         const ip = clientAddress(ctx.req.socket.remoteAddress ?? '', ctx.headerValues('x-forwarded-for'), trusted);
-        ctx.clientIp = ip;
-        const own = ctx.key ? perKey.get(ctx.key.id) : undefined;
-        if (has(deny, ip) || has(own?.deny, ip)) throw new GatewayError('ACCESS_DENIED');
-        if (allow && !has(allow, ip)) throw new GatewayError('ACCESS_DENIED');
-        if (own?.allow && !has(own.allow, ip)) throw new GatewayError('ACCESS_DENIED');
+        ctx.clientIp = ip || normaliseIp(ctx.req.socket.remoteAddress ?? '');
+        check(ip, allow, deny);
+        // Per-key lists need the key. With auth earlier in the chain (the documented order) they
+        // are checked here, before key expiry as wire-notes order it; with ip-filter first they are
+        // checked in onAccess, so the chain's order can never switch them off.
+        if (ctx.key) checkKey(ctx, ip);
+        else ctx.set(CLIENT_IP, ip);
+      },
+      onAccess(ctx) {
+        const ip = ctx.get(CLIENT_IP);
+        if (ip !== undefined) checkKey(ctx, ip);
       },
     };
   },

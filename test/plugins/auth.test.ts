@@ -66,6 +66,9 @@ t.test('the three credential headers and their precedence', async (t) => {
 t.test('key check errors, flat format', async (t) => {
   flat(t, await chat({}), 401, 'API_KEY_REQUIRED');
   flat(t, await chat({ authorization: 'Bearer ' }), 401, 'API_KEY_REQUIRED');
+  flat(t, await chat({ authorization: '' }), 401, 'API_KEY_REQUIRED');
+  t.equal((await chat({ authorization: 'Bearer', 'x-api-key': KEYS.chat })).status, 200, 'a bare Bearer counts as absent: x-api-key is used');
+  t.equal((await chat({ authorization: '', 'x-api-key': KEYS.chat })).status, 200, 'an empty Authorization counts as absent');
   flat(t, await chat(bearer('sk-short')), 401, 'INVALID_API_KEY');
   flat(t, await chat(bearer('has spaces in it, 1234567')), 401, 'INVALID_API_KEY');
   flat(t, await chat({ authorization: `Basic ${KEYS.chat}` }), 401, 'INVALID_API_KEY');

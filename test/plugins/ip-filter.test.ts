@@ -11,7 +11,8 @@ t.test('clientAddress walks X-Forwarded-For right to left past trusted hops only
   t.equal(clientAddress('127.0.0.1', ['6.6.6.6, 2.2.2.2, 10.1.1.1'], trusted), '2.2.2.2', 'spoofed left entries ignored');
   t.equal(clientAddress('9.9.9.9', ['1.1.1.1'], trusted), '9.9.9.9', 'untrusted socket: header ignored');
   t.equal(clientAddress('127.0.0.1', [], trusted), '127.0.0.1');
-  t.equal(clientAddress('127.0.0.1', ['garbage, 10.0.0.2'], trusted), '10.0.0.2', 'stops at an unreadable hop');
+  t.equal(clientAddress('127.0.0.1', ['garbage, 10.0.0.2'], trusted), '', 'an unreadable hop hides the client: unknown, never the proxy');
+  t.equal(clientAddress('127.0.0.1', ['1.1.1.1:5555'], trusted), '1.1.1.1', 'IPv4 with a port');
   t.equal(clientAddress('127.0.0.1', ['[2001:db8::7]:443'], trusted), '2001:db8::7');
   t.equal(clientAddress('127.0.0.1', ['1.1.1.1'], undefined), '127.0.0.1', 'no trusted proxies: socket');
 });
@@ -57,6 +58,20 @@ t.test('global and per-key lists through a trusted proxy', async (t) => {
   t.equal((await from(K.allowV6, '8.8.8.8')).status, 403, 'outside the key allow list');
   t.equal((await from(K.denyOne, '::ffff:10.1.2.3')).status, 403, 'IPv4-mapped IPv6 matches an IPv4 rule');
   t.equal((await from(K.denyOne, '11.0.0.1')).status, 200);
+  t.equal((await from(K.denyOne, '10.1.1.1:5555')).status, 403, 'a hop with a port is read as its address');
+  t.equal((await from(KEYS.chat, 'not-an-address')).status, 403, 'an unreadable hop: the client is unknown, refused where a list applies');
+});
+
+t.test('per-key lists hold whatever the chain order (ip-filter before auth)', async (t) => {
+  const cfg = baseConfig();
+  cfg.keys.push({ key: K.denyOne, name: 'deny-local', user: 'alice', group: 'chat', ip_deny: ['127.0.0.0/8'] });
+  cfg.chains['model-call'] = ['ip-filter', 'auth', 'quota', 'windows', 'rpm', 'concurrency', 'body-rewriter', 'converter', 'fallback', 'metering'];
+  const g2 = await startGateway(cfg);
+  t.teardown(() => g2.close());
+  const r = await call(g2.url + '/v1/chat/completions', { headers: bearer(K.denyOne), json: chatBody() });
+  t.equal(r.status, 403);
+  t.same(r.json, { code: 'ACCESS_DENIED', message: 'Access denied' });
+  t.equal((await call(g2.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'other keys pass');
 });
 
 t.test('an untrusted socket cannot spoof X-Forwarded-For', async (t) => {

@@ -57,11 +57,12 @@ class MessagesTap extends BaseTap {
 
 export const messagesWire: ProtocolWire = {
   name: 'anthropic-messages',
-  validate(body) {
+  validate(body, opts) {
     if (!Array.isArray(body.messages)) {
       throw new GatewayError('INVALID_REQUEST', { message: "'messages' is required and must be an array" });
     }
-    validateHistory(body);
+    // count_tokens may not answer 409 (spec §4): its histories are the upstream's to judge.
+    if (opts?.history !== false) validateHistory(body);
   },
   usageOf(body) {
     return fromAnthropicUsage(body.usage);
