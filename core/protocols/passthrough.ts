@@ -39,7 +39,13 @@ export function passthrough(protocol: ProtocolName): Conversion {
       return {
         block(b: SseBlock): string {
           const forward = tap.observe(b);
-          if (tap.errored && !upstreamError && b.data !== undefined) upstreamError = readError(b.data);
+          if (tap.errored && !upstreamError && b.data !== undefined) {
+            upstreamError = readError(b.data);
+            // OpenAI sends its Chat in-stream error as a bare `data:` frame; clients of the gateway
+            // get the named `event: error` frame wire-notes fix (the other protocols' upstream
+            // error frames are already named and pass unchanged).
+            if (protocol === 'openai-chat' && b.event === undefined) return wire.streamError(upstreamError, tap.meta);
+          }
           return forward ? b.raw : '';
         },
         end() {

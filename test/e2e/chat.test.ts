@@ -114,6 +114,20 @@ t.test('upstream failures map per wire-notes and reach the SDK as its error clas
   t.ok([...limited.headers.keys()].some((h) => h.startsWith('x-ratelimit-')), 'provider x-ratelimit-* passed through');
 });
 
+t.test('the upstream\'s own in-stream error after content: a named error event, and the SDK throws', async (t) => {
+  const text = 'x [[mock: stream_error=6 words=20 chunk_delay=20]]';
+  const err = await client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: text }] }).finalChatCompletion().then(() => undefined, (e) => e);
+  t.ok(err instanceof OpenAI.APIError, 'finalChatCompletion rejects with the SDK\'s APIError');
+  const raw = await sseText(g.url + '/v1/chat/completions', {
+    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: text }] })),
+  });
+  t.equal(raw.status, 200, 'the stream had started');
+  t.match(raw.text, /"content":"[\s\S]*event: error\ndata: \{"error":\{"type":"server_error"/, 'event: error, then the upstream\'s error (wire-notes)');
+  t.notMatch(raw.text, /\n\ndata: \{"error"/, 'never the bare data: frame');
+  t.notMatch(raw.text, /\[DONE\]/);
+});
+
 t.test('an upstream that dies mid-stream: the SDK throws, never a silent success', async (t) => {
   const stream = client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: 'long [[mock: cut_after=3 words=30]]' }] });
   const err = await stream.finalChatCompletion().then(() => undefined, (e) => e);

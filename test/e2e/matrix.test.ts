@@ -92,3 +92,27 @@ t.test('only the statuses spec §4 allows: an upstream failure on count_tokens i
     t.equal(r.status, 503, `upstream ${status} → 503`);
   }
 });
+
+t.test('count_tokens never answers 409: a history the Messages endpoint would refuse is forwarded', async (t) => {
+  const messages = [
+    { role: 'user', content: 'hi' },
+    { role: 'assistant', content: [{ type: 'thinking', thinking: 'x', signature: '' }, { type: 'text', text: 'ok' }] },
+    { role: 'user', content: 'again' },
+  ];
+  const count = await call(g.url + endpoints.count, { headers: bearer(KEYS.messages), json: { model: 'claude-model', messages } });
+  t.equal(count.status, 200, 'counted by the upstream');
+  t.type(count.json.input_tokens, 'number');
+  const create = await call(g.url + endpoints.messages, { headers: bearer(KEYS.messages), json: { model: 'claude-model', max_tokens: 10, messages } });
+  t.equal(create.status, 409, '/v1/messages refuses the same history');
+});
+
+t.test('a body too deeply nested to convert is a 400 in the client\'s format, and the server keeps serving', async (t) => {
+  const depth = 20_000;
+  const schema = '{"type":"object","properties":{"a":'.repeat(depth) + '{"type":"string"}' + '}}'.repeat(depth);
+  const body = `{"model":"claude-model","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":${schema}}}]}`;
+  const r = await call(g.url + endpoints.chat, { method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' }, body });
+  t.equal(r.status, 400);
+  t.equal(r.json.error.type, 'invalid_request_error');
+  t.equal(r.json.error.message, 'Request body is nested too deeply to convert');
+  t.equal((await call(g.url + endpoints.chat, { headers: bearer(KEYS.messages), json: chatBody({ model: 'claude-model' }) })).status, 200);
+});

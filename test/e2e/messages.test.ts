@@ -112,9 +112,16 @@ t.test('failures mid-stream are thrown by both SDKs; upstream statuses map', asy
     const cut = await c.messages.stream({ model: 'claude-model', max_tokens: 200, messages: [{ role: 'user', content: 'x [[mock: cut_after=4 words=20]]' }] }).finalMessage().then(() => undefined, (e: any) => e);
     t.ok(cut instanceof APIError, `${name}: cut stream throws the SDK's APIError`);
     t.match(String(cut?.message), /upstream_error|ended before completion/);
-    const over = await c.messages.stream({ model: 'claude-model', max_tokens: 200, messages: [{ role: 'user', content: 'x [[mock: stream_error=4 words=20]]' }] }).finalMessage().then(() => undefined, (e: any) => e);
+    // chunk_delay: the error frame comes after content reached the client (after commit).
+    const over = await c.messages.stream({ model: 'claude-model', max_tokens: 200, messages: [{ role: 'user', content: 'x [[mock: stream_error=6 words=20 chunk_delay=20]]' }] }).finalMessage().then(() => undefined, (e: any) => e);
     t.ok(over instanceof APIError, `${name}: upstream error event throws the SDK's APIError`);
     t.match(String(over?.message), /overloaded_error/);
+    const raw = await sseText(g.url + '/v1/messages', {
+      method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'claude-model', max_tokens: 200, stream: true, messages: [{ role: 'user', content: 'x [[mock: stream_error=6 words=20 chunk_delay=20]]' }] }),
+    });
+    t.equal(raw.status, 200, `${name}: the stream had started`);
+    t.match(raw.text, /text_delta[\s\S]*event: error\ndata: \{"type":"error","error":\{"type":"overloaded_error"/, 'the error event after content');
     const s529 = await c.messages.create({ model: 'claude-model', max_tokens: 50, messages: [{ role: 'user', content: 'x [[mock: status=529 retry_after=3]]' }] }).then(() => undefined, (e: any) => e);
     t.equal(s529?.status, 503, `${name}: 529 → 503`);
     t.equal(s529?.error?.error?.type, 'overloaded_error');

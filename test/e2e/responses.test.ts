@@ -73,7 +73,13 @@ t.test('mid-stream failures are thrown by the SDK', async (t) => {
   });
   t.match(raw.text, /event: error\ndata: \{"type":"error","sequence_number":\d+,"error":\{"type":"upstream_error"/);
   t.match(raw.text, /event: response\.failed\ndata: .*"status":"failed"/);
-  const own = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: stream_error=5 words=20]]' }).finalResponse().then(() => undefined, (e) => e);
+  const own = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: stream_error=8 words=20 chunk_delay=20]]' }).finalResponse().then(() => undefined, (e) => e);
+  const ownRaw = await sseText(g.url + '/v1/responses', {
+    method: 'POST', headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
+    body: JSON.stringify(responsesBody({ stream: true, input: 'x [[mock: stream_error=8 words=20 chunk_delay=20]]' })),
+  });
+  t.equal(ownRaw.status, 200, 'the stream had started');
+  t.match(ownRaw.text, /output_text\.delta[\s\S]*event: error\n/, 'the upstream\'s error event after content');
   t.ok(own instanceof OpenAI.APIError, "the upstream's own error event throws the SDK's APIError");
   const s500: any = await client.responses.create({ model: 'gpt-model', input: 'x [[mock: status=500]]' }).then(() => undefined, (e) => e);
   t.equal(s500?.status, 502);
