@@ -550,6 +550,9 @@ export function deepFreeze<T>(o: T): T {
   if (o && typeof o === 'object' && !Object.isFrozen(o)) {
     if (o instanceof Map) {
       for (const v of o.values()) deepFreeze(v);
+      // Object.freeze does not stop Map.set: shut the mutators too.
+      const refuse = () => { throw new TypeError('the loaded config is frozen'); };
+      Object.defineProperties(o, { set: { value: refuse }, delete: { value: refuse }, clear: { value: refuse } });
     } else {
       for (const v of Object.values(o)) deepFreeze(v);
     }

@@ -108,6 +108,9 @@ t.test('the loaded config is frozen', async (t) => {
   t.ok(Object.isFrozen(config.models['chat-model'].price));
   t.ok(Object.isFrozen(config.keys[0]));
   t.throws(() => { (config.users.alice as any).balance = 1; });
+  t.throws(() => (config.keysByDigest as Map<string, unknown>).set('x', {}), /frozen/, 'the key index cannot be added to');
+  t.throws(() => (config.keysByDigest as Map<string, unknown>).delete([...config.keysByDigest.keys()][0]), /frozen/);
+  t.ok(config.keysByDigest.size > 0);
 });
 
 t.test('keys: digests only, formats, duplicates, custom keys, key_sha256', async (t) => {
