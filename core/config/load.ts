@@ -85,11 +85,39 @@ export async function loadConfigFile(file: string, opts: LoadOptions): Promise<L
   return loadConfigText(text, abs, opts);
 }
 
+/**
+ * Loads and checks a config; throws one ConfigError listing every problem found. Interpolation,
+ * schema and cross-reference problems are all collected in one pass: after a schema failure the
+ * cross-reference checks still run (on data the schema refused, so a check that trips over it is
+ * abandoned rather than reported), and an issue is listed once per path.
+ */
 export async function loadConfigText(text: string, file: string, opts: LoadOptions): Promise<LoadedConfig> {
+  const issues: ConfigIssue[] = [];
+  const state = { schemaFailed: false };
+  try {
+    return await loadChecked(text, file, opts, issues, state);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new ConfigError(file, onePerPath(e.issues));
+    if (state.schemaFailed || issues.length) throw new ConfigError(file, onePerPath(issues));
+    throw e;
+  }
+}
+
+/** One issue per path, in file order. */
+function onePerPath(issues: readonly ConfigIssue[]): ConfigIssue[] {
+  const seen = new Set<string>();
+  const line = (i: ConfigIssue) => i.line ?? Number.MAX_SAFE_INTEGER;
+  return [...issues].sort((a, b) => line(a) - line(b)).filter((i) => {
+    if (i.path && seen.has(i.path)) return false;
+    seen.add(i.path);
+    return true;
+  });
+}
+
+async function loadChecked(text: string, file: string, opts: LoadOptions, issues: ConfigIssue[], state: { schemaFailed: boolean }): Promise<LoadedConfig> {
   const env = opts.env ?? process.env;
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
-  const issues: ConfigIssue[] = [];
   const warnings: ConfigIssue[] = [];
   const pos = (offset: number | undefined) => {
     if (offset === undefined) return {};
@@ -115,7 +143,6 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
   const warn = (segs: readonly Seg[], message: string) => warnings.push(at(segs, message));
 
   const raw = doc.toJS({ maxAliasCount: 100 }) as Record<string, any>;
-  if (issues.length) throw new ConfigError(file, issues);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError(file, [{ path: '', message: 'the config must be a YAML mapping' }]);
   }
@@ -124,7 +151,7 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
   const validate = ajv.compile<any>(gatewaySchema as object);
   if (!validate(raw)) {
     for (const e of dedupeAjv(validate.errors ?? [])) fail(ajvSegs(e), ajvMessage(e));
-    throw new ConfigError(file, issues);
+    state.schemaFailed = true;
   }
 
   const baseDir = path.dirname(file);
@@ -160,7 +187,8 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
   // ---- providers ---------------------------------------------------------------------------
   const providers: Record<string, ProviderConfig> = {};
   for (const [name, p] of Object.entries<any>(raw.providers ?? {})) {
-    const kind = p.kind as ProviderKind;
+    // A kind the schema refused still defines the provider (for the checks that follow).
+    const kind = (['openai', 'anthropic', 'mock'].includes(p.kind) ? p.kind : 'mock') as ProviderKind;
     const defaults: Record<ProviderKind, { url: string; protocols: ProtocolName[] }> = {
       openai: { url: 'https://api.openai.com/v1', protocols: ['openai-chat', 'openai-responses'] },
       anthropic: { url: 'https://api.anthropic.com', protocols: ['anthropic-messages'] },

@@ -66,7 +66,10 @@ routes:
   - { path: /v1/x, protocol: openai-chat, chain: undefined-chain }
 `;
   let found = await issues(text);
-  // schema errors come first and stop the load; fix them to see the next stage
+  // one run lists every problem: schema errors and cross-reference errors together
+  t.ok(found.some((i) => i.path === 'groups.g.models[1]' && /model 'ghost' is not defined/.test(i.message)), 'cross-references checked despite schema errors');
+  t.ok(found.some((i) => i.path === 'routes[1].chain'), 'routes checked too');
+  t.equal(new Set(found.map((i) => i.path)).size, found.length, 'one issue per path');
   t.ok(found.some((i) => i.path === 'server.colour' && i.line === 4 && /unknown setting/.test(i.message)), 'unknown setting, line 4');
   t.ok(found.some((i) => i.path === 'server.upstream_timeout' && i.line === 5), 'bad duration, line 5');
   t.ok(found.some((i) => i.path === 'providers.q.kind' && i.line === 8 && /mock/.test(i.message)), 'bad enum, line 8');
