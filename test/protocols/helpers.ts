@@ -145,7 +145,8 @@ export async function chatSees(text: string): Promise<{ seen: Seen; completion: 
   for (const c of chunks) for (const ch of c.choices ?? []) if (Array.isArray(ch.delta?.thinking_blocks)) blocks.push(...ch.delta.thinking_blocks);
   const seen: Seen = {
     text: (msg.content ?? '') + (msg.refusal ?? ''),
-    tools: (msg.tool_calls ?? []).map((c: any) => ({ id: c.id, name: c.function.name, args: parseArgs(c.function.arguments) })),
+    // Chat clients JSON.parse arguments: "" is a defect here, not an empty object (ANALYSIS §5.6).
+    tools: (msg.tool_calls ?? []).map((c: any) => ({ id: c.id, name: c.function.name, args: c.function.arguments === '' ? '<empty arguments>' : parseArgs(c.function.arguments) })),
     thinking: reasoning,
     signatures: blocks.map((b) => b.signature ?? b.data),
     finish: fr === 'length' ? 'length' : fr === 'tool_calls' || fr === 'function_call' ? 'tool' : fr === 'content_filter' ? 'refusal' : 'stop',

@@ -187,7 +187,7 @@ t.test('Chat encoder counts tool indices over tool blocks only', async (t) => {
   const out = encode(C, events);
   t.same(wireProblems(C, out), []);
   const { completion, seen } = await chatSees(out);
-  t.same(completion.choices[0].message.tool_calls.map((c: any) => [c.id, c.function.arguments]), [['toolu_1', ''], ['toolu_2', '{"x":1}']], 'indices 0 and 1');
+  t.same(completion.choices[0].message.tool_calls.map((c: any) => [c.id, c.function.arguments]), [['toolu_1', '{}'], ['toolu_2', '{"x":1}']], 'indices 0 and 1; a call without arguments ends with "{}", never ""');
   t.same(seen.tools[0].args, {}, 'a no-argument call');
   t.same(completion.choices[0].message.thinking_blocks, [{ type: 'thinking', thinking: 'think', signature: 'SIG' }], 'the signature arrives with the whole block');
   t.equal(seen.thinking, 'think');

@@ -192,6 +192,8 @@ export class ChatStreamEncoder implements StreamEncoder {
   private closed = false;
   private nextTool = 0;
   private readonly toolIndex = new Map<number, number>();
+  /** Tool blocks (IR index) that have not streamed a byte of arguments yet. */
+  private readonly toolsWithoutArgs = new Set<number>();
   private readonly thinking = new Map<number, ThinkingState>();
   private usage: Usage | undefined;
   private reasoningTokens: number | undefined;
@@ -221,6 +223,19 @@ export class ChatStreamEncoder implements StreamEncoder {
     return this.chunk({ role: 'assistant', content: '' });
   }
 
+  /**
+   * A tool call that streamed no arguments still ends with "{}" (never ""): clients JSON.parse
+   * them. For one block (`irIndex`) at its stop, or for every such call still open.
+   */
+  private emptyArgs(irIndex?: number): string {
+    let out = '';
+    for (const i of irIndex === undefined ? [...this.toolsWithoutArgs] : [irIndex]) {
+      if (!this.toolsWithoutArgs.delete(i)) continue;
+      out += this.chunk({ tool_calls: [{ index: this.toolIndex.get(i)!, function: { arguments: '{}' } }] });
+    }
+    return out;
+  }
+
   push(ev: IRStreamEvent): string {
     if (this.closed) return '';
     switch (ev.type) {
@@ -233,6 +248,7 @@ export class ChatStreamEncoder implements StreamEncoder {
         if (b.type === 'tool_call') {
           const k = this.nextTool++;
           this.toolIndex.set(ev.index, k);
+          this.toolsWithoutArgs.add(ev.index);
           return out + this.chunk({ tool_calls: [{ index: k, id: b.id, type: 'function', function: { name: b.name, arguments: '' } }] });
         }
         if (b.type === 'thinking') this.thinking.set(ev.index, { text: '', signature: '', ...(b.itemId ? { itemId: b.itemId } : {}) });
@@ -257,12 +273,14 @@ export class ChatStreamEncoder implements StreamEncoder {
           case 'tool_args': {
             const k = this.toolIndex.get(ev.index);
             if (k === undefined || !d.json) return '';
+            this.toolsWithoutArgs.delete(ev.index);
             return this.chunk({ tool_calls: [{ index: k, function: { arguments: d.json } }] });
           }
         }
         return '';
       }
       case 'block_stop': {
+        if (this.toolIndex.has(ev.index)) return this.emptyArgs(ev.index);
         const st = this.thinking.get(ev.index);
         if (!st) return '';
         this.thinking.delete(ev.index);
@@ -276,9 +294,9 @@ export class ChatStreamEncoder implements StreamEncoder {
       case 'finish':
         if (this.finished) return '';
         this.finished = true;
-        return this.ensureStart() + this.chunk({}, finishFromIR(ev.reason));
+        return this.ensureStart() + this.emptyArgs() + this.chunk({}, finishFromIR(ev.reason));
       case 'end': {
-        let out = this.ensureStart();
+        let out = this.ensureStart() + this.emptyArgs();
         if (!this.finished) {
           this.finished = true;
           out += this.chunk({}, 'stop');
