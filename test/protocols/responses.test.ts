@@ -199,6 +199,36 @@ t.test('Chat encoder counts tool indices over tool blocks only', async (t) => {
   t.same(back.filter((e) => e.type === 'delta' && e.index === 0).map((e) => (e as any).delta), [{ type: 'thinking', text: 'think' }, { type: 'signature', signature: 'SIG' }]);
 });
 
+t.test('Chat round trip keeps consecutive signed thinking blocks apart, each with its own signature', async (t) => {
+  const events: IRStreamEvent[] = [
+    { type: 'start', id: 'msg_1', model: 'm' },
+    { type: 'block_start', index: 0, block: { type: 'thinking' } },
+    { type: 'delta', index: 0, delta: { type: 'thinking', text: 'A' } },
+    { type: 'delta', index: 0, delta: { type: 'signature', signature: 'S1' } },
+    { type: 'block_stop', index: 0 },
+    { type: 'block_start', index: 1, block: { type: 'thinking' } },
+    { type: 'delta', index: 1, delta: { type: 'thinking', text: 'B' } },
+    { type: 'delta', index: 1, delta: { type: 'signature', signature: 'S2' } },
+    { type: 'block_stop', index: 1 },
+    { type: 'block_start', index: 2, block: { type: 'text' } },
+    { type: 'delta', index: 2, delta: { type: 'text', text: 'answer' } },
+    { type: 'block_stop', index: 2 },
+    { type: 'finish', reason: 'end_turn' },
+    { type: 'end' },
+  ];
+  const back = decode(C, encode(C, events));
+  const blocks = new Map<number, { text: string; sig: string }>();
+  for (const e of back) {
+    if (e.type === 'block_start' && e.block.type === 'thinking') blocks.set(e.index, { text: '', sig: '' });
+    if (e.type === 'delta' && blocks.has(e.index)) {
+      const b = blocks.get(e.index)!;
+      if (e.delta.type === 'thinking') b.text += e.delta.text;
+      if (e.delta.type === 'signature') b.sig += e.delta.signature;
+    }
+  }
+  t.same([...blocks.values()], [{ text: 'A', sig: 'S1' }, { text: 'B', sig: 'S2' }]);
+});
+
 t.test('unsigned thinking never reaches an Anthropic client; signed thinking does', async (t) => {
   const text = chunk({ role: 'assistant', content: '' })
     + chunk({ reasoning_content: 'let me ' }) + chunk({ reasoning_content: 'think' })

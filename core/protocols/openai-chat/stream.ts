@@ -105,7 +105,12 @@ export class ChatStreamDecoder implements StreamDecoder {
         if (tb.type === 'thinking') {
           const f = this.openFlow('thinking', out);
           if (!f.viaReasoning && typeof tb.thinking === 'string' && tb.thinking) out.push({ type: 'delta', index: f.index, delta: { type: 'thinking', text: tb.thinking } });
-          if (typeof tb.signature === 'string' && tb.signature) out.push({ type: 'delta', index: f.index, delta: { type: 'signature', signature: tb.signature } });
+          if (typeof tb.signature === 'string' && tb.signature) {
+            out.push({ type: 'delta', index: f.index, delta: { type: 'signature', signature: tb.signature } });
+            // A signature ends its block: the next reasoning is another block with its own
+            // signature, never appended to this one (a joined signature fails the next turn).
+            this.closeFlow(out);
+          }
         } else if (tb.type === 'redacted_thinking' && typeof tb.data === 'string') {
           this.closeFlow(out);
           this.closeTools(out);
