@@ -127,8 +127,11 @@ export interface Attempt {
   responseHeaders?: Record<string, string | string[] | undefined>;
   /** The mapped failure of this attempt (status ≥ 400, connection error, timeout). */
   error?: GatewayError;
-  /** How it failed: an upstream status, no connection (or cut off), or a timeout. */
-  failure?: 'status' | 'connect' | 'timeout';
+  /**
+   * How it failed: an upstream status, no connection (or cut off, or unreadable), a timeout, or an
+   * error event the upstream streamed before anything reached the client (`error` says which).
+   */
+  failure?: 'status' | 'connect' | 'timeout' | 'event';
   /** Set by a plugin in onResponse: discard this attempt and try the next model. */
   retry: boolean;
 }

@@ -273,6 +273,7 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   } catch (e) {
     ctx.log.warn('could not translate upstream response', { error: e as Error });
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response could not be read' });
+    attempt.failure = 'connect';
     await runOnResponse(ctx, attempt, hooks);
     return false;
   }
@@ -367,10 +368,10 @@ async function deliverStream(
     firstSent = true;
     return true;
   };
-  const failBeforeCommit = async (err: GatewayError): Promise<false> => {
+  const failBeforeCommit = async (err: GatewayError, failure: 'connect' | 'event' = 'connect'): Promise<false> => {
     body.destroy();
     attempt.error = err;
-    attempt.failure = 'connect';
+    attempt.failure = failure;
     await runOnResponse(ctx, attempt, hooks);
     return false;
   };
@@ -429,7 +430,7 @@ async function deliverStream(
         held += out;
         const upstreamErr = translator.upstreamError;
         // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
-        if (upstreamErr && !committing) return await failBeforeCommit(errorFromEvent(upstreamErr));
+        if (upstreamErr && !committing) return await failBeforeCommit(errorFromEvent(upstreamErr), 'event');
         if (!translator.started && !committing) {
           if (held && !holdTimer) holdTimer = setTimeout(() => void commitHeld().catch(() => undefined), ctx.config.server.preambleHoldMs);
           continue;
@@ -457,7 +458,7 @@ async function deliverStream(
     const end = translator.end();
     out += end.text;
     if (!firstSent) {
-      if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError));
+      if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError), 'event');
       if (!end.complete) return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));
       if (!(await commit())) return ctx.signal.aborted && !attempt.retry ? clientGone(end.complete) : false;
     }

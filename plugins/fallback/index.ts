@@ -20,7 +20,9 @@ export default definePlugin<FallbackOptions>({
       },
       onResponse(ctx, attempt) {
         if (!attempt.error || ctx.committed || ctx.signal.aborted) return;
-        const s = attempt.status ?? 0;
+        // An error event streamed before commit counts by what it means (overloaded → 503, rate
+        // limit → 429, invalid request → 400), not by the stream's HTTP 200.
+        const s = attempt.failure === 'event' ? attempt.error.status : attempt.status ?? 0;
         const retryable = attempt.failure === 'connect' || attempt.failure === 'timeout' || s === 429 || s >= 500;
         if (retryable) attempt.retry = true;
       },

@@ -23,6 +23,9 @@ const upstreams: Record<string, string> = {
   'hangs': 'hangs#hang',
   'ok-a': 'ok-a',
   'ok-b': 'ok-b',
+  // An HTTP 200 stream whose first event after message_start is an error (before commit).
+  'event-400': 'event-400#stream_error=1,error_type=invalid_request_error',
+  'event-overloaded': 'event-overloaded#stream_error=1,error_type=overloaded_error',
 };
 
 t.before(async () => {
@@ -134,4 +137,22 @@ t.test('fallback models the group does not serve are skipped', async (t) => {
   const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ model: 'fail-503', models: ['claude-model', 'ok-a'] }) });
   t.equal(r.status, 200);
   t.equal(r.json.model, 'ok-a');
+});
+
+t.test('an error event streamed before anything reached the client counts by its meaning', async (t) => {
+  clock.advance(60_000);
+  const send = (model: string) => sseText(g.url + '/v1/messages', {
+    method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
+    body: JSON.stringify({ model, models: ['ok-a'], max_tokens: 100, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  let n = mock().requests.length;
+  const bad = await send('event-400');
+  t.equal(bad.status, 400, 'an invalid_request_error event: a real 400, no fallback');
+  t.match(bad.text, /"type":"invalid_request_error"/);
+  t.equal(mock().requests.length - n, 1, 'one attempt');
+  n = mock().requests.length;
+  const over = await send('event-overloaded');
+  t.equal(over.status, 200, 'an overloaded_error event: falls back');
+  t.match(over.text, /"model":"ok-a"/);
+  t.equal(mock().requests.length - n, 2);
 });
