@@ -165,6 +165,23 @@ t.test('Chat parallel tool calls interleaved by index', async (t) => {
   }
 });
 
+t.test('Chat upstreams that omit tool_calls[].index: a new call id is a new call, fragments continue the latest', async (t) => {
+  const text = chunk({ role: 'assistant', content: null })
+    + chunk({ tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'weather', arguments: '' } }] })
+    + chunk({ tool_calls: [{ function: { arguments: '{"city":"Paris"}' } }] })
+    + chunk({ tool_calls: [{ id: 'call_b', type: 'function', function: { name: 'clock', arguments: '{"tz":' } }] })
+    + chunk({ tool_calls: [{ function: { arguments: '"UTC"}' } }] })
+    + chunk({}, 'tool_calls')
+    + formatEvent('[DONE]');
+  const events = decode(C, text);
+  t.same(irProblems(events), []);
+  const seen = await sees('anthropic-messages', encode('anthropic-messages', events));
+  t.same(seen.tools, [
+    { id: 'call_a', name: 'weather', args: { city: 'Paris' } },
+    { id: 'call_b', name: 'clock', args: { tz: 'UTC' } },
+  ]);
+});
+
 t.test('Chat encoder counts tool indices over tool blocks only', async (t) => {
   const events: IRStreamEvent[] = [
     { type: 'start', id: 'x', model: 'm' },

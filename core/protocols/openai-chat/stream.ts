@@ -43,6 +43,8 @@ export class ChatStreamDecoder implements StreamDecoder {
   private flow: Flow | undefined;
   /** Chat tool index → IR block index. */
   private readonly tools = new Map<number, number>();
+  /** Call id → the key used for it, for servers that omit `tool_calls[].index`. */
+  private readonly toolIds = new Map<string, number>();
   private readonly openTools = new Set<number>();
 
   push(b: SseBlock): IRStreamEvent[] {
@@ -127,7 +129,15 @@ export class ChatStreamDecoder implements StreamDecoder {
     if (Array.isArray(d.tool_calls)) {
       d.tool_calls.forEach((tc: unknown, pos: number) => {
         if (!isObj(tc)) return;
-        const k = typeof tc.index === 'number' ? tc.index : pos;
+        // Some OpenAI-compatible servers omit `index`: a new call id then means a new call.
+        let k = typeof tc.index === 'number' ? tc.index : pos;
+        if (typeof tc.index !== 'number' && typeof tc.id === 'string' && tc.id) {
+          const known = this.toolIds.get(tc.id);
+          k = known ?? (this.toolIds.size === 0 ? pos : Math.max(-1, ...this.tools.keys()) + 1);
+          this.toolIds.set(tc.id, k);
+        } else if (typeof tc.index !== 'number' && this.tools.size > 0) {
+          k = Math.max(...this.tools.keys()); // an argument fragment continues the latest call
+        }
         const fn = isObj(tc.function) ? tc.function : {};
         let index = this.tools.get(k);
         if (index === undefined) {
