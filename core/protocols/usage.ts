@@ -10,8 +10,13 @@ const n = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) &
 export function fromChatUsage(u: any): Usage | undefined {
   if (!u || typeof u !== 'object') return undefined;
   const cached = n(u.prompt_tokens_details?.cached_tokens);
-  const write = n(u.prompt_tokens_details?.cache_write_tokens ?? u.cache_creation_input_tokens);
-  return { input: Math.max(0, n(u.prompt_tokens) - cached - write), output: n(u.completion_tokens), cacheRead: cached, cacheWrite: write };
+  // `prompt_tokens_details.cache_write_tokens` is counted inside `prompt_tokens`; the top-level
+  // `cache_creation_input_tokens` LiteLLM adds is not (its prompt_tokens = input + cache read,
+  // ANALYSIS §5.4), so only the former is taken out of the input bucket.
+  const detailWrite = u.prompt_tokens_details?.cache_write_tokens;
+  const write = n(detailWrite ?? u.cache_creation_input_tokens);
+  const inside = detailWrite !== undefined ? write : 0;
+  return { input: Math.max(0, n(u.prompt_tokens) - cached - inside), output: n(u.completion_tokens), cacheRead: cached, cacheWrite: write };
 }
 
 export function toChatUsage(u: Usage, reasoningTokens?: number): Record<string, unknown> {

@@ -64,6 +64,10 @@ t.test('usage: four buckets, never a token twice', async (t) => {
   t.same(asChat.usage, { input: 10, output: 5, cacheRead: 1000, cacheWrite: 200 });
   t.same(asResp.usage, asChat.usage);
   t.equal(enc(C, fromA).usage.prompt_tokens, 1210, 'Chat prompt_tokens = input + cache read + cache write');
+  // A LiteLLM proxy's Chat usage: prompt_tokens = input + cache read, cache creation beside it.
+  const litellm = { prompt_tokens: 1010, completion_tokens: 5, total_tokens: 1015, prompt_tokens_details: { cached_tokens: 1000 }, cache_creation_input_tokens: 200 };
+  t.same(codec(C).decodeResponse({ choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, finish_reason: 'stop' }], usage: litellm }).usage,
+    { input: 10, output: 5, cacheRead: 1000, cacheWrite: 200 }, 'LiteLLM form: cache creation is not inside prompt_tokens');
 });
 
 t.test('ids and model come from the request', async (t) => {
