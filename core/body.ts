@@ -57,7 +57,7 @@ function tooLarge(req: IncomingMessage, limit: number): GatewayError {
 const bad = (message: string) => new GatewayError('INVALID_REQUEST', { message });
 
 /** The core's own rules for every model call: a JSON object, a string `model`, a boolean `stream`. */
-export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol'> & { route?: { handler?: string } }): ParsedBody {
+export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
   if (buf.length === 0) throw bad('Request body is empty');
   let text: string;
   try {
@@ -88,7 +88,7 @@ export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol'> & {
     }
     fallback = (obj.models as string[]).filter((m) => m !== obj.model);
   }
-  if (ctx.protocol) wireFor(ctx.protocol).validate(obj, { history: ctx.route?.handler !== 'count-tokens' });
+  if (ctx.protocol) wireFor(ctx.protocol).validate(obj, { history: ctx.route.handler !== 'count-tokens' });
   return { text, json: obj, model: obj.model, stream: obj.stream === true, fallback };
 }
 

@@ -353,6 +353,8 @@ async function deliverStream(
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
     return true;
   };
+  /** After commit() said no: the client left (bill it, done) or a hook asked for the next model. */
+  const notCommitted = (complete: boolean): boolean => (ctx.signal.aborted && !attempt.retry ? clientGone(complete) : false);
   /** The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. */
   const commit = async (): Promise<boolean> => {
     await runOnResponse(ctx, attempt, hooks);
@@ -437,7 +439,7 @@ async function deliverStream(
         }
         if (!(await commitHeld())) {
           body.destroy();
-          return ctx.signal.aborted && !attempt.retry ? clientGone(false) : false;
+          return notCommitted(false);
         }
         if (held) {
           const h = held;
@@ -452,7 +454,7 @@ async function deliverStream(
         if (!writeNow(out)) await drained();
       }
     }
-    if (committing && !(await committing)) return ctx.signal.aborted && !attempt.retry ? clientGone(false) : false;
+    if (committing && !(await committing)) return notCommitted(false);
     let out = held + handOut(parser.end(true));
     held = '';
     const end = translator.end();
@@ -460,7 +462,7 @@ async function deliverStream(
     if (!firstSent) {
       if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError), 'event');
       if (!end.complete) return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));
-      if (!(await commit())) return ctx.signal.aborted && !attempt.retry ? clientGone(end.complete) : false;
+      if (!(await commit())) return notCommitted(end.complete);
     }
     await write(out);
     if (ctx.signal.aborted) return clientGone(end.complete);

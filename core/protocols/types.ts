@@ -52,8 +52,10 @@ export interface StreamMeta {
 /** What every protocol provides for passthrough: validation, usage reading, taps, error frames. */
 export interface ProtocolWire {
   readonly name: ProtocolName;
-  /** Protocol-specific request rules beyond the core's (model, stream, models); throws GatewayError. */
-  /** Throws a GatewayError for a body this protocol refuses. `history: false` skips conversation-history checks (count_tokens). */
+  /**
+   * Protocol-specific request rules beyond the core's (model, stream, models); throws GatewayError.
+   * `history: false` skips the conversation-history checks (count_tokens may not answer 409).
+   */
   validate(body: Record<string, unknown>, opts?: { history?: boolean }): void;
   /** Usage of a non-stream response body in this protocol (four buckets). */
   usageOf(body: Record<string, unknown>): Usage | undefined;

@@ -382,8 +382,9 @@ export class MemoryStore implements Store {
       case 'spend-cap': {
         const p = this.cap(c.user)[c.period];
         const start = c.period === 'weekly' ? weekStart(now) : monthStart(now);
-        if (c.limit > 0 && periodUsed(p, start) < c.limit && periodUsed(p, start) + p.reserved >= c.limit) return HELD;
-        if (c.limit > 0 && periodUsed(p, start) + p.reserved >= c.limit) {
+        const used = periodUsed(p, start);
+        if (c.limit > 0 && used < c.limit && used + p.reserved >= c.limit) return HELD;
+        if (c.limit > 0 && used >= c.limit) {
           const end = c.period === 'weekly' ? start + WEEK : nextMonthStart(now);
           return { ok: false, retryAfterMs: end - now };
         }

@@ -83,7 +83,7 @@ export default definePlugin<IpFilterOptions>({
     return {
       onRequest(ctx) {
         const ip = clientAddress(ctx.req.socket.remoteAddress ?? '', ctx.headerValues('x-forwarded-for'), trusted);
-        ctx.clientIp = ip || normaliseIp(ctx.req.socket.remoteAddress ?? '');
+        if (ip) ctx.clientIp = ip; // else the socket's, set by the context
         check(ip, allow, deny);
         // Per-key lists need the key. With auth earlier in the chain (the documented order) they
         // are checked here, before key expiry as wire-notes order it; with ip-filter first they are

@@ -129,15 +129,13 @@ export class ChatStreamDecoder implements StreamDecoder {
     if (Array.isArray(d.tool_calls)) {
       d.tool_calls.forEach((tc: unknown, pos: number) => {
         if (!isObj(tc)) return;
-        // Some OpenAI-compatible servers omit `index`: a new call id then means a new call.
-        let k = typeof tc.index === 'number' ? tc.index : pos;
-        if (typeof tc.index !== 'number' && typeof tc.id === 'string' && tc.id) {
-          const known = this.toolIds.get(tc.id);
-          k = known ?? (this.toolIds.size === 0 ? pos : Math.max(-1, ...this.tools.keys()) + 1);
+        let k: number;
+        if (typeof tc.index === 'number') k = tc.index;
+        else if (typeof tc.id === 'string' && tc.id) {
+          // Some OpenAI-compatible servers omit `index`: a new call id is a new call...
+          k = this.toolIds.get(tc.id) ?? this.tools.size;
           this.toolIds.set(tc.id, k);
-        } else if (typeof tc.index !== 'number' && this.tools.size > 0) {
-          k = Math.max(...this.tools.keys()); // an argument fragment continues the latest call
-        }
+        } else k = this.tools.size > 0 ? this.tools.size - 1 : pos; // ...and a bare fragment continues the latest
         const fn = isObj(tc.function) ? tc.function : {};
         let index = this.tools.get(k);
         if (index === undefined) {
