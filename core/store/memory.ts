@@ -42,6 +42,7 @@
  *   cross-restart idempotency is only needed for what the journal itself replays.
  */
 import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises';
+import { LRUCache } from 'lru-cache';
 import { join } from 'node:path';
 import { systemClock, type Clock } from '../clock.js';
 import { silentLogger, type Logger } from '../log.js';
@@ -49,7 +50,7 @@ import { WINDOWS, WINDOW_MS, type Window } from '../config/types.js';
 import {
   dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
   type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage,
-  type Settlement, type SlotRequest, type SlotResult, type Store, type UsageCounters, type WindowState,
+  type Settlement, type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
 } from './types.js';
 
 const MINUTE = 60_000;
@@ -59,6 +60,8 @@ const SETTLED_TTL_MS = DAY;
 const SETTLED_MAX = 200_000;
 const COMPACT_BYTES = 4 * 1024 * 1024;
 const MAX_TIMER_MS = 2_147_483_647;
+/** Bytes of `remember()` entries kept (ids and values, as UTF-16 length); the oldest go first. */
+const REMEMBER_MAX_CHARS = 64 * 1024 * 1024;
 const SNAPSHOT = 'snapshot.json';
 const JOURNAL = 'journal.jsonl';
 
@@ -134,7 +137,7 @@ interface Waiter {
 }
 
 interface SlotGroup {
-  user: string;
+  scope: string;
   active: number;
   limit: number;
   waiters: Set<Waiter>;
@@ -254,6 +257,11 @@ export class MemoryStore implements Store {
   /** requestId → settle time (insertion ordered, trimmed by age and count). */
   private readonly settled = new Map<string, number>();
   private readonly slots = new Map<string, SlotGroup>();
+  private readonly remembered = new LRUCache<string, string>({
+    maxSize: REMEMBER_MAX_CHARS,
+    sizeCalculation: (v, k) => v.length + k.length || 1,
+    ttlAutopurge: false,
+  });
 
   // persistence
   private seq = 0;
@@ -505,7 +513,7 @@ export class MemoryStore implements Store {
   async acquireSlot(req: SlotRequest): Promise<SlotResult> {
     if (req.signal.aborted) return { ok: false, reason: 'aborted' };
     if (req.limit <= 0) return { ok: true, release: () => {} };
-    const g = getOr(this.slots, req.user, () => ({ user: req.user, active: 0, limit: req.limit, waiters: new Set<Waiter>() }));
+    const g = getOr(this.slots, req.scope, () => ({ scope: req.scope, active: 0, limit: req.limit, waiters: new Set<Waiter>() }));
     g.limit = req.limit;
     this.pumpSlots(g); // a raised limit first serves those already waiting
     if (g.active < g.limit) {
@@ -548,7 +556,7 @@ export class MemoryStore implements Store {
   /** After a release or a dropped waiter: serve the queue, forget an idle user. */
   private slotsChanged(g: SlotGroup): void {
     this.pumpSlots(g);
-    if (g.active === 0 && g.waiters.size === 0 && this.slots.get(g.user) === g) this.slots.delete(g.user);
+    if (g.active === 0 && g.waiters.size === 0 && this.slots.get(g.scope) === g) this.slots.delete(g.scope);
   }
 
   private unlinkWaiter(g: SlotGroup, w: Waiter): void {
@@ -643,6 +651,20 @@ export class MemoryStore implements Store {
       k.windows[win].start = undefined;
       k.windows[win].used = 0;
     }
+  }
+
+  // ---- remembered items --------------------------------------------------------------------------
+
+  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+    for (const [id, value] of entries) this.remembered.set(`${namespace}\u0000${id}`, value, { ttl: Math.max(1, ttlMs) });
+  }
+
+  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+    return ids.map((id) => this.remembered.get(`${namespace}\u0000${id}`));
+  }
+
+  async health(): Promise<StoreHealth> {
+    return { ready: !this.closed };
   }
 
   // ---- counters (created on first touch; never replaced, since admissions hold references) -----

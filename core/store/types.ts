@@ -35,6 +35,15 @@ export interface AdmitRequest {
   /** Worst-case charge (micro-USD) held against every money claim until settlement. */
   reserve: number;
   claims: readonly Claim[];
+  /**
+   * The settlement applied if this admission is never settled nor cancelled because the process
+   * that admitted it died (memory: found unresolved in the journal at the next start; Redis: its
+   * lease expired and a reaper on a live instance resolved it). The documented rule: the input
+   * the upstream would have processed, estimated from the request body, at the requested model's
+   * price, recorded with `estimated` and `recovered` set — never silently free, never the worst
+   * case. Absent: the admission is released without a charge (nothing billable was admitted).
+   */
+  recovery?: Settlement;
 }
 
 export type AdmitResult =
@@ -64,10 +73,16 @@ export interface Settlement {
   windows: readonly Window[];
   /** Usage came from an estimate (client went away before the upstream reported it). */
   estimated?: boolean;
+  /** Applied by crash recovery (the admission's `recovery`), not by the request itself. */
+  recovered?: boolean;
 }
 
 export interface SlotRequest {
-  user: string;
+  /**
+   * What the slots count: `user:<name>` (the concurrency plugin), `account:<provider>/<account>`
+   * (upstream account pools). Slots of different scopes never interact.
+   */
+  scope: string;
   limit: number;
   queueSize: number;
   maxWaitMs: number;
@@ -75,7 +90,19 @@ export interface SlotRequest {
   signal: AbortSignal;
 }
 
+/**
+ * A granted slot is held until `release()` (idempotent). A store shared by several instances holds
+ * it as a lease it renews while the holder lives, so the slots of a dead instance come back.
+ */
 export type SlotResult = { ok: true; release: () => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
+
+/** What `/readyz` reports about the store. */
+export interface StoreHealth {
+  /** The store answers; money paths can be served. */
+  ready: boolean;
+  /** Serving with reduced guarantees (e.g. Redis away: per-instance RPM and concurrency). */
+  degraded?: string;
+}
 
 export interface UsageCounters {
   requests: number;
@@ -142,6 +169,18 @@ export interface Store {
 
   /** Operator command: forget a key's used quota (and its windows). */
   resetKeyQuota(keyId: string): Promise<void>;
+
+  /**
+   * A short-lived, bounded cache of small JSON texts by id within a namespace (the converter keeps
+   * the items of converted Responses here so later turns can refer to them by id). Entries expire
+   * after `ttlMs` and may be evicted earlier under memory pressure; `recall` answers `undefined`
+   * for what it does not hold. Namespaces isolate callers (e.g. one per API key).
+   */
+  remember(namespace: string, entries: ReadonlyArray<readonly [id: string, value: string]>, ttlMs: number): Promise<void>;
+  recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>>;
+
+  /** Whether the store can serve now (cheap; called by /readyz). */
+  health(): Promise<StoreHealth>;
 
   /** Write everything pending to disk (memory) / no-op (redis). */
   flush(): Promise<void>;

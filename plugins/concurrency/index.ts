@@ -28,7 +28,7 @@ export default definePlugin<ConcurrencyOptions>({
         let r;
         try {
           r = await ctx.store.acquireSlot({
-            user: user.name, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.signal,
+            scope: `user:${user.name}`, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.signal,
           });
         } finally {
           metrics.queueWaiting.dec();

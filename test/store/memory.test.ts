@@ -456,7 +456,7 @@ t.test('slots: C ok at once, Q wait FIFO, the rest queue_full; release hands ove
   const C = 3;
   const Q = 4;
   const never = new AbortController();
-  const req = { user: 'u1', limit: C, queueSize: Q, maxWaitMs: 10_000, signal: never.signal };
+  const req = { scope: 'user:u1', limit: C, queueSize: Q, maxWaitMs: 10_000, signal: never.signal };
   const boxes = Array.from({ length: 3 * (C + Q) }, () => track(store.acquireSlot(req)));
   await settleTicks();
   const ok = boxes.filter((b) => b.r?.ok);
@@ -473,7 +473,7 @@ t.test('slots: C ok at once, Q wait FIFO, the rest queue_full; release hands ove
   await settleTicks();
   t.ok(boxes[C].r?.ok, 'first waiter got the slot');
   t.equal(boxes[C + 1].r, undefined, 'second still waits');
-  const other = track(store.acquireSlot({ ...req, user: 'u2' }));
+  const other = track(store.acquireSlot({ ...req, scope: 'user:u2' }));
   await settleTicks();
   t.ok(other.r?.ok, 'per user');
 
@@ -497,14 +497,14 @@ t.test('slots: C ok at once, Q wait FIFO, the rest queue_full; release hands ove
 t.test('slots: waiting past maxWaitMs times out and leaves the queue', async (t) => {
   const { store } = await memStore();
   const signal = new AbortController().signal;
-  const held = await store.acquireSlot({ user: 'u1', limit: 1, queueSize: 2, maxWaitMs: 20, signal });
+  const held = await store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 2, maxWaitMs: 20, signal });
   t.ok(held.ok);
   const results = await Promise.all([
-    store.acquireSlot({ user: 'u1', limit: 1, queueSize: 2, maxWaitMs: 20, signal }),
-    store.acquireSlot({ user: 'u1', limit: 1, queueSize: 2, maxWaitMs: 40, signal }),
+    store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 2, maxWaitMs: 20, signal }),
+    store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 2, maxWaitMs: 40, signal }),
   ]);
   t.same(results, [{ ok: false, reason: 'timeout' }, { ok: false, reason: 'timeout' }]);
-  const w = track(store.acquireSlot({ user: 'u1', limit: 1, queueSize: 1, maxWaitMs: 5_000, signal }));
+  const w = track(store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 1, maxWaitMs: 5_000, signal }));
   await settleTicks();
   t.equal(w.r, undefined, 'the queue has room again');
   if (held.ok) held.release();
@@ -515,7 +515,7 @@ t.test('slots: waiting past maxWaitMs times out and leaves the queue', async (t)
 
 t.test('slots: abort removes the waiter at once; slot count stays right', async (t) => {
   const { store } = await memStore();
-  const base = { user: 'u1', limit: 2, queueSize: 1, maxWaitMs: 60_000 };
+  const base = { scope: 'user:u1', limit: 2, queueSize: 1, maxWaitMs: 60_000 };
   const keep = new AbortController();
   const a = await store.acquireSlot({ ...base, signal: keep.signal });
   const b = await store.acquireSlot({ ...base, signal: keep.signal });
@@ -759,4 +759,17 @@ t.test('persistence: kill -9 after a flush interval loses nothing', async (t) =>
   t.ok(st.windows['5h'].start !== undefined);
   t.equal((await store.keyStats('k1', '2000-01-01', '2100-01-01')).total.requests, N);
   await store.close();
+});
+
+t.test('remember / recall: by namespace, expiring, health', async (t) => {
+  const { store } = await memStore();
+  await store.remember('key-a', [['msg_1', '{"a":1}'], ['msg_2', '{"b":2}']], 60_000);
+  t.same(await store.recall('key-a', ['msg_2', 'msg_1', 'msg_3']), ['{"b":2}', '{"a":1}', undefined]);
+  t.same(await store.recall('key-b', ['msg_1']), [undefined], 'another namespace cannot read it');
+  await store.remember('key-a', [['short', 'x']], 1);
+  await new Promise((r) => setTimeout(r, 15));
+  t.same(await store.recall('key-a', ['short']), [undefined], 'expired after its ttl');
+  t.same(await store.health(), { ready: true });
+  await store.close();
+  t.same(await store.health(), { ready: false }, 'a closed store is not ready');
 });
