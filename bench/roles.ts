@@ -1,47 +1,67 @@
 /**
- * Child processes of the benchmark (one process tree): `mock` (the mock upstream), `gateway` (the
- * real gateway, full default chain, persisted store), `proxy` (a bare http-proxy-3 reverse proxy
- * over the same mock — the baseline). Each prints `READY <url>` on stdout when listening.
+ * Server processes of the benchmark besides the gateway (which runs as shipped, `bin/gateway.js
+ * start`): `mock PORT` — the project's mock upstream; `sink PORT` — the upstream of the large-body
+ * scenario; `proxy PORT MOCK_URL SINK_URL` — the baseline, a bare http-proxy-3 reverse proxy over the
+ * same upstreams. bench/run.ts starts each pinned to its core and waits until the port answers.
  */
+import dc from 'node:diagnostics_channel';
 import http from 'node:http';
 import httpProxy from 'http-proxy-3';
 import { startMockServer } from '../core/mock/server.js';
-import { Gateway } from '../core/server.js';
-import { builtinPlugins } from '../plugins/index.js';
-import { createLogger } from '../core/log.js';
 
-const [role, arg] = process.argv.slice(2);
+const [role, port, target, sink] = process.argv.slice(2);
 
-// The parent asks for this process's CPU time around each load run (IPC), so the report can give
-// CPU per request: steadier than requests/s on a small shared machine.
-process.on('message', (m) => {
-  if (m === 'cpu') process.send?.(process.cpuUsage());
+/** What the sink answers: a valid, minimal Chat Completions reply with usage. */
+const SINK_REPLY = JSON.stringify({
+  id: 'chatcmpl-sink', object: 'chat.completion', created: 1700000000, model: 'bench-large',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
 });
 
 async function main(): Promise<void> {
   if (role === 'mock') {
-    const m = await startMockServer({ keepRequests: 0 });
-    console.log(`READY ${m.url}`);
+    // Responses the mock has started and not yet closed: the upstream streams still open, which
+    // the abandon scenario reads after the clients have gone. Counted from Node's own diagnostics
+    // channel, so the mock itself is unchanged.
+    // Also counts requests by path, so a scenario can check which upstream API it really used.
+    let open = 0;
+    const paths: Record<string, number> = {};
+    dc.subscribe('http.server.request.start', (msg) => {
+      const { request, response } = msg as { request: http.IncomingMessage; response: http.ServerResponse };
+      open++;
+      const p = (request.url ?? '').split('?')[0];
+      paths[p] = (paths[p] ?? 0) + 1;
+      response.once('close', () => open--);
+    });
+    process.on('message', (m) => {
+      if (m === 'stats') process.send?.({ open, rss: process.memoryUsage().rss, paths });
+    });
+    await startMockServer({ port: Number(port), keepRequests: 0 });
+    return;
+  }
+  if (role === 'sink') {
+    // Drains the body unread and answers at once: large bodies cost the upstream (which shares its
+    // core with the load generators) next to nothing, so the figures are the server under test's.
+    const server = http.createServer({ requestTimeout: 0 }, (req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(SINK_REPLY) }).end(SINK_REPLY));
+    });
+    server.keepAliveTimeout = 65_000;
+    server.listen(Number(port), '127.0.0.1');
     return;
   }
   if (role === 'proxy') {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 256 });
-    const proxy = httpProxy.createProxyServer({ target: arg, agent });
+    // As many upstream sockets as the gateway's bench provider allows (max_sockets), kept alive.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 4096 });
+    const proxy = httpProxy.createProxyServer({ target, agent });
     proxy.on('error', (_e, _req, res) => {
       if (res instanceof http.ServerResponse && !res.headersSent) res.writeHead(502).end();
+      else if (res && 'destroy' in res) res.destroy();
     });
-    const server = http.createServer((req, res) => proxy.web(req, res));
-    server.keepAliveTimeout = 5_000;
-    server.listen(0, '127.0.0.1', () => {
-      const addr = server.address() as { port: number };
-      console.log(`READY http://127.0.0.1:${addr.port}`);
-    });
-    return;
-  }
-  if (role === 'gateway') {
-    const gw = await Gateway.start({ configFile: arg, registry: builtinPlugins, log: createLogger('warn'), watch: false, port: 0 });
-    console.log(`READY ${gw.url}`);
-    process.on('SIGINT', () => void gw.close().then(() => process.exit(0)));
+    // The large-body scenario's requests carry `x-bench-upstream: sink` (the gateway routes them by model instead).
+    const server = http.createServer((req, res) => (req.headers['x-bench-upstream'] === 'sink' ? proxy.web(req, res, { target: sink }) : proxy.web(req, res)));
+    server.keepAliveTimeout = 5_000; // the gateway's
+    server.listen(Number(port), '127.0.0.1');
     return;
   }
   throw new Error(`unknown role ${role}`);

@@ -1,184 +1,863 @@
 /**
- * `npm run bench`: load the gateway (full default chain) and a bare http-proxy-3 proxy over the
- * same mock upstream, for a fixed time each, non-streaming and streaming, and print requests/s,
- * p50/p99 latency and the gateway/bare-proxy ratios. Results are written to bench/results/.
+ * `npm run bench [-- options]`: the gateway as shipped against a bare http-proxy-3 proxy over the
+ * same mock upstream. Method (bench/README.md has the why):
  *
- * Each target is loaded BENCH_ROUNDS times, alternating with the other, and the medians are
- * reported: a shared machine's noise hits both sides alike instead of whichever ran during it.
- *
- * Options (env): BENCH_SECONDS per run (default 5), BENCH_ROUNDS (default 3), BENCH_CONCURRENCY (default 32), BENCH_WORDS (reply
- * length, default 20), BENCH_MODE (json | stream: run only one), BENCH_PROFILE=1 (CPU profile of
- * the gateway into bench/profiles/). The load generator runs in this process; the three servers are children.
+ * - The gateway runs as `node bin/gateway.js start` with the shipped gateway.yaml's server, store,
+ *   metrics, log level, plugins, chains and routes; only the deployment data (providers pointing at
+ *   the external mock, models, groups, users, keys) is the bench's own, with every limit configured,
+ *   non-zero and too high to reject. Its logs (the access log included) go to a file.
+ * - Load comes from separate processes: wrk for throughput, bench/client.js for what wrk cannot do.
+ * - Where the machine has ≥ 2 cores the server under test runs alone on one; the mock upstream and
+ *   the load generators run on the other(s) (taskset).
+ * - Every scenario alternates the compared sides within each round and reports the median of the
+ *   per-round ratios with their spread, and the load average, so a busy moment hits one round of
+ *   both sides instead of a whole side.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
+import {
+  parseArgs, parseCpuList, parseProcStat, parseVmRss, parseWrk, planPinning, renderMarkdown, roundDiffs, roundOrder,
+  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE,
+  type Options, type Pinning, type Report, type RoundRecord, type Row, type Scenario, type ScenarioResult,
+} from './lib.js';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
+const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
-const WORDS = Number(process.env.BENCH_WORDS ?? 20);
-const KEY = 'sk-' + 'be'.repeat(32);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const MiB = 1024 * 1024;
 
-function startRole(role: string, arg = ''): Promise<{ url: string; child: ChildProcess }> {
-  // BENCH_PROFILE=1 writes a CPU profile of the gateway process (./*.cpuprofile) for inspection.
-  const flags = role === 'gateway' && process.env.BENCH_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', path.join(root, 'bench/profiles')] : [];
-  const child = spawn(process.execPath, [...flags, path.join(here, 'roles.js'), role, arg], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+/** The bench's own keys (deployment data, not part of the shipped config). */
+const KEY_CHAT = 'sk-bench000000000000000000000000000000000000000000000000000000000001';
+const KEY_CONVERTED = 'sk-bench000000000000000000000000000000000000000000000000000000000002';
+const AUTH_CHAT = `Bearer ${KEY_CHAT}`;
+const AUTH_CONVERTED = `Bearer ${KEY_CONVERTED}`;
+/** High enough never to reject: the plugins do all their work, nothing is refused. */
+const HIGH_RPM = 100_000_000;
+const HIGH_USD = 1_000_000;
+
+let opts: Options;
+let pinning: Pinning | null = null;
+let work = '';
+const children = new Set<ChildProcess>();
+let clkTck = 100;
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+function pinned(cpus: number[] | undefined, cmd: string, args: string[]): [string, string[]] {
+  return pinning && cpus ? ['taskset', ['-c', cpus.join(','), cmd, ...args]] : [cmd, args];
+}
+
+function launch(cpus: number[] | undefined, cmd: string, args: string[], logName: string, ipc = false, env: NodeJS.ProcessEnv = process.env): { child: ChildProcess; log: string } {
+  const log = path.join(work, logName);
+  const fd = fs.openSync(log, 'a'); // O_APPEND: the harness may truncate it between rounds
+  const [c, a] = pinned(cpus, cmd, args);
+  const child = spawn(c, a, { stdio: ['ignore', fd, fd, ...(ipc ? ['ipc' as const] : [])], env, cwd: root });
+  fs.closeSync(fd);
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return { child, log };
+}
+
+function tail(file: string, n = 2000): string {
+  try {
+    const s = fs.readFileSync(file, 'utf8');
+    return s.slice(-n);
+  } catch {
+    return '';
+  }
+}
+
+async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = /READY (\S+)/.exec(out);
-      if (m) resolve({ url: m[1], child });
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
     });
-    child.on('exit', (code) => reject(new Error(`${role} exited with ${code}`)));
   });
 }
 
-/** The gateway's default chain and routes, over the external mock as an openai-kind provider. */
-function gatewayConfig(mockUrl: string, dataDir: string): string {
-  const defaults = YAML.parse(readDefault());
-  return YAML.stringify({
-    version: 1,
-    server: { host: '127.0.0.1', port: 0 },
-    store: { kind: 'memory', path: dataDir, flush_interval: '1s' },
-    providers: { bench: { kind: 'openai', base_url: `${mockUrl}/v1`, api_key: 'bench', protocols: ['openai-chat', 'openai-responses'] } },
-    models: { 'bench-model': { provider: 'bench', price: { input: 0.5, output: 1.5 } } },
-    groups: { bench: { kind: 'chat', passthrough: true, models: ['bench-model'], rpm: 0 } },
-    users: { bench: { balance: 1_000_000, rpm: 0, concurrency: 0 } },
-    keys: [{ key: KEY, name: 'bench', user: 'bench', group: 'bench', quota: 0 }],
-    plugins: defaults.plugins,
-    chains: defaults.chains,
-    routes: defaults.routes,
-  });
-}
-
-function readDefault(): string {
-  return readFileSync(path.join(root, 'gateway.yaml'), 'utf8');
-}
-
-interface Result { requests: number; errors: number; rps: number; p50: number; p99: number; mean: number; cpuUsPerRequest: number }
-
-function cpuOf(child: ChildProcess): Promise<number> {
+function get(url: string): Promise<number> {
   return new Promise((resolve) => {
-    child.once('message', (u: any) => resolve(u.user + u.system));
-    child.send('cpu');
+    const req = http.get(url, { agent: false, timeout: 2000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(0));
   });
 }
 
-async function load(url: string, stream: boolean, server: ChildProcess): Promise<Result> {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
-  const u = new URL(url + '/v1/chat/completions');
-  const body = JSON.stringify({ model: 'bench-model', stream, messages: [{ role: 'user', content: `benchmark [[mock: words=${WORDS}]]` }] });
-  const latencies: number[] = [];
-  let errors = 0;
-  const deadline = Date.now() + SECONDS * 1000;
-  const one = () => new Promise<void>((resolve) => {
-    const t0 = process.hrtime.bigint();
-    const req = http.request({
-      host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, 'content-length': Buffer.byteLength(body) },
-    }, (res) => {
-      res.on('data', () => {});
-      res.on('end', () => {
-        if (res.statusCode === 200) latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
-        else errors++;
-        resolve();
-      });
-      res.on('error', () => { errors++; resolve(); });
+async function waitUntil(what: string, child: ChildProcess, log: string, ready: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}):\n${tail(log)}`);
+    if (await ready()) return;
+    await sleep(100);
+  }
+  throw new Error(`${what} not ready after ${timeoutMs / 1000} s:\n${tail(log)}`);
+}
+
+async function stop(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM', graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  child.kill(signal);
+  if (await Promise.race([exited.then(() => true), sleep(graceMs).then(() => false)])) return;
+  child.kill('SIGKILL');
+  await exited;
+}
+
+/** Request/reply over IPC, one at a time. */
+function ask(child: ChildProcess, msg: unknown, timeoutMs = 300_000): Promise<any> {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`no answer to ${JSON.stringify(msg).slice(0, 80)}`)), timeoutMs);
+    child.once('message', (m: any) => {
+      clearTimeout(t);
+      if (m && m.ok === false) reject(new Error(m.error));
+      else resolve(m);
     });
-    req.on('error', () => { errors++; resolve(); });
-    req.end(body);
+    child.send(msg as any);
   });
-  const worker = async () => { while (Date.now() < deadline) await one(); };
-  // warm-up
-  await Promise.all(Array.from({ length: CONCURRENCY }, one));
-  latencies.length = 0;
-  errors = 0;
-  const cpu0 = await cpuOf(server);
-  const started = Date.now();
-  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-  const elapsed = (Date.now() - started) / 1000;
-  const cpu = (await cpuOf(server)) - cpu0;
-  agent.destroy();
-  latencies.sort((a, b) => a - b);
-  const q = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? NaN;
+}
+
+interface Server {
+  name: string;
+  url: string;
+  child: ChildProcess;
+  log: string;
+  close(): Promise<void>;
+}
+
+interface Mock extends Server {
+  /** Upstream responses open now, the mock's RSS, and requests received so far by path. */
+  stats(): Promise<{ open: number; rss: number; paths: Record<string, number> }>;
+}
+
+async function startMock(): Promise<Mock> {
+  const port = await freePort();
+  const { child, log } = launch(pinning?.upstream, process.execPath, [path.join(here, 'roles.js'), 'mock', String(port)], 'mock.log', true);
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('the mock upstream', child, log, async () => (await get(url + '/')) === 200);
+  return { name: 'mock', url, child, log, stats: () => ask(child, 'stats', 10_000), close: () => stop(child, 'SIGKILL') };
+}
+
+async function startSink(): Promise<Server> {
+  const port = await freePort();
+  const { child, log } = launch(pinning?.upstream, process.execPath, [path.join(here, 'roles.js'), 'sink', String(port)], 'sink.log');
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('the sink upstream', child, log, async () => (await get(url + '/')) === 200);
+  return { name: 'sink', url, child, log, close: () => stop(child, 'SIGKILL') };
+}
+
+/** Where the upstreams are: every gateway and proxy is started over the same pair. */
+let upstreams: { mock: string; sink: string };
+
+async function startProxy(): Promise<Server> {
+  const port = await freePort();
+  const { child, log } = launch(pinning?.server, process.execPath, [path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink], `proxy-${port}.log`);
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('the bare proxy', child, log, async () => (await get(url + '/')) === 200);
+  return { name: 'bare proxy', url, child, log, close: () => stop(child, 'SIGKILL') };
+}
+
+function shippedConfig(): Record<string, any> {
+  return YAML.parse(fs.readFileSync(path.join(root, 'gateway.yaml'), 'utf8'));
+}
+
+/**
+ * The shipped gateway.yaml with only the deployment data replaced: providers at the external mock
+ * (kind openai and anthropic, so the gateway speaks to it over the network as to a real provider),
+ * a passthrough chat group and a converting one, one user and two keys with every limit on.
+ */
+function gatewayConfig(port: number, dataDir: string, store?: Record<string, unknown>): Record<string, any> {
+  const mockUrl = upstreams.mock;
+  const c = shippedConfig();
+  const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
+  c.server = { ...c.server, host: '127.0.0.1', port };
+  c.store = store ?? { ...c.store, path: dataDir };
+  if (c.failed_requests) c.failed_requests = { ...c.failed_requests, dir: path.join(dataDir, 'failed') };
+  c.providers = {
+    'bench-openai': { kind: 'openai', base_url: `${mockUrl}/v1`, api_key: 'bench', protocols: ['openai-chat', 'openai-responses'], max_sockets: 4096 },
+    'bench-anthropic': { kind: 'anthropic', base_url: mockUrl, api_key: 'bench', max_sockets: 4096 },
+    'bench-sink': { kind: 'openai', base_url: `${upstreams.sink}/v1`, api_key: 'bench', protocols: ['openai-chat'], max_sockets: 4096 },
+  };
+  c.models = {
+    'bench-chat': { provider: 'bench-openai', price: { input: 0.5, output: 1.5 } },
+    'bench-claude': { provider: 'bench-anthropic', price: { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 } },
+    'bench-large': { provider: 'bench-sink', price: { input: 0.5, output: 1.5 } },
+  };
+  c.groups = {
+    chat: { kind: 'chat', passthrough: true, models: ['bench-chat', 'bench-large'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
+    converted: { kind: 'chat', models: ['bench-claude'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
+  };
+  c.users = {
+    bench: {
+      status: 'active', balance: HIGH_USD, rpm: HIGH_RPM, concurrency,
+      queue: { size: 16, max_wait: '30s' }, spend_caps: { weekly: HIGH_USD, monthly: HIGH_USD },
+    },
+  };
+  const limits = { quota: HIGH_USD, windows: { '5h': HIGH_USD, '1d': HIGH_USD, '7d': HIGH_USD } };
+  c.keys = [
+    { key: KEY_CHAT, name: 'bench-chat', user: 'bench', group: 'chat', ...limits },
+    { key: KEY_CONVERTED, name: 'bench-converted', user: 'bench', group: 'converted', ...limits },
+  ];
+  return c;
+}
+
+/** The gateway's environment: the shipped defaults, so no log level or config override from the caller's shell. */
+function gatewayEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const k of Object.keys(env)) if (k.startsWith('GATEWAY_')) delete env[k];
+  return env;
+}
+
+let gatewayCount = 0;
+async function startGateway(store?: Record<string, unknown>, label = 'gateway'): Promise<Server> {
+  const port = await freePort();
+  const n = ++gatewayCount;
+  const dataDir = path.join(work, `gateway-${n}-data`);
+  fs.mkdirSync(dataDir, { recursive: true });
+  const cfgFile = path.join(work, `gateway-${n}.yaml`);
+  fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig(port, dataDir, store)));
+  const { child, log } = launch(pinning?.server, process.execPath, [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile], `gateway-${n}.log`, false, gatewayEnv());
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('the gateway', child, log, async () => (await get(url + '/healthz')) === 200);
   return {
-    requests: latencies.length, errors, rps: latencies.length / elapsed,
-    p50: q(0.5), p99: q(0.99), mean: latencies.reduce((a, b) => a + b, 0) / Math.max(1, latencies.length),
-    cpuUsPerRequest: cpu / Math.max(1, latencies.length),
+    name: label, url, child, log,
+    close: async () => {
+      await stop(child, 'SIGTERM');
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
   };
 }
 
-async function main(): Promise<void> {
-  const children: ChildProcess[] = [];
-  const dataDir = path.join(os.tmpdir(), `gw-bench-${process.pid}`);
-  try {
-    const mock = await startRole('mock');
-    children.push(mock.child);
-    const cfgFile = path.join(os.tmpdir(), `gw-bench-${process.pid}.yaml`);
-    writeFileSync(cfgFile, gatewayConfig(mock.url, dataDir));
-    const [gateway, proxy] = await Promise.all([startRole('gateway', cfgFile), startRole('proxy', mock.url)]);
-    children.push(gateway.child, proxy.child);
-
-    const rows: Array<{ mode: string; target: string; r: Result }> = [];
-    const modes = process.env.BENCH_MODE === 'stream' ? [true] : process.env.BENCH_MODE === 'json' ? [false] : [false, true];
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-    for (const stream of modes) {
-      const mode = stream ? 'streaming' : 'non-streaming';
-      const runs: Record<string, Result[]> = { 'bare proxy': [], gateway: [] };
-      for (let round = 0; round < ROUNDS; round++) {
-        // Alternate the order so neither side always runs first.
-        const order = [['bare proxy', proxy.url, proxy.child], ['gateway', gateway.url, gateway.child]] as const;
-        for (const [target, url, child] of round % 2 ? [...order].reverse() : order) runs[target].push(await load(url, stream, child));
-      }
-      for (const target of ['bare proxy', 'gateway']) {
-        const rs = runs[target];
-        rows.push({
-          mode, target,
-          r: {
-            requests: rs.reduce((a, r) => a + r.requests, 0), errors: rs.reduce((a, r) => a + r.errors, 0),
-            rps: median(rs.map((r) => r.rps)), p50: median(rs.map((r) => r.p50)), p99: median(rs.map((r) => r.p99)),
-            mean: median(rs.map((r) => r.mean)), cpuUsPerRequest: median(rs.map((r) => r.cpuUsPerRequest)),
-          },
-        });
-      }
+/** CPU ticks and RSS of a process and its descendants (gateway workers included). */
+function usage(pid: number): { ticks: number; rss: number } {
+  const stats = new Map<number, { ppid: number; ticks: number }>();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const s = parseProcStat(fs.readFileSync(`/proc/${d}/stat`, 'utf8'));
+      stats.set(s.pid, s);
+    } catch {
+      /* gone meanwhile */
     }
-    const fmt = (n: number, d = 1) => (Number.isFinite(n) ? n.toFixed(d) : '-');
-    const lines: string[] = [];
-    lines.push(`node ${process.version}, ${os.cpus().length} cpus (${os.cpus()[0]?.model ?? '?'}), ${ROUNDS} alternating rounds of ${SECONDS}s per target (medians), concurrency ${CONCURRENCY}, ${WORDS}-word replies`);
-    lines.push('');
-    lines.push('| mode | target | requests (all rounds) | errors | req/s | p50 ms | p99 ms | server CPU µs/request |');
-    lines.push('|---|---|---|---|---|---|---|---|');
-    for (const { mode, target, r } of rows) {
-      lines.push(`| ${mode} | ${target} | ${r.requests} | ${r.errors} | ${fmt(r.rps)} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.cpuUsPerRequest, 0)} |`);
-    }
-    lines.push('');
-    for (const mode of ['non-streaming', 'streaming']) {
-      if (!rows.some((x) => x.mode === mode)) continue;
-      const bare = rows.find((x) => x.mode === mode && x.target === 'bare proxy')!.r;
-      const gw = rows.find((x) => x.mode === mode && x.target === 'gateway')!.r;
-      lines.push(`${mode}: gateway/bare-proxy throughput ratio ${fmt(gw.rps / bare.rps, 2)}, p50 latency ratio ${fmt(gw.p50 / bare.p50, 2)}, p99 latency ratio ${fmt(gw.p99 / bare.p99, 2)}, CPU per request ratio ${fmt(gw.cpuUsPerRequest / bare.cpuUsPerRequest, 2)}`);
-    }
-    const text = lines.join('\n');
-    console.log(text);
-    const dir = path.join(root, 'bench/results');
-    mkdirSync(dir, { recursive: true });
-    const stamp = new Date().toISOString().slice(0, 19).replace(/:/g, '-');
-    writeFileSync(path.join(dir, `${stamp}.md`), `# Benchmark ${new Date().toISOString()}\n\n${text}\n`);
-    writeFileSync(path.join(dir, 'latest.json'), JSON.stringify({ at: new Date().toISOString(), seconds: SECONDS, rounds: ROUNDS, concurrency: CONCURRENCY, words: WORDS, rows }, null, 2) + '\n');
-  } finally {
-    for (const c of children) c.kill(process.env.BENCH_PROFILE ? 'SIGINT' : 'SIGKILL');
   }
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) for (const [p, s] of stats) if (s.ppid === tree[i]) tree.push(p);
+  let ticks = 0;
+  let rss = 0;
+  for (const p of tree) {
+    ticks += stats.get(p)?.ticks ?? 0;
+    try {
+      rss += parseVmRss(fs.readFileSync(`/proc/${p}/status`, 'utf8'));
+    } catch {
+      /* gone */
+    }
+  }
+  return { ticks, rss };
+}
+
+/** RSS of a process tree: the median of a few samples, a moment apart. */
+async function rssOf(pid: number, samples = 3): Promise<number> {
+  const xs: number[] = [];
+  for (let i = 0; i < samples; i++) {
+    if (i) await sleep(200);
+    xs.push(usage(pid).rss);
+  }
+  return median(xs);
+}
+
+async function startClient(): Promise<ChildProcess> {
+  const { child, log } = launch(pinning?.load, process.execPath, [path.join(here, 'client.js')], 'client.log', true);
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (c) => reject(new Error(`client exited (${c}):\n${tail(log)}`)));
+  });
+  return child;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Load
+
+function chatBody(model: string, stream: boolean, directives = '', pad = 0): string {
+  const content = `benchmark [[mock: words=${opts.words}${directives ? ' ' + directives : ''}]]${pad ? ' ' + 'lorem '.repeat(Math.ceil(pad / 6)).slice(0, pad) : ''}`;
+  return JSON.stringify({ model, stream, messages: [{ role: 'user', content }] });
+}
+
+function bodyFile(name: string, body: string): string {
+  const f = path.join(work, `${name}.json`);
+  fs.writeFileSync(f, body);
+  return f;
+}
+
+/** One side of a comparison: where to send what. */
+interface Target {
+  side: string;
+  server: Server;
+  auth: string;
+  body: string;
+  path?: string;
+}
+
+async function wrk(t: Target, seconds: number, connections: number): Promise<ReturnType<typeof parseWrk>> {
+  const threads = Math.max(1, Math.min(pinning?.load.length ?? Math.max(1, os.availableParallelism() - 1), connections));
+  const [cmd, args] = pinned(pinning?.load, 'wrk', [
+    '-t', String(threads), '-c', String(connections), '-d', `${seconds}s`, '--timeout', '30s',
+    '-s', path.join(root, 'bench/wrk.lua'), t.server.url + (t.path ?? '/v1/chat/completions'),
+  ]);
+  const env = { ...process.env, BENCH_BODY_FILE: bodyFile(`wrk-${t.side.replace(/\W+/g, '-')}`, t.body), BENCH_AUTH: t.auth };
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
+  children.add(child);
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (err += d));
+  const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  children.delete(child);
+  if (code !== 0) throw new Error(`wrk exited ${code}: ${err || out}`);
+  return parseWrk(out);
+}
+
+/** One wrk run against one side, with the server's CPU time and (for the gateway) log bytes around it. */
+async function measure(t: Target, seconds: number, connections: number): Promise<Record<string, number>> {
+  const pid = t.server.child.pid!;
+  if (t.server.name !== 'bare proxy') fs.truncateSync(t.server.log, 0);
+  const before = usage(pid);
+  const r = await wrk(t, seconds, connections);
+  const after = usage(pid);
+  const ok = r.requests - r.errors.status;
+  const figures: Record<string, number> = {
+    'req/s': wrkRps(r),
+    'p50 ms': r.latencyUs.p50 / 1000,
+    'p99 ms': r.latencyUs.p99 / 1000,
+    'CPU µs/req': ((after.ticks - before.ticks) * (1e6 / clkTck)) / Math.max(1, ok),
+    errors: wrkErrors(r),
+  };
+  if (t.server.name !== 'bare proxy') figures['log B/req'] = fs.statSync(t.server.log).size / Math.max(1, r.requests);
+  return figures;
+}
+
+function loadavg1(): number {
+  return os.loadavg()[0];
+}
+
+function pick(rounds: RoundRecord[], side: string, key: string): number[] {
+  return rounds.map((r) => r.sides.find((s) => s.side === side)?.figures[key] ?? NaN);
+}
+
+/** A row comparing one figure of the two sides: both medians, and the median per-round ratio (or difference). */
+function compare(rounds: RoundRecord[], columns: [string, string], key: string, metric: string, how: 'ratio' | 'diff', goal?: { text: string; ok: (x: number) => boolean }, unit = ''): Row {
+  const base = pick(rounds, columns[0], key);
+  const subj = pick(rounds, columns[1], key);
+  const row: Row = { metric, unit, baseline: spread(base), subject: spread(subj) };
+  if (how === 'ratio') row.ratio = spread(roundRatios(subj, base));
+  else row.diff = spread(roundDiffs(subj, base));
+  if (goal) {
+    row.goal = goal.text;
+    const m = (row.ratio ?? row.diff)!.median;
+    row.met = Number.isFinite(m) ? goal.ok(m) : undefined;
+  }
+  return row;
+}
+
+function errorNotes(rounds: RoundRecord[]): string[] {
+  const notes: string[] = [];
+  for (const r of rounds) for (const s of r.sides) {
+    if ((s.figures.errors ?? 0) > 0) notes.push(`round ${r.round + 1}, ${s.side}: ${s.figures.errors} failed requests (wrk errors: connect, read, write, timeout or non-2xx)`);
+    if (s.figures['log B/req'] === 0) notes.push(`round ${r.round + 1}, ${s.side}: the gateway wrote no log bytes (is the access log off?)`);
+  }
+  return notes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+interface Servers {
+  mock: Mock;
+  proxy: Server;
+  gateway: Server;
+}
+
+function result(name: Scenario, columns: [string, string]): ScenarioResult {
+  return { name, title: SCENARIO_TITLES[name], columns, rows: [], rounds: [], notes: [] };
+}
+
+/** Alternating wrk rounds of two targets (each warmed first); the headline rows compare them. */
+async function throughput(res: ScenarioResult, targets: [Target, Target], goals: { rps?: number; cpu?: number } = {}, connections = opts.concurrency): Promise<ScenarioResult> {
+  for (const t of targets) await wrk(t, Math.min(2, opts.duration), connections); // warm-up: JIT, sockets
+  for (let round = 0; round < opts.rounds; round++) {
+    const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
+    for (const t of roundOrder(targets, round)) rec.sides.push({ side: t.side, figures: await measure(t, opts.duration, connections) });
+    rec.sides.sort((a, b) => targets.findIndex((t) => t.side === a.side) - targets.findIndex((t) => t.side === b.side));
+    res.rounds.push(rec);
+    progress(res.name, round, rec);
+  }
+  const cols = res.columns;
+  res.rows.push(compare(res.rounds, cols, 'req/s', 'requests/s', 'ratio', goals.rps ? { text: `≥ ${goals.rps}×`, ok: (x) => x >= goals.rps! } : undefined));
+  res.rows.push(compare(res.rounds, cols, 'CPU µs/req', 'server CPU per request, µs', 'ratio', goals.cpu ? { text: `≤ ${goals.cpu}×`, ok: (x) => x <= goals.cpu! } : undefined));
+  res.rows.push(compare(res.rounds, cols, 'p50 ms', 'latency p50, ms', 'ratio'));
+  res.rows.push(compare(res.rounds, cols, 'p99 ms', 'latency p99, ms', 'ratio'));
+  res.notes.push(...errorNotes(res.rounds));
+  return res;
+}
+
+function progress(name: string, round: number, rec: RoundRecord): void {
+  const parts = rec.sides.map((s) => `${s.side}: ${Object.entries(s.figures).map(([k, v]) => `${k} ${Number.isFinite(v) ? +v.toFixed(2) : v}`).join(', ')}`);
+  console.error(`[${name}] round ${round + 1} (load ${rec.loadavg1.toFixed(2)}) ${parts.join(' | ')}`);
+}
+
+const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
+  json: (s) => throughput(result('json', ['bare proxy', 'gateway']), [
+    { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+    { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+  ], { rps: 0.8, cpu: 1.25 }),
+
+  stream: (s) => throughput(result('stream', ['bare proxy', 'gateway']), [
+    { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+    { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+  ], { rps: 0.9 }),
+
+  convert: async (s) => {
+    const before = (await s.mock.stats()).paths;
+    const res = await throughput(result('convert', ['passthrough', 'converted']), [
+      { side: 'passthrough', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+      { side: 'converted', server: s.gateway, auth: AUTH_CONVERTED, body: chatBody('bench-claude', true) },
+    ], { rps: 0.85 });
+    // Which upstream API each side really reached, counted by the mock: a check on the method.
+    const after = (await s.mock.stats()).paths;
+    const n = (p: string) => (after[p] ?? 0) - (before[p] ?? 0);
+    res.notes.push(`the mock received ${n('/v1/messages')} Messages and ${n('/v1/chat/completions')} Chat Completions requests during this scenario`);
+    if (n('/v1/messages') === 0) res.notes.push('**the converted side never reached the Messages API: this comparison is void**');
+    return res;
+  },
+
+  ttft: async (s) => {
+    const res = result('ttft', ['bare proxy', 'gateway']);
+    const body = chatBody('bench-chat', true);
+    const targets = [
+      { side: 'mock', url: s.mock.url },
+      { side: 'bare proxy', url: s.proxy.url },
+      { side: 'gateway', url: s.gateway.url },
+    ];
+    const client = await startClient();
+    try {
+      for (let round = 0; round < opts.rounds; round++) {
+        const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
+        for (const t of roundOrder(targets, round)) {
+          const r = await ask(client, { op: 'ttft', url: t.url + '/v1/chat/completions', auth: AUTH_CHAT, body, n: opts.ttftRequests, warmup: round === 0 ? 50 : 10 });
+          rec.sides.push({ side: t.side, figures: { 'p50 ms': quantile(r.ms, 0.5), 'p99 ms': quantile(r.ms, 0.99), errors: r.errors } });
+        }
+        const mock = rec.sides.find((x) => x.side === 'mock')!.figures;
+        for (const x of rec.sides) if (x.side !== 'mock') {
+          x.figures['p50 added ms'] = x.figures['p50 ms'] - mock['p50 ms'];
+          x.figures['p99 added ms'] = x.figures['p99 ms'] - mock['p99 ms'];
+        }
+        rec.sides.sort((a, b) => targets.findIndex((t) => t.side === a.side) - targets.findIndex((t) => t.side === b.side));
+        res.rounds.push(rec);
+        progress('ttft', round, rec);
+      }
+    } finally {
+      await stop(client, 'SIGKILL');
+    }
+    const cols = res.columns;
+    const p50 = compare(res.rounds, cols, 'p50 added ms', 'TTFT p50 added over the mock, ms', 'diff', { text: '≤ +0.5 ms over the bare proxy', ok: (x) => x <= 0.5 }, 'ms');
+    const p99 = compare(res.rounds, cols, 'p99 added ms', 'TTFT p99 added over the mock, ms', 'diff', undefined, 'ms');
+    res.rows.push(p50, p99);
+    res.notes.push(
+      `the mock alone: p50 ${median(pick(res.rounds, 'mock', 'p50 ms')).toFixed(2)} ms, p99 ${median(pick(res.rounds, 'mock', 'p99 ms')).toFixed(2)} ms (time from sending the request to the first content delta, one request at a time, ${opts.ttftRequests} per side per round)`,
+      'the difference column is the gateway minus the bare proxy, per round',
+    );
+    for (const r of res.rounds) for (const x of r.sides) if (x.figures.errors) res.notes.push(`round ${r.round + 1}, ${x.side}: ${x.figures.errors} failed requests`);
+    return res;
+  },
+
+  memory: async (s) => {
+    const res = result('memory', ['bare proxy', 'gateway']);
+    const variants = [
+      { name: 'small', pad: 0 },
+      { name: '64k', pad: 64 * 1024 },
+    ];
+    const kinds = ['bare proxy', 'gateway'];
+    for (let round = 0; round < opts.heavyRounds; round++) {
+      const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: kinds.map((k) => ({ side: k, figures: {} })) };
+      for (const v of variants) {
+        for (const kind of roundOrder(kinds, round)) {
+          // A fresh server each time: what an idle stream costs, not what an earlier round left in the heap.
+          const server = kind === 'gateway' ? await startGateway() : await startProxy();
+          try {
+            await wrk({ side: kind, server, auth: AUTH_CHAT, body: chatBody('bench-chat', true) }, 1, 10); // warm: JIT, sockets
+            const h = await holdStreams(s.mock, server, chatBody('bench-chat', true, 'hang_after=3', v.pad));
+            const f = rec.sides.find((x) => x.side === kind)!.figures;
+            f[`${v.name}: base MiB`] = h.rssBase / MiB;
+            f[`${v.name}: open MiB`] = h.rssOpen / MiB;
+            f[`${v.name}: KiB/stream`] = h.opened ? (h.rssOpen - h.rssBase) / h.opened / 1024 : NaN;
+            f[`${v.name}: opened`] = h.opened;
+            f[`${v.name}: failed`] = h.failed;
+            f[`${v.name}: upstream open`] = h.upstreamOpen;
+            f[`${v.name}: open s`] = h.openMs / 1000;
+          } finally {
+            await server.close();
+          }
+        }
+      }
+      res.rounds.push(rec);
+      progress('memory', round, rec);
+    }
+    const cols = res.columns;
+    res.rows.push(compare(res.rounds, cols, 'small: KiB/stream', `RSS per idle open stream, KiB (${opts.streams} streams)`, 'ratio', { text: '≤ 1.1×', ok: (x) => x <= 1.1 }));
+    res.rows.push(compare(res.rounds, cols, '64k: KiB/stream', `RSS per idle open stream with a 64 KiB request body, KiB`, 'ratio'));
+    res.notes.push(
+      'each measurement starts a fresh server, warms it with 1 s of streaming load, takes its RSS, opens the streams (the mock sends two content deltas, then stays silent with the stream open), and takes the RSS again once every stream has delivered its first token',
+    );
+    for (const r of res.rounds) for (const x of r.sides) for (const v of variants) {
+      if (x.figures[`${v.name}: failed`]) res.notes.push(`round ${r.round + 1}, ${x.side}, ${v.name}: ${x.figures[`${v.name}: failed`]} streams failed to open`);
+    }
+    return res;
+  },
+
+  abandon: async (s) => {
+    const res = result('abandon', ['bare proxy', 'gateway']);
+    const servers = [s.proxy, s.gateway];
+    for (let round = 0; round < opts.heavyRounds; round++) {
+      const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
+      for (const server of roundOrder(servers, round)) {
+        const h = await holdStreams(s.mock, server, chatBody('bench-chat', true, 'hang_after=3'), true);
+        rec.sides.push({ side: server.name, figures: { opened: h.opened, failed: h.failed, 'upstream open before': h.upstreamOpen, 'left open after 1 s': h.leftAfter1s!, 'all closed after ms': h.drainedMs ?? NaN } });
+      }
+      rec.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
+      res.rounds.push(rec);
+      progress('abandon', round, rec);
+    }
+    const row = compare(res.rounds, res.columns, 'left open after 1 s', `upstream streams still open 1 s after ${opts.streams} clients left`, 'diff');
+    res.rows.push(compare(res.rounds, res.columns, 'all closed after ms', 'ms until the last upstream stream closed', 'diff', undefined, 'ms'));
+    row.goal = '0';
+    row.met = pick(res.rounds, 'gateway', 'left open after 1 s').every((x) => x === 0);
+    res.rows.push(row);
+    res.rows.reverse();
+    res.notes.push('the clients are one process holding every stream; it is killed, so all of them leave at once; the mock counts its open responses (polled every 10 ms during the first second)');
+    return res;
+  },
+
+  bodies: async (s) => {
+    const res = result('bodies', ['bare proxy', 'gateway']);
+    const targets: Target[] = [
+      { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+      { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+    ];
+    const loads = [{ bytes: 1 * MiB, everyMs: 100, maxInFlight: 4 }, { bytes: 64 * MiB, everyMs: 2000, maxInFlight: 1 }];
+    const client = await startClient();
+    try {
+      for (const t of targets) await wrk(t, 1, opts.probeConcurrency);
+      for (let round = 0; round < opts.heavyRounds; round++) {
+        const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
+        for (const t of roundOrder(targets, round)) {
+          const before = await wrk(t, opts.duration, opts.probeConcurrency);
+          await ask(client, { op: 'bodies', url: t.server.url + '/v1/chat/completions', auth: t.auth, model: 'bench-large', headers: { 'x-bench-upstream': 'sink' }, loads });
+          let peak = 0;
+          const sampler = setInterval(() => (peak = Math.max(peak, usage(t.server.child.pid!).rss)), 200);
+          await sleep(500);
+          const during = await wrk(t, opts.duration, opts.probeConcurrency);
+          clearInterval(sampler);
+          const done = (await ask(client, { op: 'stop' })).completed;
+          const big = (b: number) => done[String(b)] ?? { ok: 0, failed: 0, statuses: {} };
+          for (const b of [MiB, 64 * MiB]) if (big(b).failed) res.notes.push(`round ${round + 1}, ${t.side}: ${b / MiB} MiB bodies answered ${JSON.stringify(big(b).statuses)} (status: count; 0 = connection error)`);
+          rec.sides.push({
+            side: t.side,
+            figures: {
+              'p50 before ms': before.latencyUs.p50 / 1000, 'p99 before ms': before.latencyUs.p99 / 1000,
+              'p50 during ms': during.latencyUs.p50 / 1000, 'p99 during ms': during.latencyUs.p99 / 1000,
+              'p99 during/before': during.latencyUs.p99 / before.latencyUs.p99,
+              'small req/s before': wrkRps(before), 'small req/s during': wrkRps(during),
+              'small errors': wrkErrors(before) + wrkErrors(during),
+              '1 MiB ok': big(MiB).ok, '64 MiB ok': big(64 * MiB).ok,
+              'large failed': big(MiB).failed + big(64 * MiB).failed,
+              'peak RSS MiB': peak / MiB,
+            },
+          });
+        }
+        rec.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
+        res.rounds.push(rec);
+        progress('bodies', round, rec);
+      }
+    } finally {
+      await stop(client, 'SIGKILL');
+    }
+    const cols = res.columns;
+    res.rows.push(compare(res.rounds, cols, 'p99 before ms', `small-request p99 alone, ms (${opts.probeConcurrency} connections)`, 'ratio'));
+    res.rows.push(compare(res.rounds, cols, 'p99 during ms', 'small-request p99 during large bodies, ms', 'ratio'));
+    res.rows.push(compare(res.rounds, cols, 'p99 during/before', 'p99 during / p99 alone', 'ratio'));
+    res.rows.push(compare(res.rounds, cols, '1 MiB ok', `1 MiB bodies completed in ${opts.duration} s`, 'ratio'));
+    res.rows.push(compare(res.rounds, cols, '64 MiB ok', `64 MiB bodies completed in ${opts.duration} s`, 'ratio'));
+    res.rows.push(compare(res.rounds, cols, 'peak RSS MiB', 'server peak RSS during large bodies, MiB', 'ratio'));
+    res.notes.push(`large bodies: ${loads.map((l) => `a ${l.bytes / MiB} MiB chat request every ${l.everyMs} ms (at most ${l.maxInFlight} at a time)`).join(' and ')}, from a separate client process, starting 0.5 s before and running through the second wrk phase; their bulk is a base64 image; they go to a sink upstream that drains them and answers at once (model bench-large; the bare proxy routes them by a header), so the mock's parsing of 64 MiB does not stall the small requests`);
+    for (const r of res.rounds) for (const x of r.sides) {
+      if (x.figures['small errors'] || x.figures['large failed']) res.notes.push(`round ${r.round + 1}, ${x.side}: ${x.figures['small errors']} small and ${x.figures['large failed']} large requests failed`);
+    }
+    return res;
+  },
+
+  redis: async (s) => {
+    const res = result('redis', ['bare proxy', 'gateway (redis store)']);
+    const skip = await redisUnavailable();
+    if (skip) return { ...res, skipped: skip };
+    return withRedis(async (url) => {
+      const gw = await startGateway({ kind: 'redis', url }, 'gateway (redis store)');
+      try {
+        const json = await throughput(result('redis', res.columns), [
+          { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+          { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+        ]);
+        const stream = await throughput(result('redis', res.columns), [
+          { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+          { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+        ]);
+        res.rows.push(...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })), ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })));
+        res.rounds.push(...json.rounds, ...stream.rounds.map((r) => ({ ...r, round: r.round + json.rounds.length })));
+        res.notes.push(`rounds 1–${json.rounds.length} non-streaming, then streaming`, ...json.notes, ...stream.notes);
+        return res;
+      } finally {
+        await gw.close();
+      }
+    });
+  },
+};
+
+interface Held {
+  opened: number;
+  failed: number;
+  /** How long opening them all took. */
+  openMs: number;
+  rssBase: number;
+  rssOpen: number;
+  upstreamOpen: number;
+  leftAfter1s?: number;
+  drainedMs?: number;
+}
+
+/** Waits until the mock has no stream open (what earlier work left behind), up to `ms`; returns how long it took, or NaN. */
+async function untilUpstreamIdle(mock: Mock, ms = 15_000): Promise<number> {
+  const t0 = Date.now();
+  while (Date.now() - t0 < ms) {
+    if ((await mock.stats()).open === 0) return Date.now() - t0;
+    await sleep(50);
+  }
+  return NaN;
+}
+
+/**
+ * Opens `opts.streams` streams through `server` from a fresh client process and waits until each
+ * has delivered its first token; measures the server's RSS before and with them open; then kills
+ * the client (every client leaves at once) and, for the abandon scenario, counts the upstream
+ * streams still open 1 s later.
+ */
+async function holdStreams(mock: Mock, server: Server, body: string, abandon = false): Promise<Held> {
+  await untilUpstreamIdle(mock);
+  const pid = server.child.pid!;
+  await sleep(500);
+  const rssBase = await rssOf(pid);
+  const client = await startClient();
+  let h: Held;
+  let left = 0;
+  try {
+    const r = await ask(client, { op: 'hold', url: server.url + '/v1/chat/completions', auth: AUTH_CHAT, body, n: opts.streams, batch: 100 });
+    await sleep(1000);
+    const rssOpen = await rssOf(pid);
+    h = { opened: r.opened, failed: r.failed, openMs: r.ms, rssBase, rssOpen, upstreamOpen: (await mock.stats()).open };
+  } finally {
+    left = Date.now();
+    await stop(client, 'SIGKILL');
+  }
+  if (!abandon) {
+    await untilUpstreamIdle(mock);
+    return h;
+  }
+  // From the moment the clients left: the open upstream streams at the first poll past 1 s, and when the last one closed.
+  for (;;) {
+    const open = (await mock.stats()).open;
+    const t = Date.now() - left;
+    if (h.leftAfter1s === undefined && (t >= 1000 || open === 0)) h.leftAfter1s = open;
+    if (open === 0) {
+      h.drainedMs = t;
+      break;
+    }
+    if (t > 30_000) break;
+    await sleep(t < 1000 ? 10 : 100);
+  }
+  return h;
+}
+
+/**
+ * Why the Redis scenario cannot run here, or null: it needs `redis-server` (Debian's package) and a
+ * build whose config accepts `store.kind: redis` (asked of `gateway check` itself).
+ */
+async function redisUnavailable(): Promise<string | null> {
+  try {
+    execFileSync('sh', ['-c', 'command -v redis-server'], { stdio: 'pipe' });
+  } catch {
+    return 'redis-server is not installed (apt-get install redis-server)';
+  }
+  const file = path.join(work, 'redis-check.yaml');
+  fs.writeFileSync(file, YAML.stringify(gatewayConfig(0, path.join(work, 'redis-check'), { kind: 'redis', url: 'redis://127.0.0.1:6379' })));
+  try {
+    execFileSync(process.execPath, [path.join(root, 'bin/gateway.js'), 'check', file], { stdio: 'pipe', env: gatewayEnv() });
+    return null;
+  } catch (e: any) {
+    return `this build does not accept store.kind: redis (gateway check: ${String(e.stderr ?? e.message).trim().split('\n').slice(-1)[0]})`;
+  }
+}
+
+/** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */
+async function withRedis<T>(fn: (url: string) => Promise<T>): Promise<T> {
+  const port = await freePort();
+  const { child, log } = launch(pinning?.upstream, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', work], 'redis.log');
+  try {
+    await waitUntil('redis-server', child, log, () => new Promise((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.end();
+        resolve(true);
+      });
+      s.on('error', () => resolve(false));
+    }));
+    return await fn(`redis://127.0.0.1:${port}`);
+  } finally {
+    await stop(child, 'SIGTERM');
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+function sh(cmd: string, args: string[]): string {
+  try {
+    return execFileSync(cmd, args, { stdio: 'pipe', cwd: root }).toString().trim();
+  } catch (e: any) {
+    return String(e.stdout ?? '').trim();
+  }
+}
+
+function allowedCpus(): number[] {
+  const m = /^Cpus_allowed_list:\s*(\S+)/m.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+  return m ? parseCpuList(m[1]) : Array.from({ length: os.cpus().length }, (_, i) => i);
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  try {
+    opts = parseArgs(argv);
+  } catch (e) {
+    console.error((e as Error).message);
+    process.exitCode = 2;
+    return;
+  }
+  if (opts.help) {
+    console.log(USAGE);
+    return;
+  }
+  const wrkVersion = sh('sh', ['-c', 'wrk -v 2>&1 | head -1']).replace(/\s*\[.*$/, '');
+  if (!wrkVersion.startsWith('wrk')) throw new Error('wrk is not installed: run scripts/ensure-wrk.sh (npm run bench does)');
+  const cpus = os.availableParallelism(); // before the harness pins itself below
+  const hasTaskset = sh('sh', ['-c', 'command -v taskset']) !== '';
+  pinning = opts.pin && hasTaskset ? planPinning(allowedCpus()) : null;
+  if (pinning) sh('taskset', ['-a', '-p', '-c', pinning.load.join(','), String(process.pid)]); // the harness itself stays off the server's core
+  clkTck = Number(sh('getconf', ['CLK_TCK'])) || 100;
+
+  const startedAt = new Date();
+  const loadStart = os.loadavg();
+  const warnings: string[] = [];
+  if (loadStart[0] > 0.25 * cpus) {
+    warnings.push(`the machine was not quiet: load average ${loadStart.map((x) => x.toFixed(2)).join(', ')} at the start. These figures are noisy; record an official run on an idle machine.`);
+  }
+  if (!pinning) warnings.push(opts.pin ? 'processes were not pinned to cores (one core, or no taskset)' : 'processes were not pinned to cores (--no-pin)');
+  console.error(`bench: ${opts.only.join(', ')}; pinning ${pinning ? JSON.stringify(pinning) : 'none'}; load average ${loadStart.map((x) => x.toFixed(2)).join(' ')}`);
+
+  work = fs.mkdtempSync(path.join(os.tmpdir(), 'llm-gw-bench-'));
+  const results: ScenarioResult[] = [];
+  let servers: Servers | undefined;
+  let sink: Server | undefined;
+  try {
+    const mock = await startMock();
+    sink = await startSink();
+    upstreams = { mock: mock.url, sink: sink.url };
+    const [proxy, gateway] = await Promise.all([startProxy(), startGateway()]);
+    servers = { mock, proxy, gateway };
+    for (const name of opts.only) {
+      const t0 = Date.now();
+      let r: ScenarioResult;
+      try {
+        r = await scenarios[name](servers);
+      } catch (e) {
+        const msg = (e as Error).message.split('\n')[0];
+        warnings.push(`scenario ${name} failed: ${msg}`);
+        console.error(`[${name}] failed:`, e);
+        r = { ...result(name, ['', '']), skipped: `failed: ${msg}` };
+      }
+      r.elapsedS = (Date.now() - t0) / 1000;
+      results.push(r);
+    }
+  } finally {
+    if (servers) await Promise.all([servers.gateway.close(), servers.proxy.close(), servers.mock.close()]);
+    await sink?.close();
+    for (const c of children) c.kill('SIGKILL');
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+
+  const finishedAt = new Date();
+  const { help: _h, out: _o, ...shownOptions } = opts;
+  const report: Report = {
+    harness: 'bench/run.ts (wrk, separate processes, pinned)',
+    startedAt: startedAt.toISOString(),
+    finishedAt: finishedAt.toISOString(),
+    elapsedS: (finishedAt.getTime() - startedAt.getTime()) / 1000,
+    command: `npm run bench${argv.length ? ' -- ' + argv.join(' ') : ''}`,
+    machine: {
+      cpus,
+      cpuModel: os.cpus()[0]?.model?.trim() ?? '?',
+      memGiB: os.totalmem() / 1024 ** 3,
+      kernel: os.release(),
+      node: process.version,
+      wrk: wrkVersion,
+      commit: `${sh('git', ['rev-parse', '--short', 'HEAD']) || '?'}${sh('git', ['status', '--porcelain', '--untracked-files=no']) ? ' (with local changes)' : ''}`,
+    },
+    options: shownOptions,
+    pinning,
+    loadavg: { start: loadStart, end: os.loadavg() },
+    scenarios: results,
+    warnings,
+  };
+  const md = renderMarkdown(report);
+  console.log(md);
+  if (opts.out) {
+    const dir = path.resolve(root, opts.out);
+    fs.mkdirSync(dir, { recursive: true });
+    const stamp = startedAt.toISOString().slice(0, 19).replace(/:/g, '-');
+    const json = JSON.stringify(report, null, 2) + '\n';
+    fs.writeFileSync(path.join(dir, `${stamp}.json`), json);
+    fs.writeFileSync(path.join(dir, `${stamp}.md`), md);
+    fs.writeFileSync(path.join(dir, 'latest.json'), json);
+    fs.writeFileSync(path.join(dir, 'latest.md'), md);
+    console.error(`bench: written ${path.relative(root, path.join(dir, stamp))}.{json,md} and latest.{json,md}`);
+  }
+}
+
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(sig, () => {
+    for (const c of children) c.kill('SIGKILL');
+    if (work) fs.rmSync(work, { recursive: true, force: true });
+    process.exit(130);
+  });
 }
 
 main().catch((e) => {
   console.error(e);
+  for (const c of children) c.kill('SIGKILL');
+  if (work) fs.rmSync(work, { recursive: true, force: true });
   process.exitCode = 1;
 });

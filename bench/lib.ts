@@ -1,0 +1,420 @@
+/**
+ * The benchmark's pure parts: command-line options, statistics (medians of per-round ratios and
+ * their spread), parsing what wrk and /proc print, and the markdown report. No I/O here, so
+ * test/bench/lib.test.ts can check them without generating load.
+ */
+
+/** Every scenario, in the order a full run performs them. */
+export const SCENARIOS = ['json', 'stream', 'convert', 'ttft', 'memory', 'abandon', 'bodies', 'redis'] as const;
+export type Scenario = (typeof SCENARIOS)[number];
+
+export const SCENARIO_TITLES: Record<Scenario, string> = {
+  json: 'Non-streaming chat (wrk)',
+  stream: 'Streaming chat, SSE (wrk)',
+  convert: 'Converted stream: Chat client → Messages upstream, vs a passthrough Chat stream (both through the gateway)',
+  ttft: 'Time to first token at idle (one request at a time)',
+  memory: 'Memory per idle open stream',
+  abandon: 'Upstream streams left open 1 s after the clients left',
+  bodies: 'Small-request latency before and during large request bodies',
+  redis: 'Redis store (non-streaming and streaming chat, wrk)',
+};
+
+export interface Options {
+  /** Scenarios to run, in run order. */
+  only: Scenario[];
+  /** Alternating rounds of the throughput and TTFT scenarios. */
+  rounds: number;
+  /** Rounds of the memory, abandon and large-body scenarios (each restarts or holds thousands of streams). */
+  heavyRounds: number;
+  /** Seconds of load per target per round (throughput scenarios, and each large-body phase). */
+  duration: number;
+  /** wrk connections for the throughput scenarios. */
+  concurrency: number;
+  /** Reply length in words (the mock's `words=` directive). */
+  words: number;
+  /** Streams held open by the memory and abandon scenarios. */
+  streams: number;
+  /** Requests per target per round in the TTFT scenario. */
+  ttftRequests: number;
+  /** wrk connections of the small-request probe in the large-body scenario. */
+  probeConcurrency: number;
+  /** Pin the server under test, the upstream and the load to separate cores (taskset). */
+  pin: boolean;
+  /** Results folder; null: print only, write nothing. */
+  out: string | null;
+  help: boolean;
+}
+
+export const DEFAULTS: Readonly<Options> = Object.freeze({
+  only: [...SCENARIOS],
+  rounds: 5,
+  heavyRounds: 3,
+  duration: 6,
+  concurrency: 50,
+  words: 20,
+  streams: 2000,
+  ttftRequests: 200,
+  probeConcurrency: 8,
+  pin: true,
+  out: 'bench/results',
+  help: false,
+});
+
+/** `--quick`: a smoke run (about a minute) that checks every scenario works; its figures mean little. */
+export const QUICK: Partial<Options> = { rounds: 1, heavyRounds: 1, duration: 2, streams: 200, ttftRequests: 50 };
+
+export const USAGE = `usage: npm run bench -- [options]
+
+  --only LIST          scenarios to run, comma-separated (default: all):
+                       ${SCENARIOS.join(', ')}
+  --skip LIST          scenarios to leave out
+  --rounds N           alternating rounds of json, stream, convert, ttft, redis (default ${DEFAULTS.rounds})
+  --heavy-rounds N     rounds of memory, abandon, bodies (default ${DEFAULTS.heavyRounds})
+  --duration S         seconds of load per target per round (default ${DEFAULTS.duration})
+  --concurrency N      wrk connections for throughput (default ${DEFAULTS.concurrency})
+  --words N            reply length in words (default ${DEFAULTS.words})
+  --streams N          streams held open by memory and abandon (default ${DEFAULTS.streams})
+  --ttft-requests N    requests per target per TTFT round (default ${DEFAULTS.ttftRequests})
+  --probe-concurrency N  small-request connections during large bodies (default ${DEFAULTS.probeConcurrency})
+  --quick              smoke run: 1 round of 2 s, 200 streams, 50 TTFT requests
+  --no-pin             do not pin processes to cores
+  --out DIR            results folder (default ${DEFAULTS.out}); --no-save writes nothing
+  --help`;
+
+function positiveInt(flag: string, v: string | undefined, min = 1): number {
+  const n = Number(v);
+  if (v === undefined || v === '' || !Number.isInteger(n) || n < min) throw new Error(`${flag} needs an integer ≥ ${min}, got ${v ?? 'nothing'}`);
+  return n;
+}
+
+function scenarioList(flag: string, v: string | undefined): Scenario[] {
+  if (!v) throw new Error(`${flag} needs a comma-separated list of scenarios (${SCENARIOS.join(', ')})`);
+  const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const n of names) {
+    if (!(SCENARIOS as readonly string[]).includes(n)) throw new Error(`${flag}: unknown scenario '${n}' (known: ${SCENARIOS.join(', ')})`);
+  }
+  return names as Scenario[];
+}
+
+/** Parses the command line (`--flag value` or `--flag=value`); throws an Error with a clear message on bad input. */
+export function parseArgs(argv: readonly string[]): Options {
+  const args: string[] = [];
+  for (const a of argv) {
+    const eq = a.startsWith('--') ? a.indexOf('=') : -1;
+    if (eq > 0) args.push(a.slice(0, eq), a.slice(eq + 1));
+    else args.push(a);
+  }
+  const o: Options = { ...DEFAULTS, only: [...DEFAULTS.only] };
+  if (args.includes('--quick')) Object.assign(o, QUICK);
+  let only: Scenario[] | undefined;
+  let skip: Scenario[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const next = () => args[++i];
+    switch (a) {
+      case '--quick': break;
+      case '--only': only = scenarioList(a, next()); break;
+      case '--skip': skip = scenarioList(a, next()); break;
+      case '--rounds': o.rounds = positiveInt(a, next()); break;
+      case '--heavy-rounds': o.heavyRounds = positiveInt(a, next()); break;
+      case '--duration': o.duration = positiveInt(a, next()); break;
+      case '--concurrency': o.concurrency = positiveInt(a, next()); break;
+      case '--words': o.words = positiveInt(a, next()); break;
+      case '--streams': o.streams = positiveInt(a, next()); break;
+      case '--ttft-requests': o.ttftRequests = positiveInt(a, next(), 2); break;
+      case '--probe-concurrency': o.probeConcurrency = positiveInt(a, next()); break;
+      case '--no-pin': o.pin = false; break;
+      case '--out': {
+        const v = next();
+        if (!v) throw new Error('--out needs a folder');
+        o.out = v;
+        break;
+      }
+      case '--no-save': o.out = null; break;
+      case '-h': case '--help': o.help = true; break;
+      default: throw new Error(`unknown option '${a}'\n${USAGE}`);
+    }
+  }
+  const chosen = only ?? [...SCENARIOS];
+  // Run order is always the canonical one, whatever order the list was given in.
+  o.only = SCENARIOS.filter((s) => chosen.includes(s) && !skip.includes(s));
+  if (o.only.length === 0) throw new Error('no scenario left to run');
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+/** Quantile of a sample by linear interpolation between order statistics (R type 7); NaN when empty. */
+export function quantile(xs: readonly number[], q: number): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const h = (s.length - 1) * Math.min(1, Math.max(0, q));
+  const lo = Math.floor(h);
+  const hi = Math.ceil(h);
+  return s[lo] + (s[hi] - s[lo]) * (h - lo);
+}
+
+export function median(xs: readonly number[]): number {
+  return quantile(xs, 0.5);
+}
+
+/** A figure over rounds: the median (what the README quotes) and how far the rounds spread. */
+export interface Spread {
+  median: number;
+  min: number;
+  max: number;
+  q1: number;
+  q3: number;
+  n: number;
+}
+
+export function spread(xs: readonly number[]): Spread {
+  const f = xs.filter((x) => Number.isFinite(x));
+  return {
+    median: quantile(f, 0.5),
+    min: f.length ? Math.min(...f) : NaN,
+    max: f.length ? Math.max(...f) : NaN,
+    q1: quantile(f, 0.25),
+    q3: quantile(f, 0.75),
+    n: f.length,
+  };
+}
+
+/** Per-round ratios subject[i] / baseline[i] (rounds where either side is missing or the baseline is 0 give NaN). */
+export function roundRatios(subject: readonly number[], baseline: readonly number[]): number[] {
+  return subject.map((s, i) => {
+    const b = baseline[i];
+    return Number.isFinite(s) && Number.isFinite(b) && b !== 0 ? s / b : NaN;
+  });
+}
+
+/** Per-round differences subject[i] − baseline[i]. */
+export function roundDiffs(subject: readonly number[], baseline: readonly number[]): number[] {
+  return subject.map((s, i) => (Number.isFinite(s) && Number.isFinite(baseline[i]) ? s - baseline[i] : NaN));
+}
+
+/** The order of the two sides in round i: alternating, so neither side always runs first. */
+export function roundOrder<T>(sides: readonly T[], round: number): T[] {
+  if (sides.length === 0) return [];
+  const k = round % sides.length;
+  return [...sides.slice(k), ...sides.slice(0, k)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// What wrk and /proc print
+
+/** One wrk run, as bench/wrk.lua's done() prints it on a `BENCH_JSON` line. */
+export interface WrkRun {
+  requests: number;
+  durationUs: number;
+  bytes: number;
+  errors: { connect: number; read: number; write: number; status: number; timeout: number };
+  latencyUs: { p50: number; p90: number; p99: number; max: number; mean: number };
+}
+
+export function parseWrk(stdout: string): WrkRun {
+  const line = stdout.split('\n').find((l) => l.startsWith('BENCH_JSON '));
+  if (!line) throw new Error(`wrk printed no BENCH_JSON line:\n${stdout.slice(0, 2000)}`);
+  const r = JSON.parse(line.slice('BENCH_JSON '.length)) as WrkRun;
+  if (typeof r.requests !== 'number' || typeof r.durationUs !== 'number' || !r.errors || !r.latencyUs) throw new Error(`unexpected wrk summary: ${line}`);
+  return r;
+}
+
+/** Requests that succeeded per second (wrk counts non-2xx/3xx answers in errors.status). */
+export function wrkRps(r: WrkRun): number {
+  return r.durationUs > 0 ? (r.requests - r.errors.status) / (r.durationUs / 1e6) : NaN;
+}
+
+export function wrkErrors(r: WrkRun): number {
+  const e = r.errors;
+  return e.connect + e.read + e.write + e.status + e.timeout;
+}
+
+/** /proc/PID/stat: parent pid and CPU time (user + system) in clock ticks. The command name may hold spaces and parentheses. */
+export function parseProcStat(text: string): { pid: number; ppid: number; ticks: number } {
+  const close = text.lastIndexOf(')');
+  if (close < 0) throw new Error('not a /proc/PID/stat line');
+  const pid = Number(text.slice(0, text.indexOf(' ')));
+  const f = text.slice(close + 2).trim().split(/\s+/); // f[0] is field 3 (state)
+  return { pid, ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) };
+}
+
+/** Resident set size in bytes from /proc/PID/status (VmRSS, in kB). */
+export function parseVmRss(text: string): number {
+  const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(text);
+  if (!m) throw new Error('no VmRSS line');
+  return Number(m[1]) * 1024;
+}
+
+/** A cpu list as /proc/self/status `Cpus_allowed_list` or taskset print it: "0-3,6,8-9". */
+export function parseCpuList(text: string): number[] {
+  const out: number[] = [];
+  for (const part of text.trim().split(',')) {
+    if (!part) continue;
+    const [a, b] = part.split('-').map(Number);
+    if (!Number.isInteger(a) || (b !== undefined && !Number.isInteger(b))) throw new Error(`bad cpu list '${text}'`);
+    for (let c = a; c <= (b ?? a); c++) out.push(c);
+  }
+  return out;
+}
+
+/** Which cores run what: the server under test alone; the upstream (mock, Redis) and the load generators on the rest. */
+export interface Pinning {
+  server: number[];
+  upstream: number[];
+  load: number[];
+}
+
+/**
+ * ≥ 3 cores: server, upstream and load each apart (the load gets the rest). 2 cores: the server on
+ * one, the upstream and the load share the other (as the issue measured). 1 core: no pinning.
+ */
+export function planPinning(cpus: readonly number[]): Pinning | null {
+  if (cpus.length < 2) return null;
+  if (cpus.length === 2) return { server: [cpus[0]], upstream: [cpus[1]], load: [cpus[1]] };
+  return { server: [cpus[0]], upstream: [cpus[1]], load: cpus.slice(2) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+
+/** A headline figure: each side's median over rounds, and the median of the per-round ratio or difference. */
+export interface Row {
+  metric: string;
+  unit: string;
+  baseline?: Spread;
+  subject?: Spread;
+  /** Per-round subject / baseline. */
+  ratio?: Spread;
+  /** Per-round subject − baseline (in `unit`). */
+  diff?: Spread;
+  /** The issue's goal, as text; `met` says whether the median meets it (undefined: no goal or not checkable). */
+  goal?: string;
+  met?: boolean;
+}
+
+/** One side of one round: its figures, by name. */
+export interface RoundSide {
+  side: string;
+  figures: Record<string, number>;
+}
+
+export interface RoundRecord {
+  round: number;
+  /** 1-minute load average when the round started. */
+  loadavg1: number;
+  sides: RoundSide[];
+}
+
+export interface ScenarioResult {
+  name: Scenario;
+  title: string;
+  /** Column names of the two compared sides, e.g. ["bare proxy", "gateway"]. */
+  columns: [string, string];
+  rows: Row[];
+  rounds: RoundRecord[];
+  notes: string[];
+  /** Why the scenario did not run (it then has no rows). */
+  skipped?: string;
+  elapsedS?: number;
+}
+
+export interface Report {
+  harness: string;
+  startedAt: string;
+  finishedAt: string;
+  elapsedS: number;
+  command: string;
+  machine: {
+    cpus: number;
+    cpuModel: string;
+    memGiB: number;
+    kernel: string;
+    node: string;
+    wrk: string;
+    commit: string;
+  };
+  options: Omit<Options, 'help' | 'out'>;
+  pinning: Pinning | null;
+  loadavg: { start: number[]; end: number[] };
+  scenarios: ScenarioResult[];
+  warnings: string[];
+}
+
+/** A number for a table: 3 significant digits, thousands as "k", NaN as "–". */
+export function fmt(x: number | undefined, unit = ''): string {
+  if (x === undefined || !Number.isFinite(x)) return '–';
+  const sign = x < 0 ? '-' : '';
+  const a = Math.abs(x);
+  let s: string;
+  if (a >= 10_000) s = `${(a / 1000).toPrecision(3)}k`;
+  else if (a >= 100) s = a.toFixed(0);
+  else if (a >= 10) s = a.toFixed(1);
+  else if (a >= 1) s = a.toFixed(2);
+  else if (a === 0) s = '0';
+  else s = a.toPrecision(2);
+  return `${sign}${s}${unit}`;
+}
+
+/** "median (min–max)", or just the median for a single round. */
+export function fmtSpread(s: Spread | undefined, unit = '', signed = false): string {
+  if (!s || s.n === 0) return '–';
+  const f = (x: number) => (signed && x > 0 ? '+' : '') + fmt(x, unit);
+  if (s.n === 1 || s.min === s.max) return f(s.median);
+  return `${f(s.median)} (${f(s.min)} – ${f(s.max)})`;
+}
+
+function ratioText(r: Row): string {
+  if (r.ratio) return fmtSpread(r.ratio, '×');
+  if (r.diff) return fmtSpread(r.diff, r.unit ? ` ${r.unit}` : '', true);
+  return '–';
+}
+
+function goalText(r: Row): string {
+  if (!r.goal) return '';
+  return r.met === undefined ? r.goal : `${r.goal} ${r.met ? '(met)' : '(missed)'}`;
+}
+
+/** The per-round table of one scenario: one line per side per round, one column per figure. */
+function roundsTable(s: ScenarioResult): string[] {
+  const keys: string[] = [];
+  for (const r of s.rounds) for (const side of r.sides) for (const k of Object.keys(side.figures)) if (!keys.includes(k)) keys.push(k);
+  if (keys.length === 0) return [];
+  const lines = [`| round | load avg | side | ${keys.join(' | ')} |`, `|---|---|---|${keys.map(() => '---').join('|')}|`];
+  for (const r of s.rounds) {
+    for (const side of r.sides) lines.push(`| ${r.round + 1} | ${r.loadavg1.toFixed(2)} | ${side.side} | ${keys.map((k) => fmt(side.figures[k])).join(' | ')} |`);
+  }
+  return lines;
+}
+
+export function renderMarkdown(rep: Report): string {
+  const m = rep.machine;
+  const o = rep.options;
+  const out: string[] = [];
+  out.push(`# Benchmark ${rep.startedAt}`, '');
+  out.push(`- machine: ${m.cpus} cpus (${m.cpuModel}), ${m.memGiB.toFixed(0)} GiB, Linux ${m.kernel}; Node ${m.node}; ${m.wrk}; commit ${m.commit}`);
+  out.push(`- pinning: ${rep.pinning ? `server under test on cpu ${rep.pinning.server.join(',')}, upstream on cpu ${rep.pinning.upstream.join(',')}, load generators on cpu ${rep.pinning.load.join(',')}` : 'none'}`);
+  out.push(`- load average (1, 5, 15 min): ${rep.loadavg.start.map((x) => x.toFixed(2)).join(', ')} at the start, ${rep.loadavg.end.map((x) => x.toFixed(2)).join(', ')} at the end`);
+  out.push(`- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`);
+  out.push(`- run: \`${rep.command}\`, ${Math.round(rep.elapsedS)} s`);
+  out.push('', 'Each figure is the median over rounds, with the lowest and highest round in brackets; ratios and differences are computed per round (both sides measured back to back) and then their median taken.', '');
+  for (const w of rep.warnings) out.push(`> **Warning:** ${w}`, '');
+  for (const s of rep.scenarios) {
+    out.push(`## ${s.title}`, '');
+    if (s.skipped) {
+      out.push(`Skipped: ${s.skipped}`, '');
+      continue;
+    }
+    out.push(`| metric | ${s.columns[0]} | ${s.columns[1]} | ratio or difference | goal |`, '|---|---|---|---|---|');
+    for (const r of s.rows) {
+      out.push(`| ${r.metric} | ${fmtSpread(r.baseline)} | ${fmtSpread(r.subject)} | ${ratioText(r)} | ${goalText(r)} |`);
+    }
+    out.push('');
+    for (const n of s.notes) out.push(`- ${n}`);
+    if (s.notes.length) out.push('');
+    const rt = roundsTable(s);
+    if (rt.length) out.push('<details><summary>per round</summary>', '', ...rt, '', '</details>', '');
+  }
+  return out.join('\n');
+}
