@@ -19,13 +19,13 @@ else
 fi
 
 install() {
-  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive ${SUDO[@]+"${SUDO[@]}"} apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
 }
 
 echo "ensure-wrk: installing ${missing[*]}" >&2
 # A fresh machine may have no package lists yet: update once and retry.
 if ! install; then
-  "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=600 update
+  ${SUDO[@]+"${SUDO[@]}"} apt-get -o DPkg::Lock::Timeout=600 update
   install
 fi
 command -v wrk >/dev/null 2>&1 || { echo "ensure-wrk: wrk still missing after install" >&2; exit 1; }
