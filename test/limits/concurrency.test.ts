@@ -3,7 +3,8 @@
  * counts the requests open on it: C slots and a queue of Q under 3·(C+Q) simultaneous streaming
  * requests give exactly C upstream requests in flight at any moment, exactly 2·(C+Q) queue-full
  * 429s, and no slot left held afterwards; waiting past max_wait fails; a client that disconnects
- * frees its slot or its queue place at once (bounded at 100 ms, measured by the next request).
+ * frees its slot or its queue place at once: the next request gets it while the upstream of the one
+ * that left is still held open by the test (so only the disconnect can have freed it).
  */
 import t from 'tap';
 import type http from 'node:http';
@@ -153,7 +154,7 @@ t.test('waiting past max_wait → 429 "Concurrency limit exceeded for user"', as
   t.equal((await send(K.timeout)).status, 200, 'the slot is free again');
 });
 
-t.test('a client that disconnects frees its slot at once: the queued request gets it within 100 ms', async (t) => {
+t.test('a client that disconnects frees its slot at once: the queued request gets it before the upstream would have ended', async (t) => {
   for (const stream of [true, false]) {
     newGate();
     arrivals = [];
@@ -165,10 +166,10 @@ t.test('a client that disconnects frees its slot at once: the queued request get
     const next = send(K.gone, { stream });
     t.ok(await until(async () => (await waiting()) === 1), 'the next one waits in the queue');
     if (stream) await sleep(20); // the stream is committed and flowing to the client
-    const abortedAt = Date.now();
     ac.abort();
-    t.ok(await until(() => arrivals.length === 2, 100, 2), 'the queued request reached the upstream within 100 ms of the disconnect');
-    t.ok(arrivals.length < 2 || arrivals[1] - abortedAt <= 100);
+    // The gate is still shut: the holder's upstream would never end on its own, so only the
+    // disconnect can hand the slot to the queued request.
+    t.ok(await until(() => arrivals.length === 2), 'the queued request reached the upstream after the disconnect, gate still shut');
     gate.open();
     t.equal(await holder, 'aborted');
     t.equal((await next).status, 200);
@@ -184,7 +185,7 @@ t.test('a client that disconnects while queued frees its queue place at once', a
   const queued = send(K.gone, { signal: ac.signal }).catch(() => 'aborted');
   t.ok(await until(async () => (await waiting()) === 1), 'queued');
   ac.abort();
-  t.ok(await until(async () => (await waiting()) === 0, 100, 2), 'the queue place is free within 100 ms');
+  t.ok(await until(async () => (await waiting()) === 0), 'the queue place is free while the slot is still held');
   t.equal(await queued, 'aborted');
   const replacement = send(K.gone);
   t.ok(await until(async () => (await waiting()) === 1), 'a new request takes the place (not refused)');
