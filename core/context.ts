@@ -11,7 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, type ErrorFormat } from './errors.js';
 import type {
-  GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
+  AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
 } from './config/types.js';
 import type { Claim, Store } from './store/types.js';
 import type { Usage } from './money.js';
@@ -111,6 +111,8 @@ export interface Attempt {
   readonly index: number;
   readonly model: ModelConfig;
   readonly provider: ProviderConfig;
+  /** The provider account this attempt goes to (core/pool chose it). */
+  readonly account?: AccountConfig;
   /** The protocol spoken to the upstream. */
   readonly upstreamProtocol: ProtocolName;
   /**
@@ -152,6 +154,8 @@ export class RequestContext {
   readonly attempts: Attempt[] = [];
   /** Bytes have been written to the client. */
   committed = false;
+  /** When the response was committed (epoch ms): an account's time to first token ends here. */
+  committedAt?: number;
   /** Usage of the answering attempt, once known. */
   usage?: Usage;
   /** True when `usage` is an estimate (the upstream never reported it). */

@@ -100,6 +100,13 @@ export const CATALOGUE = Object.freeze({
     message: 'Upstream request failed' }),
   NO_ACCOUNTS: entry({ status: 503, type: 'api_error', code: 'model_not_available', noRetry: true,
     message: 'No available accounts support the requested model' }),
+  // Upstream account pools (core/pool): every account of the model is unusable right now.
+  ACCOUNTS_COOLING: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
+    message: 'No available accounts right now: every account is cooling down, please retry later' }),
+  ACCOUNTS_BUSY: entry({ status: 503, type: 'api_error', code: 'no_available_accounts',
+    message: 'No available accounts right now: every account is at its concurrency limit, please retry shortly' }),
+  ACCOUNTS_DISABLED: entry({ status: 503, type: 'api_error', code: 'no_available_accounts', noRetry: true,
+    message: 'No available accounts: the provider rejected the credentials of every account' }),
   NO_CHANNELS: entry({ status: 503, type: 'api_error', code: 'no_available_channels',
     message: 'No available channels for this request' }),
   PRICING_UNAVAILABLE: entry({ status: 503, type: 'api_error', code: 'pricing_not_available', noRetry: true,

@@ -17,13 +17,24 @@ export interface Metrics {
   limitRejections: Counter<'code'>;
   queueWaiting: Gauge;
   configReloads: Counter<'result'>;
+
+  // ---- upstream account pools (core/pool) -------------------------------------------------
+  // Labels: provider and account names from the config, outcome/reason/state from fixed lists.
+  accountRequests: Counter<'provider' | 'account' | 'outcome'>;
+  accountCooldowns: Counter<'provider' | 'account' | 'reason'>;
+  accountFailovers: Counter<'provider'>;
+  accountInFlight: Gauge<'provider' | 'account'>;
+  accountTtft: Histogram<'provider' | 'account'>;
+  /** 1 for each account's current state; filled at scrape time from `accountStates`. */
+  accountState: Gauge<'provider' | 'account' | 'state'>;
+  accountStates?: () => Iterable<{ provider: string; account: string; state: string }>;
 }
 
 export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
   if (opts.defaultMetrics) collectDefaultMetrics({ register: registry, prefix: 'gateway_process_' });
   const registers = [registry];
-  return {
+  const m: Metrics = {
     registry,
     requests: new Counter({ name: 'gateway_requests_total', help: 'Requests by route and HTTP status', labelNames: ['route', 'status'], registers }),
     inFlight: new Gauge({ name: 'gateway_requests_in_flight', help: 'Requests being served', labelNames: ['route'], registers }),
@@ -41,5 +52,30 @@ export function createMetrics(opts: { defaultMetrics?: boolean } = {}): Metrics 
     limitRejections: new Counter({ name: 'gateway_limit_rejections_total', help: 'Requests rejected by a limit, by error code', labelNames: ['code'], registers }),
     queueWaiting: new Gauge({ name: 'gateway_concurrency_queue_waiting', help: 'Requests waiting for a concurrency slot', registers }),
     configReloads: new Counter({ name: 'gateway_config_reloads_total', help: 'Config reloads by result', labelNames: ['result'], registers }),
+
+    // ---- upstream account pools (core/pool) -------------------------------------------------
+    accountRequests: new Counter({
+      name: 'gateway_account_requests_total', help: 'Upstream attempts per account, by outcome (ok, rate_limited, overloaded, server_error, timeout, connect_error, auth_error, …)',
+      labelNames: ['provider', 'account', 'outcome'], registers,
+    }),
+    accountCooldowns: new Counter({
+      name: 'gateway_account_cooldowns_total', help: 'Accounts put in cooldown or disabled, by reason', labelNames: ['provider', 'account', 'reason'], registers,
+    }),
+    accountFailovers: new Counter({
+      name: 'gateway_account_failovers_total', help: 'Requests moved to another account of the same model after a failed attempt', labelNames: ['provider'], registers,
+    }),
+    accountInFlight: new Gauge({ name: 'gateway_account_in_flight', help: 'Upstream requests in flight per account (this instance)', labelNames: ['provider', 'account'], registers }),
+    accountTtft: new Histogram({
+      name: 'gateway_account_ttft_seconds', help: 'Time to first token (to the response for non-streaming calls) per account', labelNames: ['provider', 'account'], registers,
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60],
+    }),
+    accountState: new Gauge({
+      name: 'gateway_account_state', help: 'Account state (available, cooling, disabled, demoted): 1 for the current one', labelNames: ['provider', 'account', 'state'], registers,
+      collect() {
+        this.reset();
+        for (const s of m.accountStates?.() ?? []) this.set(s, 1);
+      },
+    }),
   };
+  return m;
 }

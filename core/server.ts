@@ -31,6 +31,7 @@ import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
 import { adminHandler } from './handlers/admin.js';
 import { FailedRequestLog } from './failed-requests.js';
+import { AccountPools } from './pool/index.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
   models: modelsHandler,
@@ -60,6 +61,7 @@ export interface GatewayOptions {
 export class Gateway implements UpstreamDeps {
   readonly transport = new Transport();
   readonly metrics: Metrics;
+  readonly pools: AccountPools;
   readonly mocks = new Map<string, MockServer>();
   private runtime!: Runtime;
   private server!: http.Server;
@@ -81,6 +83,7 @@ export class Gateway implements UpstreamDeps {
     readonly log: Logger,
   ) {
     this.metrics = createMetrics({ defaultMetrics: false });
+    this.pools = new AccountPools({ store, clock, log, metrics: this.metrics });
   }
 
   static async start(opts: GatewayOptions): Promise<Gateway> {
@@ -93,6 +96,7 @@ export class Gateway implements UpstreamDeps {
     try {
       await gw.startMocks(loaded.config);
       gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics: gw.metrics });
+      gw.pools.configure(loaded.config);
       gw.keepFailedRequests(loaded.config);
       await gw.listen(loaded.config);
     } catch (e) {
@@ -206,6 +210,7 @@ export class Gateway implements UpstreamDeps {
       const next = await Runtime.create(loaded, { store: this.store, clock: this.clock, log: this.log, metrics: this.metrics });
       const old = this.runtime;
       this.runtime = next;
+      this.pools.configure(next.config);
       if (next.config.failedRequests.dir !== old.config.failedRequests.dir || next.config.failedRequests.retentionMs !== old.config.failedRequests.retentionMs) {
         this.keepFailedRequests(next.config);
       }
@@ -257,7 +262,7 @@ export class Gateway implements UpstreamDeps {
       }
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
-        await adminHandler(req, res, { config: rt.config, store: this.store, reload: () => this.reload() });
+        await adminHandler(req, res, { config: rt.config, store: this.store, pools: this.pools, reload: () => this.reload() });
         return;
       }
       const route = rt.match(method, pathname);
@@ -335,6 +340,7 @@ export class Gateway implements UpstreamDeps {
       ms: Date.now() - ctx.startedAt,
       key: ctx.key?.id,
       model: ctx.answeredModel?.id,
+      account: ctx.attempts[ctx.attempts.length - 1]?.account?.id,
       attempts: ctx.attempts.length,
       ...(error ? { error: error.code, errorMessage: error.message } : {}),
       ...(ctx.usage ? { usage: ctx.usage, estimated: ctx.usageEstimated || undefined } : {}),

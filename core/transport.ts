@@ -1,6 +1,6 @@
 /**
  * The provider transport: http-proxy-3 with `selfHandleResponse` and `buffer` (never its fetch
- * mode), one keep-alive agent per provider.
+ * mode), one keep-alive agent per provider account.
  *
  * The upstream must see exactly the headers we choose — never the client's gateway key. http-proxy-3
  * copies `req.headers` into the outgoing request synchronously inside `web()`, so we hand it our
@@ -17,6 +17,8 @@ export interface UpstreamRequest {
   req: IncomingMessage;
   res: ServerResponse;
   provider: ProviderConfig;
+  /** The provider account (its own keep-alive agent). */
+  account?: string;
   /** Full URL of the upstream endpoint. */
   url: string;
   headers: Record<string, string>;
@@ -66,9 +68,10 @@ export class Transport {
     this.proxy.on('error', () => {});
   }
 
-  agentFor(provider: ProviderConfig, url: string): http.Agent {
+  /** One keep-alive agent per provider account (and scheme). */
+  agentFor(provider: ProviderConfig, url: string, account = ''): http.Agent {
     const secure = url.startsWith('https:');
-    const id = `${provider.name}|${secure}|${provider.maxSockets}`;
+    const id = `${provider.name}/${account}|${secure}|${provider.maxSockets}`;
     let agent = this.agents.get(id);
     if (!agent) {
       const opts = { keepAlive: true, maxSockets: provider.maxSockets, maxFreeSockets: Math.min(64, provider.maxSockets), scheduling: 'lifo' as const };
@@ -104,7 +107,7 @@ export class Transport {
         // http-proxy-3 only calls `buffer.pipe(proxyReq)`: hand it the whole body in one end()
         // (headers and body in one write) instead of streaming a one-chunk Readable.
         buffer: { pipe: (dest: NodeJS.WritableStream) => dest.end(body) } as unknown as Readable,
-        agent: this.agentFor(u.provider, u.url),
+        agent: this.agentFor(u.provider, u.url, u.account),
         proxyTimeout: u.idleTimeoutMs,
         xfwd: false,
       }, (err: Error & { code?: string }) => {

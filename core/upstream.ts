@@ -14,7 +14,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Attempt, RequestContext, ResolvedModel } from './context.js';
 import { GatewayError, type ErrorId } from './errors.js';
-import type { ProtocolName, ProviderConfig } from './config/types.js';
+import type { AccountConfig, ProtocolName, ProviderConfig } from './config/types.js';
+import type { AccountPools } from './pool/index.js';
 import type { PluginInstance } from './plugin.js';
 import { KEEPALIVE, SseParser } from './sse.js';
 import { passthrough } from './protocols/passthrough.js';
@@ -34,6 +35,13 @@ export interface UpstreamDeps {
   transport: Transport;
   /** Base URL of a provider (mock providers get theirs when their server starts). */
   baseUrl(provider: ProviderConfig): string;
+  /** The providers' account pools (core/pool). */
+  pools: AccountPools;
+}
+
+/** Where an account's requests go: its own base URL (a relay), else the provider's. */
+export function accountBaseUrl(deps: UpstreamDeps, provider: ProviderConfig, account: AccountConfig | undefined): string {
+  return account?.baseUrl ?? deps.baseUrl(provider);
 }
 
 export function upstreamPath(provider: ProviderConfig, protocol: ProtocolName, op: 'generate' | 'count' = 'generate'): string {
@@ -42,8 +50,11 @@ export function upstreamPath(provider: ProviderConfig, protocol: ProtocolName, o
   return prefix + (protocol === 'openai-responses' ? '/responses' : '/chat/completions');
 }
 
-/** Headers sent upstream: the provider's credential in its protocol's style, never the client's. */
-export function upstreamHeaders(ctx: RequestContext, provider: ProviderConfig, protocol: ProtocolName, stream: boolean): Record<string, string> {
+/** Headers sent upstream: the account's credential in its protocol's style, never the client's. */
+export function upstreamHeaders(
+  ctx: RequestContext, provider: ProviderConfig, protocol: ProtocolName, stream: boolean, account: AccountConfig = provider.accounts[0],
+): Record<string, string> {
+  const apiKey = account?.apiKey ?? provider.apiKey;
   const h: Record<string, string> = {
     'content-type': 'application/json',
     accept: stream ? 'text/event-stream' : 'application/json',
@@ -51,15 +62,15 @@ export function upstreamHeaders(ctx: RequestContext, provider: ProviderConfig, p
     'x-request-id': ctx.id,
   };
   if (protocol === 'anthropic-messages') {
-    if (provider.apiKey) h['x-api-key'] = provider.apiKey;
+    if (apiKey) h['x-api-key'] = apiKey;
     const version = ctx.headerValues('anthropic-version')[0];
     h['anthropic-version'] = version && /^[\w.-]{1,64}$/.test(version) ? version : '2023-06-01';
     const beta = ctx.headerValues('anthropic-beta');
     if (beta.length > 0) h['anthropic-beta'] = beta.join(',');
-  } else if (provider.apiKey) {
-    h.authorization = `Bearer ${provider.apiKey}`;
+  } else if (apiKey) {
+    h.authorization = `Bearer ${apiKey}`;
   }
-  for (const [k, v] of Object.entries(provider.headers)) h[k.toLowerCase()] = v;
+  for (const [k, v] of Object.entries(account?.headers ?? provider.headers)) h[k.toLowerCase()] = v;
   return h;
 }
 
@@ -142,7 +153,12 @@ export interface ChainHooks {
   onEvent: PluginInstance[];
 }
 
-/** Runs the attempts of a model call and delivers the answer. */
+/**
+ * Runs the attempts of a model call and delivers the answer. Each model (the requested one, then
+ * the fallback list) is tried on up to `scheduling.max_attempts` of its provider's accounts: a
+ * failure that is the account's (429, 5xx, 401/403, timeouts, connection errors) moves to another
+ * account transparently before the next model is considered.
+ */
 export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps: UpstreamDeps): Promise<void> {
   const body = await ctx.body();
   const primary = await ctx.model();
@@ -154,33 +170,64 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
   }
   const max = Math.max(1, Math.min(ctx.fallback.maxAttempts, candidates.length));
   let lastError: GatewayError | undefined;
+  /** Why a model had no account at all (reported when no attempt failed for a better reason). */
+  let noAccount: GatewayError | undefined;
   for (let i = 0; i < max; i++) {
     if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
     const cand = candidates[i];
-    const attempt: Attempt = {
-      index: i,
-      model: cand.model,
-      provider: cand.provider,
-      upstreamProtocol: upstreamProtocol(ctx.protocol!, ctx.group, cand.provider.protocols),
-      headers: {},
-      retry: false,
-      request: { text: body.text, json: body.json },
-    };
-    ctx.attempts.push(attempt);
-    for (const p of hooks.onAttempt) await p.onAttempt!(ctx, attempt);
-    if (!attempt.conversion) {
-      if (attempt.upstreamProtocol !== ctx.protocol) {
-        throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
+    const pool = deps.pools.of(cand.provider);
+    const choose = pool.chooser(ctx, cand.model);
+    let attempt: Attempt | undefined;
+    for (;;) {
+      const pick = await choose();
+      if (!pick.ok) {
+        if (pick.error?.status === 499) throw pick.error;
+        if (!attempt) noAccount = pick.error;
+        break;
       }
-      attempt.conversion = passthrough(attempt.upstreamProtocol);
+      if (attempt) {
+        ctx.metrics?.accountFailovers.inc({ provider: cand.provider.name });
+        ctx.log.info('upstream account failed, trying another account', {
+          model: cand.model.id, account: attempt.account?.id, status: attempt.status, error: attempt.error?.message,
+        });
+      }
+      attempt = {
+        index: ctx.attempts.length,
+        model: cand.model,
+        provider: cand.provider,
+        account: pick.lease.account,
+        upstreamProtocol: upstreamProtocol(ctx.protocol!, ctx.group, cand.provider.protocols),
+        headers: {},
+        retry: false,
+        request: { text: body.text, json: body.json },
+      };
+      ctx.attempts.push(attempt);
+      let sent = false;
+      let ok = false;
+      let failover = false;
+      try {
+        for (const p of hooks.onAttempt) await p.onAttempt!(ctx, attempt);
+        if (!attempt.conversion) {
+          if (attempt.upstreamProtocol !== ctx.protocol) {
+            throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
+          }
+          attempt.conversion = passthrough(attempt.upstreamProtocol);
+        }
+        sent = true;
+        ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
+      } finally {
+        // Not sent (a hook refused the request): the account's slot is released, nothing is held against it.
+        failover = pick.lease.done(sent ? attempt : undefined, ctx)?.failover ?? false;
+      }
+      if (ok) return;
+      lastError = attempt.error;
+      if (ctx.committed || ctx.signal.aborted || !failover) break;
     }
-    const ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
-    if (ok) return;
-    lastError = attempt.error;
+    if (!attempt) continue; // no account for this model: the next one in the list, if any
     if (!attempt.retry || ctx.committed) break;
     ctx.log.info('upstream attempt failed, falling back', { model: cand.model.id, status: attempt.status, error: attempt.error?.message });
   }
-  throw lastError ?? new GatewayError('UPSTREAM_ERROR');
+  throw lastError ?? noAccount ?? new GatewayError('UPSTREAM_ERROR');
 }
 
 async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
@@ -204,12 +251,12 @@ async function tryAttempt(
     if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
     throw e;
   }
-  const url = deps.baseUrl(provider) + upstreamPath(provider, attempt.upstreamProtocol);
-  const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream), ...attempt.headers };
+  const url = accountBaseUrl(deps, provider, attempt.account) + upstreamPath(provider, attempt.upstreamProtocol);
+  const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream, attempt.account), ...attempt.headers };
   const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
   const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
   const started = Date.now();
-  const call = deps.transport.send({ req: ctx.req, res: ctx.res, provider, url, headers, body: requestBody, idleTimeoutMs: idleMs });
+  const call = deps.transport.send({ req: ctx.req, res: ctx.res, provider, account: attempt.account?.name, url, headers, body: requestBody, idleTimeoutMs: idleMs });
   let totalTimedOut = false;
   const totalTimer = setTimeout(() => { totalTimedOut = true; call.abort(); }, totalMs);
   const onAbort = () => call.abort();
@@ -298,6 +345,7 @@ function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars =
 export function writeHead(ctx: RequestContext, status: number, headers: Record<string, string>): void {
   if (ctx.committed) return;
   ctx.committed = true;
+  ctx.committedAt = Date.now();
   ctx.res.writeHead(status, headers);
 }
 

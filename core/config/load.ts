@@ -14,7 +14,7 @@ import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
 import { gatewaySchema } from './schema.js';
 import type {
-  GatewayConfig, GroupConfig, KeyConfig, ModelConfig, PluginInstanceConfig, ProtocolName, ProviderConfig,
+  AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, PluginInstanceConfig, ProtocolName, ProviderConfig,
   ProviderKind, RouteConfig, UserConfig, Window,
 } from './types.js';
 import { PROTOCOLS, WINDOWS } from './types.js';
@@ -196,13 +196,50 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     };
     if (kind === 'mock' && p.base_url) fail(['providers', name, 'base_url'], 'a mock provider has no base_url: the gateway starts it');
     if (kind !== 'mock' && p.fixtures_dir) fail(['providers', name, 'fixtures_dir'], 'fixtures_dir is for mock providers only');
+    const headers: Record<string, string> = p.headers ?? {};
+    const accounts: AccountConfig[] = [];
+    if (Array.isArray(p.accounts)) {
+      if (p.api_key !== undefined) fail(['providers', name, 'api_key'], 'use either api_key (one account) or accounts, not both');
+      const seen = new Set<string>();
+      p.accounts.forEach((a: any, i: number) => {
+        if (!a || typeof a !== 'object' || typeof a.name !== 'string') return;
+        if (seen.has(a.name)) fail(['providers', name, 'accounts', i, 'name'], `account '${a.name}' is listed twice`);
+        seen.add(a.name);
+        if (kind === 'mock' && a.base_url) fail(['providers', name, 'accounts', i, 'base_url'], 'accounts of a mock provider have no base_url: the gateway starts the mock');
+        accounts.push({
+          name: a.name,
+          id: `${name}/${a.name}`,
+          apiKey: a.api_key ?? '',
+          baseUrl: typeof a.base_url === 'string' ? a.base_url.replace(/\/+$/, '') : undefined,
+          headers: { ...headers, ...(a.headers ?? {}) },
+          weight: a.weight ?? 1,
+          priority: a.priority ?? 0,
+          concurrency: a.concurrency ?? 0,
+          rpm: a.rpm ?? 0,
+          models: Array.isArray(a.models) ? a.models : undefined,
+        });
+      });
+    } else {
+      accounts.push({ name: 'default', id: `${name}/default`, apiKey: p.api_key ?? '', headers, weight: 1, priority: 0, concurrency: 0, rpm: 0 });
+    }
+    const sched = p.scheduling ?? {};
+    const dur = (key: string, fallback: number) => (typeof sched[key] === 'string' ? parseDuration(sched[key]) : fallback);
     providers[name] = {
       name,
       kind,
       baseUrl: (p.base_url ?? defaults[kind].url).replace(/\/+$/, ''),
-      apiKey: p.api_key ?? '',
+      apiKey: Array.isArray(p.accounts) ? '' : p.api_key ?? '',
+      accounts,
+      scheduling: {
+        stickyTtlMs: dur('sticky_ttl', 3_600_000),
+        cooldownMs: dur('cooldown', 30_000),
+        maxCooldownMs: dur('max_cooldown', 3_600_000),
+        maxAttempts: sched.max_attempts ?? 3,
+        slowFactor: sched.slow_factor ?? 3,
+        slowMarginMs: dur('slow_margin', 1_000),
+      },
       protocols: p.protocols ?? defaults[kind].protocols,
-      headers: p.headers ?? {},
+      headers,
       timeoutMs: p.timeout ? parseDuration(p.timeout) : undefined,
       idleTimeoutMs: p.idle_timeout ? parseDuration(p.idle_timeout) : undefined,
       maxSockets: p.max_sockets ?? 256,
@@ -247,6 +284,21 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
       },
       maxOutputTokens: m.max_output_tokens ?? 8192,
     };
+  }
+
+  // Account model subsets name models of their provider; every model keeps at least one account.
+  for (const p of Object.values(providers)) {
+    p.accounts.forEach((a, i) => a.models?.forEach((id, j) => {
+      if (!models[id]) fail(['providers', p.name, 'accounts', i, 'models', j], `model '${id}' is not defined`);
+      else if (models[id].provider !== p.name) fail(['providers', p.name, 'accounts', i, 'models', j], `model '${id}' is served by provider '${models[id].provider}', not '${p.name}'`);
+    }));
+    if (p.scheduling.maxCooldownMs < p.scheduling.cooldownMs) fail(['providers', p.name, 'scheduling', 'max_cooldown'], 'max_cooldown is shorter than cooldown');
+  }
+  for (const m of Object.values(models)) {
+    const p = providers[m.provider];
+    if (p && p.accounts.length > 0 && !p.accounts.some((a) => !a.models || a.models.includes(m.id))) {
+      fail(['models', m.id, 'provider'], `no account of provider '${p.name}' serves model '${m.id}' (see the accounts' models lists)`);
+    }
   }
 
   // ---- groups ------------------------------------------------------------------------------

@@ -45,12 +45,56 @@ export interface StoreConfig {
   flushIntervalMs: number;
 }
 
+/**
+ * One upstream account of a provider (a provider API key, or a relay with its own base URL). A
+ * provider configured with a single `api_key` has one implicit account named `default`.
+ */
+export interface AccountConfig {
+  name: string;
+  /** `<provider>/<account>`: the name in metrics, logs, the admin view and store scopes. */
+  id: string;
+  apiKey: string;
+  /** Overrides the provider's base URL (never for `mock`). */
+  baseUrl?: string;
+  /** The provider's headers with the account's own on top. */
+  headers: Readonly<Record<string, string>>;
+  /** Share of new requests within its priority tier (relative to its peers). */
+  weight: number;
+  /** Lower is served first; a higher tier only when every lower one is unavailable. */
+  priority: number;
+  /** Concurrent upstream requests, across instances (store slots); 0 = unlimited. */
+  concurrency: number;
+  /** Upstream requests per clock minute, across instances (store RPM); 0 = unlimited. */
+  rpm: number;
+  /** Gateway model ids this account serves; undefined = every model of the provider. */
+  models?: readonly string[];
+}
+
+/** How a provider's accounts are scheduled (`providers.<p>.scheduling`). */
+export interface SchedulingConfig {
+  /** How long a conversation stays bound to its account after its last request. */
+  stickyTtlMs: number;
+  /** First cooldown after a failure without a provider-given delay; doubles per consecutive failure. */
+  cooldownMs: number;
+  /** Ceiling of every cooldown, provider-given delays included. */
+  maxCooldownMs: number;
+  /** Accounts tried per model within one request (failover before the fallback list). */
+  maxAttempts: number;
+  /** A TTFT above `slowFactor` × the fastest peer's (and `slowMarginMs` above it) demotes an account. */
+  slowFactor: number;
+  slowMarginMs: number;
+}
+
 export interface ProviderConfig {
   name: string;
   kind: ProviderKind;
   /** Base URL; for `mock`, filled in when the built-in mock server starts. */
   baseUrl: string;
+  /** The implicit account's key (`api_key`); empty when the provider lists `accounts`. */
   apiKey: string;
+  /** At least one: the listed accounts, or the implicit `default` account. */
+  accounts: readonly AccountConfig[];
+  scheduling: Readonly<SchedulingConfig>;
   protocols: readonly ProtocolName[];
   headers: Readonly<Record<string, string>>;
   timeoutMs?: number;

@@ -5,6 +5,9 @@
  *
  *   POST /admin/keys/<key name>/reset-quota   → 200 {"ok":true,"key":…}
  *   POST /admin/reload                        → 200 {"ok":true} | 400 {"ok":false,"errors":[…]}
+ *   GET  /admin/accounts                      → 200 {"providers":[{name, accounts:[…]}]}: each upstream
+ *        account as this instance sees it (state, cooling until, disabled, in flight, recent TTFT);
+ *        never its key. Fields: AccountView in core/pool/index.ts, docs/operations.md.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { timingSafeEqual, createHash } from 'node:crypto';
@@ -12,10 +15,12 @@ import { GatewayError, renderError } from '../errors.js';
 import type { GatewayConfig } from '../config/types.js';
 import type { Store } from '../store/types.js';
 import { formatIssue, type ConfigError } from '../config/load.js';
+import type { AccountPools } from '../pool/index.js';
 
 export interface AdminDeps {
   config: GatewayConfig;
   store: Store;
+  pools?: AccountPools;
   reload(): Promise<ConfigError | undefined>;
 }
 
@@ -40,6 +45,10 @@ export async function adminHandler(req: IncomingMessage, res: ServerResponse, de
   const auth = req.headers.authorization ?? '';
   const m = /^bearer\s+(.+)$/i.exec(auth);
   if (!m || !timingSafeEqual(digest(m[1].trim()), digest(token))) return fail(res, new GatewayError('UNAUTHORIZED_ADMIN'));
+  if (pathname === '/admin/accounts') {
+    if (req.method !== 'GET') return fail(res, new GatewayError('METHOD_NOT_ALLOWED'));
+    return send(res, 200, deps.pools?.view() ?? { providers: [] });
+  }
   if (req.method !== 'POST') return fail(res, new GatewayError('METHOD_NOT_ALLOWED'));
 
   const reset = /^\/admin\/keys\/([^/]+)\/reset-quota$/.exec(pathname);

@@ -5,7 +5,7 @@
  */
 import { GatewayError } from '../errors.js';
 import { spliceJson } from '../protocols/splice.js';
-import { mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream.js';
+import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream.js';
 import type { Handler } from './types.js';
 import { sendJson } from './types.js';
 
@@ -15,11 +15,16 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
   if (!provider.protocols.includes('anthropic-messages')) {
     throw new GatewayError('NO_CHANNELS', { message: `Token counting is not available for model '${model.id}'` });
   }
+  // An account of the pool, but no slot and no RPM count (like the user's limits); a 401 still disables it.
+  const pool = deps.pools.of(provider);
+  const pick = pool.pickQuiet(model);
+  if (!pick.ok) throw pick.error;
+  const account = pick.account;
   const text = spliceJson(body.text, { set: { model: model.upstream }, remove: ['models'] });
-  const url = deps.baseUrl(provider) + upstreamPath(provider, 'anthropic-messages', 'count');
+  const url = accountBaseUrl(deps, provider, account) + upstreamPath(provider, 'anthropic-messages', 'count');
   const call = deps.transport.send({
-    req: ctx.req, res: ctx.res, provider, url, body: text,
-    headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false),
+    req: ctx.req, res: ctx.res, provider, account: account.name, url, body: text,
+    headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false, account),
     idleTimeoutMs: provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs,
   });
   const timer = setTimeout(() => call.abort(), provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs);
@@ -40,6 +45,7 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
     }
     if (up.status >= 400) {
       const err = mapUpstreamStatus(up.status, up.headers, answer);
+      pool.reportQuiet(account, { status: up.status, failure: 'status', error: err, responseHeaders: up.headers });
       if (err.status >= 500) throw new GatewayError(err.id === 'OVERLOADED' ? 'OVERLOADED' : 'NO_CHANNELS', { message: err.message, headers: err.headers });
       throw err;
     }

@@ -23,7 +23,38 @@ export interface MockServer {
   port: number;
   /** The last `keepRequests` requests received, oldest first. */
   requests: MockRequestRecord[];
+  /**
+   * Per credential (the `x-api-key`, else the `Authorization: Bearer` token; `''` for none): what
+   * it received, created on first use. Tells the accounts of a pool apart.
+   */
+  credential(key: string): CredentialStats;
+  /** Every credential seen (or scripted) so far. */
+  readonly credentials: ReadonlyMap<string, CredentialStats>;
+  /**
+   * Scripts the answers to one credential (replacing its previous script): `always` directives on
+   * every request, and `next` one-shot directives consumed one per request, in order. They apply
+   * after the request's own directives (so they win). Directive syntax: docs/mock.md.
+   */
+  script(key: string, script: CredentialScript): void;
   close(): Promise<void>;
+}
+
+export interface CredentialStats {
+  /** Requests received. */
+  requests: number;
+  /** Requests received and not yet answered to the end (or abandoned). */
+  inFlight: number;
+  /** The highest `inFlight` seen. */
+  maxInFlight: number;
+  /** Arrival times (epoch ms) of the last `keepRequests` requests. */
+  arrivals: number[];
+}
+
+export interface CredentialScript {
+  /** Directives for every request, e.g. `delay=2000`. */
+  always?: string;
+  /** One-shot directives, one per request, e.g. `['status=429 retry_after=2']`. */
+  next?: string[];
 }
 
 export interface MockRequestRecord {
@@ -32,6 +63,18 @@ export interface MockRequestRecord {
   path: string;
   headers: Record<string, string | string[] | undefined>;
   body: string;
+  /** The credential it carried (see `MockServer.credential`). */
+  credential: string;
+  /** Arrival time, epoch ms. */
+  at: number;
+}
+
+/** The credential a request carries: `x-api-key`, else a Bearer token, else `''`. */
+function credentialOf(req: IncomingMessage): string {
+  const key = req.headers['x-api-key'];
+  if (typeof key === 'string' && key) return key;
+  const m = /^bearer\s+(.+)$/i.exec(req.headers.authorization ?? '');
+  return m ? m[1].trim() : '';
 }
 
 export interface MockServerOptions {
@@ -300,6 +343,13 @@ async function answer(ctx: Ctx, fixturesDir: string | undefined): Promise<void> 
 export async function startMockServer(opts: MockServerOptions = {}): Promise<MockServer> {
   const keep = Math.max(0, opts.keepRequests ?? 50);
   const requests: MockRequestRecord[] = [];
+  const credentials = new Map<string, CredentialStats>();
+  const scripts = new Map<string, { always?: string; next: string[] }>();
+  const credential = (key: string): CredentialStats => {
+    let c = credentials.get(key);
+    if (!c) credentials.set(key, (c = { requests: 0, inFlight: 0, maxInFlight: 0, arrivals: [] }));
+    return c;
+  };
   const sockets = new Set<Socket>();
   const controllers = new Set<AbortController>();
   let counter = 0;
@@ -312,14 +362,30 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
       ac.abort();
       controllers.delete(ac);
     });
+    const cred = credentialOf(req);
+    const stats = credential(cred);
+    stats.requests++;
+    stats.maxInFlight = Math.max(stats.maxInFlight, ++stats.inFlight);
+    res.on('close', () => { stats.inFlight--; });
+    const at = Date.now();
+    stats.arrivals.push(at);
+    if (stats.arrivals.length > Math.max(keep, 1)) stats.arrivals.shift();
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const body = Buffer.concat(chunks).toString('utf8');
     const method = req.method ?? 'GET';
     const url = req.url ?? '/';
     if (keep > 0) {
-      requests.push({ method, path: url, headers: { ...req.headers }, body });
+      requests.push({ method, path: url, headers: { ...req.headers }, body, credential: cred, at });
       if (requests.length > keep) requests.splice(0, requests.length - keep);
+    }
+    // The credential's script comes after the request's own directives, so it wins.
+    const script = scripts.get(cred);
+    let scripted = '';
+    if (script) {
+      if (script.always) scripted += ` [[mock: ${script.always}]]`;
+      const once = script.next.shift();
+      if (once) scripted += ` [[mock: ${once}]]`;
     }
     const rp = routePath(url);
     const endpoint = ROUTES[rp];
@@ -339,7 +405,7 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
       body,
       json,
       model: rawModel !== undefined ? splitModel(rawModel).name : '',
-      d: parseDirectives(rawModel, body),
+      d: parseDirectives(rawModel, body + scripted),
       seed,
       requestId: makeId(seed, 'req', 'req_', 24),
       signal: ac.signal,
@@ -390,6 +456,12 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
     url: `http://${host === '[::]' ? '[::1]' : host === '0.0.0.0' ? '127.0.0.1' : host}:${addr.port}`,
     port: addr.port,
     requests,
+    credential,
+    credentials,
+    script(key: string, sc: CredentialScript): void {
+      credential(key);
+      scripts.set(key, { always: sc.always, next: [...(sc.next ?? [])] });
+    },
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         for (const ac of controllers) ac.abort();

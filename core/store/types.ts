@@ -27,8 +27,8 @@ export type Claim =
   | { kind: 'key-window'; key: string; window: Window; limit: number }
   /** Account spend cap on balance spend: week from Monday 00:00 UTC, month from the 1st. */
   | { kind: 'spend-cap'; user: string; period: 'weekly' | 'monthly'; limit: number }
-  /** Requests per clock minute. */
-  | { kind: 'rpm'; scope: 'group' | 'user'; id: string; limit: number };
+  /** Requests per clock minute (`account`: upstream requests to `<provider>/<account>`). */
+  | { kind: 'rpm'; scope: 'group' | 'user' | 'account'; id: string; limit: number };
 
 export interface AdmitRequest {
   requestId: string;

@@ -1,0 +1,449 @@
+/**
+ * Upstream account pools: each provider is a pool of accounts (provider keys, or relays with their
+ * own base URL); the attempt loop asks its pool for an account per attempt and reports back.
+ *
+ * Where each piece of state lives:
+ *  - Live health, per instance: requests in flight here, cooldown until, disabled, consecutive
+ *    failures, recent times to first token. An instance learns an account's 429 from its own
+ *    attempts (one wasted attempt per instance, then it cools down too).
+ *  - Limits that must hold across instances, in the store: an account's `concurrency` is a slot
+ *    scope `account:<provider>/<account>` taken with no queue (a full account is skipped, never
+ *    waited for); its `rpm` is an `rpm` claim (scope `account`) admitted under its own ledger id
+ *    and released at once with `keepCounts` (the count stays for the minute, nothing is reserved).
+ *  - Sticky bindings, in the store's remember/recall cache: namespace `accounts:<key id>` (so two
+ *    API keys never share a binding), id `<provider>|<session key>`, value `{"a":account,"t":ms}`,
+ *    rewritten only when the account changes or half the TTL has passed.
+ *
+ * A provider with a single account (the implicit one of `api_key`, or a list of one) behaves as
+ * before pools existed: no cooldown, no disabling, no sticky lookups — there is nowhere else to
+ * send the request, and turning upstream errors into gateway refusals would help nobody. Its
+ * `concurrency` and `rpm` still apply.
+ *
+ * Selection rules: select.ts. Health rules: health.ts. Session keys: session.ts.
+ */
+import { createHash } from 'node:crypto';
+import type { AccountConfig, GatewayConfig, ModelConfig, ProviderConfig } from '../config/types.js';
+import type { RequestContext } from '../context.js';
+import { GatewayError } from '../errors.js';
+import type { Clock } from '../clock.js';
+import type { Logger } from '../log.js';
+import type { Metrics } from '../metrics.js';
+import type { Store } from '../store/types.js';
+import { selectAccount, type Candidate, type Selection } from './select.js';
+import { classifyOutcome, cooldownMs, slowAccounts, TtftWindow, type AttemptView, type OutcomeKind, type OutcomeReport } from './health.js';
+import { sessionKey } from './session.js';
+
+/** A demoted account is offered one new request per this interval, so its figures stay fresh. */
+export const PROBE_INTERVAL_MS = 30_000;
+
+export interface PoolDeps {
+  store: Store;
+  clock: Clock;
+  log: Logger;
+  metrics?: Metrics;
+  /** Uniform in [0, 1) (tests may pin it). */
+  random?: () => number;
+}
+
+/** Live state of one account on this instance. */
+export class AccountState {
+  inFlight = 0;
+  coolingUntil = 0;
+  coolReason?: OutcomeKind;
+  failures = 0;
+  /** Its own RPM is used up until then (learned from the store). */
+  blockedUntil = 0;
+  disabled?: { at: number; status?: number; message: string };
+  readonly ttft = new TtftWindow();
+  lastChosenAt = 0;
+  requests = 0;
+  readonly outcomes: Partial<Record<OutcomeKind, number>> = {};
+
+  constructor(readonly fingerprint: string) {}
+}
+
+/** An account chosen for one attempt; `done()` exactly once when the attempt is over. */
+export interface Lease {
+  readonly account: AccountConfig;
+  /**
+   * Reports the attempt's outcome and releases the slot; the report says whether another account
+   * may be tried. `undefined`: the attempt was never sent (only the slot is released).
+   */
+  done(attempt: AttemptView | undefined, ctx: RequestContext): OutcomeReport | undefined;
+}
+
+export type Pick = { ok: true; lease: Lease } | { ok: false; error?: GatewayError };
+
+/** What GET /admin/accounts lists. */
+export interface AccountView {
+  name: string;
+  state: 'available' | 'cooling' | 'disabled';
+  available: boolean;
+  cooling_until: string | null;
+  cooldown_reason: OutcomeKind | null;
+  /** Its RPM is used up until then. */
+  rpm_blocked_until: string | null;
+  disabled: { since: string; status: number | null; message: string } | null;
+  demoted: boolean;
+  in_flight: number;
+  ttft_ms: number | null;
+  consecutive_failures: number;
+  weight: number;
+  priority: number;
+  concurrency: number;
+  rpm: number;
+  models: readonly string[] | null;
+  requests: number;
+  outcomes: Partial<Record<OutcomeKind, number>>;
+}
+
+export class AccountPools {
+  private states = new Map<string, AccountState>();
+  private readonly pools = new WeakMap<ProviderConfig, Pool>();
+  private current: Pool[] = [];
+
+  constructor(private readonly deps: PoolDeps) {
+    if (deps.metrics) deps.metrics.accountStates = () => this.stateRows();
+  }
+
+  /**
+   * Builds the pools of a (re)loaded config. An account keeps its live state across a reload when
+   * its name, key and URL are unchanged — except `disabled`, which a reload clears (that is how an
+   * operator puts a fixed account back).
+   */
+  configure(config: GatewayConfig): void {
+    const next = new Map<string, AccountState>();
+    const pools: Pool[] = [];
+    for (const p of Object.values(config.providers)) {
+      const states = new Map<string, AccountState>();
+      for (const a of p.accounts) {
+        const fp = fingerprint(p, a);
+        let st = this.states.get(a.id);
+        if (!st || st.fingerprint !== fp) st = new AccountState(fp);
+        else st.disabled = undefined;
+        next.set(a.id, st);
+        states.set(a.name, st);
+      }
+      const pool = new Pool(p, states, this.deps);
+      this.pools.set(p, pool);
+      pools.push(pool);
+    }
+    this.states = next;
+    this.current = pools;
+  }
+
+  /** The pool of a provider of the current or an earlier config (requests in flight keep theirs). */
+  of(provider: ProviderConfig): Pool {
+    let pool = this.pools.get(provider);
+    if (!pool) {
+      const states = new Map<string, AccountState>();
+      for (const a of provider.accounts) states.set(a.name, this.states.get(a.id) ?? new AccountState(fingerprint(provider, a)));
+      pool = new Pool(provider, states, this.deps);
+      this.pools.set(provider, pool);
+    }
+    return pool;
+  }
+
+  /** Every account of the current config, as this instance sees it. */
+  view(): { providers: Array<{ name: string; accounts: AccountView[] }> } {
+    return { providers: this.current.map((p) => ({ name: p.provider.name, accounts: p.view() })) };
+  }
+
+  private *stateRows(): Iterable<{ provider: string; account: string; state: string }> {
+    for (const p of this.current) {
+      for (const a of p.view()) {
+        yield { provider: p.provider.name, account: a.name, state: a.state };
+        if (a.demoted) yield { provider: p.provider.name, account: a.name, state: 'demoted' };
+      }
+    }
+  }
+}
+
+function fingerprint(p: ProviderConfig, a: AccountConfig): string {
+  return createHash('sha256').update(`${p.kind}\0${a.baseUrl ?? p.baseUrl}\0${a.apiKey}`).digest('base64url').slice(0, 16);
+}
+
+/** The per-request state of choosing accounts for one model. */
+interface Choosing {
+  tried: Set<string>;
+  /** Refused a slot by the store just now (full across instances). */
+  refused: Set<string>;
+  attempts: number;
+  bound?: { a: string; t: number };
+  session?: string;
+  recalled: boolean;
+}
+
+export class Pool {
+  /** Health actions and sticky sessions need somewhere else to go. */
+  readonly multi: boolean;
+  private readonly byName = new Map<string, AccountConfig>();
+  private readonly random: () => number;
+
+  constructor(readonly provider: ProviderConfig, private readonly states: ReadonlyMap<string, AccountState>, private readonly deps: PoolDeps) {
+    this.multi = provider.accounts.length > 1;
+    for (const a of provider.accounts) this.byName.set(a.name, a);
+    this.random = deps.random ?? Math.random;
+  }
+
+  private state(name: string): AccountState {
+    return this.states.get(name)!;
+  }
+
+  /** The selection input for a model (or every account: `model` undefined). */
+  candidates(model: string | undefined, now: number): Candidate[] {
+    const slow = this.multi ? this.slow(now) : undefined;
+    return this.provider.accounts.map((a) => {
+      const st = this.state(a.name);
+      const demoted = slow?.has(a.name) ?? false;
+      return {
+        name: a.name,
+        priority: a.priority,
+        weight: a.weight,
+        limit: a.concurrency,
+        inFlight: st.inFlight,
+        serves: model === undefined || !a.models || a.models.includes(model),
+        disabled: st.disabled !== undefined,
+        coolingUntil: st.coolingUntil,
+        blockedUntil: st.blockedUntil,
+        demoted,
+        probeDue: demoted && now - st.lastChosenAt >= PROBE_INTERVAL_MS,
+      };
+    });
+  }
+
+  private slow(now: number): Set<string> {
+    const figures = new Map<string, number | undefined>();
+    for (const a of this.provider.accounts) figures.set(a.name, this.state(a.name).ttft.figure(now));
+    return slowAccounts(figures, this.provider.scheduling);
+  }
+
+  /**
+   * A chooser for one model of one request: each `next()` picks an account not tried yet and takes
+   * its store limits; at most `scheduling.max_attempts` accounts per model.
+   */
+  chooser(ctx: RequestContext, model: ModelConfig): () => Promise<Pick> {
+    const c: Choosing = { tried: new Set(), refused: new Set(), attempts: 0, recalled: !this.multi };
+    return () => this.next(ctx, model, c);
+  }
+
+  private async next(ctx: RequestContext, model: ModelConfig, c: Choosing): Promise<Pick> {
+    const max = Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length);
+    if (c.attempts >= max) return { ok: false };
+    if (!c.recalled) await this.recall(ctx, c);
+    const exclude = new Set([...c.tried, ...c.refused]);
+    for (;;) {
+      const now = this.deps.clock.now();
+      const sel = selectAccount(this.candidates(model.id, now), { now, bound: c.bound?.a, exclude, random: this.random() });
+      if (!sel.ok) return { ok: false, error: c.attempts === 0 ? this.noAccount(model, sel, c.refused.size > 0) : undefined };
+      const account = this.byName.get(sel.account)!;
+      const st = this.state(account.name);
+      const release = await this.takeLimits(ctx, account, st, c.attempts);
+      if (release === 'aborted') return { ok: false, error: new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 }) };
+      if (release === 'full') {
+        c.refused.add(account.name);
+        exclude.add(account.name);
+        continue;
+      }
+      if (release === 'blocked') continue; // its RPM is used up: blockedUntil now says so
+      c.tried.add(account.name);
+      c.attempts++;
+      st.inFlight++;
+      st.lastChosenAt = now;
+      this.deps.metrics?.accountInFlight.inc({ provider: this.provider.name, account: account.name });
+      return { ok: true, lease: this.lease(account, st, release, c) };
+    }
+  }
+
+  /** The store-held limits of an account: its slot (no queue) and its RPM count. */
+  private async takeLimits(ctx: RequestContext, a: AccountConfig, st: AccountState, n: number): Promise<(() => void) | 'full' | 'blocked' | 'aborted'> {
+    const { store, log } = this.deps;
+    let release: () => void = () => {};
+    if (a.concurrency > 0) {
+      try {
+        const r = await store.acquireSlot({ scope: `account:${a.id}`, limit: a.concurrency, queueSize: 0, maxWaitMs: 0, signal: ctx.signal });
+        if (!r.ok) return r.reason === 'aborted' ? 'aborted' : 'full';
+        release = r.release;
+      } catch (e) {
+        // Account limits protect the provider, not money: a store that cannot answer does not stop traffic.
+        log.warn('account slot unavailable from the store; going ahead', { account: a.id, error: e as Error });
+      }
+    }
+    if (a.rpm > 0) {
+      const requestId = `${ctx.ledgerId}:account:${n}`;
+      try {
+        const r = await store.admit({ requestId, reserve: 0, claims: [{ kind: 'rpm', scope: 'account', id: a.id, limit: a.rpm }] });
+        if (!r.ok) {
+          st.blockedUntil = this.deps.clock.now() + Math.max(1, r.retryAfterMs ?? 1000);
+          release();
+          return 'blocked';
+        }
+        await store.cancel(requestId, { keepCounts: true });
+      } catch (e) {
+        log.warn('account RPM unavailable from the store; going ahead', { account: a.id, error: e as Error });
+      }
+    }
+    return release;
+  }
+
+  private lease(account: AccountConfig, st: AccountState, release: () => void, c: Choosing): Lease {
+    const started = Date.now();
+    let finished = false;
+    return {
+      account,
+      done: (attempt, ctx) => {
+        if (finished) return undefined;
+        finished = true;
+        release();
+        st.inFlight--;
+        this.deps.metrics?.accountInFlight.dec({ provider: this.provider.name, account: account.name });
+        if (!attempt) return undefined;
+        const report = classifyOutcome(attempt, { committed: ctx.committed, now: this.deps.clock.now() });
+        this.record(account, st, report, ctx.committedAt !== undefined && report.kind === 'ok' ? ctx.committedAt - started : undefined, attempt);
+        if (report.kind === 'ok' && this.multi && c.session !== undefined) this.bind(ctx, c, account.name);
+        return report;
+      },
+    };
+  }
+
+  /** Applies an outcome to the account's live state, metrics and logs. */
+  private record(a: AccountConfig, st: AccountState, report: OutcomeReport, ttftMs: number | undefined, attempt: AttemptView): void {
+    const { metrics, log, clock } = this.deps;
+    const now = clock.now();
+    const labels = { provider: this.provider.name, account: a.name };
+    st.requests++;
+    st.outcomes[report.kind] = (st.outcomes[report.kind] ?? 0) + 1;
+    metrics?.accountRequests.inc({ ...labels, outcome: report.kind });
+    if (report.health === 'success') {
+      st.failures = 0;
+      if (ttftMs !== undefined) {
+        st.ttft.add(now, ttftMs);
+        metrics?.accountTtft.observe(labels, ttftMs / 1000);
+      }
+      return;
+    }
+    if (!this.multi || report.health === 'none') return;
+    if (report.health === 'disable') {
+      if (st.disabled) return;
+      const message = attempt.error?.message ?? '';
+      st.disabled = { at: now, status: attempt.status, message };
+      metrics?.accountCooldowns.inc({ ...labels, reason: 'disabled' });
+      log.error('UPSTREAM ACCOUNT DISABLED: the provider rejected its credentials; it stays out of rotation until the config is reloaded', {
+        account: a.id, status: attempt.status,
+      });
+      return;
+    }
+    st.failures++;
+    const ms = cooldownMs(report, st.failures, this.provider.scheduling);
+    // A later, shorter verdict (a request already in flight) never shortens a cooldown.
+    st.coolingUntil = Math.max(st.coolingUntil, now + ms);
+    st.coolReason = report.kind;
+    metrics?.accountCooldowns.inc({ ...labels, reason: report.kind });
+    log.warn('upstream account cooling down', { account: a.id, reason: report.kind, status: attempt.status, cooldownMs: ms, failures: st.failures });
+  }
+
+  /** Loads the session's binding (once per chooser). */
+  private async recall(ctx: RequestContext, c: Choosing): Promise<void> {
+    c.recalled = true;
+    let json: Record<string, unknown> = {};
+    try {
+      json = (await ctx.body()).json;
+    } catch {
+      return;
+    }
+    const key = sessionKey(ctx.protocol, (n) => ctx.headerValues(n)[0], json);
+    if (key === undefined) return;
+    c.session = key;
+    try {
+      const [v] = await this.deps.store.recall(namespace(ctx), [`${this.provider.name}|${key}`]);
+      if (v) {
+        const b = JSON.parse(v) as { a?: unknown; t?: unknown };
+        if (typeof b.a === 'string' && typeof b.t === 'number') c.bound = { a: b.a, t: b.t };
+      }
+    } catch (e) {
+      this.deps.log.debug('sticky binding unavailable', { error: e as Error });
+    }
+  }
+
+  /** Binds the session to the account that answered (rewritten only when it changed or half the TTL passed). */
+  private bind(ctx: RequestContext, c: Choosing, account: string): void {
+    const now = this.deps.clock.now();
+    const ttl = this.provider.scheduling.stickyTtlMs;
+    if (c.bound?.a === account && now - c.bound.t < ttl / 2) return;
+    c.bound = { a: account, t: now };
+    this.deps.store.remember(namespace(ctx), [[`${this.provider.name}|${c.session}`, JSON.stringify(c.bound)]], ttl)
+      .catch((e) => this.deps.log.debug('could not keep a sticky binding', { error: e as Error }));
+  }
+
+  /** The error a request gets when no account of its model can take it. */
+  private noAccount(model: ModelConfig, sel: Extract<Selection, { ok: false }>, refused: boolean): GatewayError {
+    const m = model.id;
+    if (refused || sel.reason === 'busy') {
+      return new GatewayError('ACCOUNTS_BUSY', { message: `No available accounts for model '${m}' right now: every account is at its concurrency limit, please retry shortly` });
+    }
+    if (sel.reason === 'cooling') {
+      const ms = Math.max(1, Math.ceil(sel.waitMs ?? 1000));
+      const s = Math.max(1, Math.ceil(ms / 1000));
+      return new GatewayError('ACCOUNTS_COOLING', {
+        message: `No available accounts for model '${m}' right now: every account is cooling down after provider rate limits or errors; retry after ${s} s`,
+        retryAfter: s, retryAfterMs: ms,
+      });
+    }
+    if (sel.reason === 'disabled') {
+      return new GatewayError('ACCOUNTS_DISABLED', { message: `No available accounts for model '${m}': the provider rejected the credentials of every account (see the gateway log; reload the config once fixed)` });
+    }
+    return new GatewayError('NO_ACCOUNTS', { message: `No available accounts support the model '${m}'` });
+  }
+
+  /**
+   * An account for a call that takes no slot and counts toward no RPM (count_tokens): a plain
+   * weighted choice among the usable ones.
+   */
+  pickQuiet(model: ModelConfig): { ok: true; account: AccountConfig } | { ok: false; error: GatewayError } {
+    const now = this.deps.clock.now();
+    const sel = selectAccount(this.candidates(model.id, now), { now, random: this.random() });
+    if (!sel.ok) return { ok: false, error: this.noAccount(model, sel, false) };
+    return { ok: true, account: this.byName.get(sel.account)! };
+  }
+
+  /** Reports a quiet call's outcome (health only: a 401 still disables the account). */
+  reportQuiet(account: AccountConfig, attempt: AttemptView): void {
+    const report = classifyOutcome(attempt, { committed: false, now: this.deps.clock.now() });
+    this.record(account, this.state(account.name), report, undefined, attempt);
+  }
+
+  view(): AccountView[] {
+    const now = this.deps.clock.now();
+    const slow = this.multi ? this.slow(now) : new Set<string>();
+    const iso = (t: number) => new Date(t).toISOString();
+    return this.provider.accounts.map((a) => {
+      const st = this.state(a.name);
+      const cooling = st.coolingUntil > now;
+      const state = st.disabled ? 'disabled' : cooling ? 'cooling' : 'available';
+      return {
+        name: a.name,
+        state,
+        available: state === 'available' && st.blockedUntil <= now && (a.concurrency <= 0 || st.inFlight < a.concurrency),
+        cooling_until: cooling ? iso(st.coolingUntil) : null,
+        cooldown_reason: cooling ? st.coolReason ?? null : null,
+        rpm_blocked_until: st.blockedUntil > now ? iso(st.blockedUntil) : null,
+        disabled: st.disabled ? { since: iso(st.disabled.at), status: st.disabled.status ?? null, message: st.disabled.message } : null,
+        demoted: slow.has(a.name),
+        in_flight: st.inFlight,
+        ttft_ms: st.ttft.figure(now) ?? null,
+        consecutive_failures: st.failures,
+        weight: a.weight,
+        priority: a.priority,
+        concurrency: a.concurrency,
+        rpm: a.rpm,
+        models: a.models ?? null,
+        requests: st.requests,
+        outcomes: { ...st.outcomes },
+      };
+    });
+  }
+}
+
+function namespace(ctx: RequestContext): string {
+  return `accounts:${ctx.key?.id ?? '-'}`;
+}
