@@ -202,7 +202,8 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         request: { text: body.text, json: body.json },
       };
       ctx.attempts.push(attempt);
-      let sent = false;
+      /** The attempt, once it went upstream and came back (a hook or converter that threw leaves it unset). */
+      let outcome: Attempt | undefined;
       let ok = false;
       let failover = false;
       try {
@@ -213,11 +214,12 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
           }
           attempt.conversion = passthrough(attempt.upstreamProtocol);
         }
-        sent = true;
         ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
+        outcome = attempt;
       } finally {
-        // Not sent (a hook refused the request): the account's slot is released, nothing is held against it.
-        failover = pick.lease.done(sent ? attempt : undefined, ctx)?.failover ?? false;
+        // No outcome (the request was refused before or while it was sent): the account's slot is
+        // released and nothing is held against it.
+        failover = pick.lease.done(outcome, ctx)?.failover ?? false;
       }
       if (ok) return;
       lastError = attempt.error;
