@@ -232,13 +232,14 @@ export class Pool {
     if (c.attempts >= max) return { ok: false };
     if (!c.recalled) await this.recall(ctx, c);
     const exclude = new Set([...c.tried, ...c.refused]);
-    for (;;) {
+    // Each pass either returns or takes one account out of the running (refused, or RPM-blocked).
+    for (let pass = 0; pass <= this.provider.accounts.length; pass++) {
       const now = this.deps.clock.now();
       const sel = selectAccount(this.candidates(model.id, now), { now, bound: c.bound?.a, exclude, random: this.random() });
       if (!sel.ok) return { ok: false, error: c.attempts === 0 ? this.noAccount(model, sel, c.refused.size > 0) : undefined };
       const account = this.byName.get(sel.account)!;
       const st = this.state(account.name);
-      const release = await this.takeLimits(ctx, account, st, c.attempts);
+      const release = await this.takeLimits(ctx, account, st);
       if (release === 'aborted') return { ok: false, error: new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 }) };
       if (release === 'full') {
         c.refused.add(account.name);
@@ -253,10 +254,11 @@ export class Pool {
       this.deps.metrics?.accountInFlight.inc({ provider: this.provider.name, account: account.name });
       return { ok: true, lease: this.lease(account, st, release, c) };
     }
+    return { ok: false, error: c.attempts === 0 ? this.noAccount(model, { ok: false, reason: 'busy' }, true) : undefined };
   }
 
   /** The store-held limits of an account: its slot (no queue) and its RPM count. */
-  private async takeLimits(ctx: RequestContext, a: AccountConfig, st: AccountState, n: number): Promise<(() => void) | 'full' | 'blocked' | 'aborted'> {
+  private async takeLimits(ctx: RequestContext, a: AccountConfig, st: AccountState): Promise<(() => void) | 'full' | 'blocked' | 'aborted'> {
     const { store, log } = this.deps;
     let release: () => void = () => {};
     if (a.concurrency > 0) {
@@ -270,7 +272,8 @@ export class Pool {
       }
     }
     if (a.rpm > 0) {
-      const requestId = `${ctx.ledgerId}:account:${n}`;
+      // Its own ledger id per attempt: admitted, then released at once keeping the count.
+      const requestId = `${ctx.ledgerId}:account:${ctx.attempts.length}:${a.name}`;
       try {
         const r = await store.admit({ requestId, reserve: 0, claims: [{ kind: 'rpm', scope: 'account', id: a.id, limit: a.rpm }] });
         if (!r.ok) {
