@@ -9,10 +9,30 @@
  *  - `chat`      `{error:{type, code, message, param}}`           Chat Completions, Responses on Responses-style groups
  *  - `responses-lite` `{error:{code, message}}`                    Responses on Messages-style groups
  * An entry with a fixed `format` always renders that way; the others follow the route's format
- * (decided by the client protocol and the key's group, see `ErrorFormat`).
+ * (decided by the client protocol and the key's group, see `ErrorFormat`). Flat bodies also carry
+ * an `error: {type, code, message}` object with the same meaning, so OpenAI-shaped clients (which
+ * read `error.message`) can show it; `code` and `message` stay at the top level as the contract says.
+ *
+ * Retry signal (wire-notes "Retry signals"): the official SDKs retry 408, 409, 429 and every 5xx
+ * unless told `x-should-retry: false`. Whether an error is retryable is derived, never flagged
+ * by hand: every 4xx but 408 and 429 is final by its status; a 429 or 5xx is final when its
+ * `category` says so (a limit used up, a model not served). `x-should-retry: true` is never sent:
+ * where a retry helps, the clients' own backoff is the right behaviour.
  */
 
 export type ErrorFormat = 'flat' | 'messages' | 'chat' | 'responses-lite';
+
+/**
+ * What kind of failure an entry is; with the status it decides the retry signal (`isRetryable`).
+ *  - `request`     the request itself is wrong (400, 404, 405, 409, 413, 431)       final
+ *  - `credential`  the key or account cannot be used (401)                          final
+ *  - `denied`      not allowed: IP rule, expiry, group, balance, plan, policy (403)  final
+ *  - `exhausted`   a limit used up until it resets or is raised (quota, windows, plan, spend cap)  final
+ *  - `unserved`    the model or route is not served here (503 no accounts / channels / pricing)  final
+ *  - `throttled`   too many requests right now (RPM, queue, a provider's 429)        retry
+ *  - `transient`   a failure that may pass (upstream 5xx, overload, billing service, internal)  retry
+ */
+export type ErrorCategory = 'request' | 'credential' | 'denied' | 'exhausted' | 'unserved' | 'throttled' | 'transient';
 
 export interface CatalogueEntry {
   status: number;
@@ -24,8 +44,8 @@ export interface CatalogueEntry {
   message: string;
   /** A fixed body format, whatever the endpoint. */
   format?: ErrorFormat;
-  /** `x-should-retry: false` — errors the spec says not to retry (wire-notes "Retry signals"). */
-  noRetry?: boolean;
+  /** Required: decides, with the status, whether clients are told not to retry (`isRetryable`). */
+  category: ErrorCategory;
   /** The thrower must give `retryAfter` seconds; it is sent as `Retry-After` (+ `retry-after-ms`). */
   retryAfter?: boolean;
 }
@@ -36,98 +56,98 @@ function entry(e: CatalogueEntry): CatalogueEntry {
 
 export const CATALOGUE = Object.freeze({
   // ---- key check (flat, spec §7.3) -------------------------------------------------------
-  API_KEY_IN_QUERY: entry({ status: 400, type: 'invalid_request_error', code: 'api_key_in_query_deprecated', format: 'flat',
+  API_KEY_IN_QUERY: entry({ category: 'request', status: 400, type: 'invalid_request_error', code: 'api_key_in_query_deprecated', format: 'flat',
     message: 'API keys in the query string are not accepted; send the key in the Authorization, x-api-key or x-goog-api-key header' }),
-  API_KEY_REQUIRED: entry({ status: 401, type: 'authentication_error', code: 'API_KEY_REQUIRED', format: 'flat',
+  API_KEY_REQUIRED: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'API_KEY_REQUIRED', format: 'flat',
     message: 'API key is required' }),
-  INVALID_API_KEY: entry({ status: 401, type: 'authentication_error', code: 'INVALID_API_KEY', format: 'flat',
+  INVALID_API_KEY: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'INVALID_API_KEY', format: 'flat',
     message: 'Invalid API key' }),
-  API_KEY_DISABLED: entry({ status: 401, type: 'authentication_error', code: 'API_KEY_DISABLED', format: 'flat',
+  API_KEY_DISABLED: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'API_KEY_DISABLED', format: 'flat',
     message: 'API key is disabled' }),
-  USER_NOT_FOUND: entry({ status: 401, type: 'authentication_error', code: 'USER_NOT_FOUND', format: 'flat',
+  USER_NOT_FOUND: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'USER_NOT_FOUND', format: 'flat',
     message: 'User not found' }),
-  USER_INACTIVE: entry({ status: 401, type: 'authentication_error', code: 'USER_INACTIVE', format: 'flat',
+  USER_INACTIVE: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'USER_INACTIVE', format: 'flat',
     message: 'User is not active' }),
-  ACCESS_DENIED: entry({ status: 403, type: 'permission_error', code: 'ACCESS_DENIED', format: 'flat',
+  ACCESS_DENIED: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'ACCESS_DENIED', format: 'flat',
     message: 'Access denied' }),
-  API_KEY_EXPIRED: entry({ status: 403, type: 'permission_error', code: 'API_KEY_EXPIRED', format: 'flat',
+  API_KEY_EXPIRED: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'API_KEY_EXPIRED', format: 'flat',
     message: 'API key has expired' }),
-  INSUFFICIENT_BALANCE: entry({ status: 403, type: 'billing_error', code: 'INSUFFICIENT_BALANCE', format: 'flat',
+  INSUFFICIENT_BALANCE: entry({ category: 'denied', status: 403, type: 'billing_error', code: 'INSUFFICIENT_BALANCE', format: 'flat',
     message: 'Insufficient balance' }),
-  SUBSCRIPTION_NOT_FOUND: entry({ status: 403, type: 'permission_error', code: 'SUBSCRIPTION_NOT_FOUND', format: 'flat',
+  SUBSCRIPTION_NOT_FOUND: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'SUBSCRIPTION_NOT_FOUND', format: 'flat',
     message: 'No active subscription for this group' }),
-  SUBSCRIPTION_INVALID: entry({ status: 403, type: 'permission_error', code: 'SUBSCRIPTION_INVALID', format: 'flat',
+  SUBSCRIPTION_INVALID: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'SUBSCRIPTION_INVALID', format: 'flat',
     message: 'Subscription is not valid for this request' }),
-  API_KEY_QUOTA_EXHAUSTED: entry({ status: 429, type: 'rate_limit_error', code: 'API_KEY_QUOTA_EXHAUSTED', format: 'flat',
-    noRetry: true, message: 'API key quota exhausted' }),
-  USAGE_LIMIT_EXCEEDED: entry({ status: 429, type: 'rate_limit_error', code: 'USAGE_LIMIT_EXCEEDED', format: 'flat',
-    noRetry: true, message: 'Plan usage limit exceeded' }),
+  API_KEY_QUOTA_EXHAUSTED: entry({ category: 'exhausted', status: 429, type: 'rate_limit_error', code: 'API_KEY_QUOTA_EXHAUSTED', format: 'flat',
+    message: 'API key quota exhausted' }),
+  USAGE_LIMIT_EXCEEDED: entry({ category: 'exhausted', status: 429, type: 'rate_limit_error', code: 'USAGE_LIMIT_EXCEEDED', format: 'flat',
+    message: 'Plan usage limit exceeded' }),
 
   // ---- request and routing (protocol formats, spec §7.4) -----------------------------------
-  INVALID_REQUEST: entry({ status: 400, type: 'invalid_request_error', code: 'invalid_request_error',
+  INVALID_REQUEST: entry({ category: 'request', status: 400, type: 'invalid_request_error', code: 'invalid_request_error',
     message: 'Invalid request' }),
-  SPEND_CAP_REACHED: entry({ status: 402, type: 'spend_cap_reached', code: 'spend_cap_reached', retryAfter: true,
+  SPEND_CAP_REACHED: entry({ category: 'exhausted', status: 402, type: 'spend_cap_reached', code: 'spend_cap_reached', retryAfter: true,
     message: 'Account spend cap reached' }),
-  BILLING_ERROR: entry({ status: 403, type: 'billing_error', code: 'insufficient_balance',
+  BILLING_ERROR: entry({ category: 'denied', status: 403, type: 'billing_error', code: 'insufficient_balance',
     message: 'Insufficient balance for this model' }),
-  NO_GROUP: entry({ status: 403, type: 'permission_error', code: 'permission_error', format: 'messages',
+  NO_GROUP: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'permission_error', format: 'messages',
     message: 'API key is not assigned to any group' }),
-  MESSAGES_NOT_ALLOWED: entry({ status: 403, type: 'permission_error', code: 'permission_error',
+  MESSAGES_NOT_ALLOWED: entry({ category: 'denied', status: 403, type: 'permission_error', code: 'permission_error',
     message: 'This group does not allow /v1/messages dispatch' }),
-  CONTENT_POLICY: entry({ status: 403, type: 'content_policy_violation', code: 'content_policy_violation',
+  CONTENT_POLICY: entry({ category: 'denied', status: 403, type: 'content_policy_violation', code: 'content_policy_violation',
     message: 'Request blocked by content policy' }),
-  ENDPOINT_NOT_SERVED: entry({ status: 404, type: 'not_found_error', code: 'not_found_error', format: 'messages',
+  ENDPOINT_NOT_SERVED: entry({ category: 'request', status: 404, type: 'not_found_error', code: 'not_found_error', format: 'messages',
     message: 'This endpoint is not available for the API key\'s group' }),
-  MALFORMED_SESSION: entry({ status: 409, type: 'malformed_session_state', code: 'malformed_session_state', noRetry: true,
+  MALFORMED_SESSION: entry({ category: 'request', status: 409, type: 'malformed_session_state', code: 'malformed_session_state',
     message: 'The conversation history is invalid' }),
-  BODY_TOO_LARGE: entry({ status: 413, type: 'request_too_large', code: 'request_too_large',
+  BODY_TOO_LARGE: entry({ category: 'request', status: 413, type: 'request_too_large', code: 'request_too_large',
     message: 'Request body is too large' }),
-  RPM_EXCEEDED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
+  RPM_EXCEEDED: entry({ category: 'throttled', status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
     message: 'Rate limit exceeded: too many requests per minute' }),
-  FREE_RPM_EXCEEDED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
+  FREE_RPM_EXCEEDED: entry({ category: 'throttled', status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryAfter: true,
     message: 'Rate limit exceeded for free models at zero balance' }),
-  WINDOW_EXHAUSTED: entry({ status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', noRetry: true,
+  WINDOW_EXHAUSTED: entry({ category: 'exhausted', status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded',
     message: 'api key 限额已用完' }),
-  QUEUE_FULL: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+  QUEUE_FULL: entry({ category: 'throttled', status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
     message: 'Too many pending requests, please retry later' }),
-  QUEUE_TIMEOUT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+  QUEUE_TIMEOUT: entry({ category: 'throttled', status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
     message: 'Concurrency limit exceeded for user, please retry later' }),
-  LIMIT_HELD: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
+  LIMIT_HELD: entry({ category: 'throttled', status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
     message: 'The rest of this limit is held by requests in flight, please retry shortly' }),
-  PROVIDER_RATE_LIMIT: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
+  PROVIDER_RATE_LIMIT: entry({ category: 'throttled', status: 429, type: 'rate_limit_error', code: 'rate_limit_error',
     message: 'The provider is rate limiting requests' }),
-  UPSTREAM_ERROR: entry({ status: 502, type: 'upstream_error', code: 'upstream_error',
+  UPSTREAM_ERROR: entry({ category: 'transient', status: 502, type: 'upstream_error', code: 'upstream_error',
     message: 'Upstream request failed' }),
-  NO_ACCOUNTS: entry({ status: 503, type: 'api_error', code: 'model_not_available', noRetry: true,
+  NO_ACCOUNTS: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'model_not_available',
     message: 'No available accounts support the requested model' }),
   // Upstream account pools (core/pool): every account of the model is unusable right now.
-  ACCOUNTS_COOLING: entry({ status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
+  ACCOUNTS_COOLING: entry({ category: 'throttled', status: 429, type: 'rate_limit_error', code: 'rate_limit_error', retryAfter: true,
     message: 'No available accounts right now: every account is cooling down, please retry later' }),
-  ACCOUNTS_BUSY: entry({ status: 503, type: 'api_error', code: 'no_available_accounts',
+  ACCOUNTS_BUSY: entry({ category: 'transient', status: 503, type: 'api_error', code: 'no_available_accounts',
     message: 'No available accounts right now: every account is at its concurrency limit, please retry shortly' }),
-  ACCOUNTS_DISABLED: entry({ status: 503, type: 'api_error', code: 'no_available_accounts', noRetry: true,
+  ACCOUNTS_DISABLED: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'no_available_accounts',
     message: 'No available accounts: the provider rejected the credentials of every account' }),
-  NO_CHANNELS: entry({ status: 503, type: 'api_error', code: 'no_available_channels',
+  NO_CHANNELS: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'no_available_channels',
     message: 'No available channels for this request' }),
-  PRICING_UNAVAILABLE: entry({ status: 503, type: 'api_error', code: 'pricing_not_available', noRetry: true,
+  PRICING_UNAVAILABLE: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'pricing_not_available',
     message: 'Request pricing not available for this model' }),
-  BILLING_SERVICE: entry({ status: 503, type: 'billing_service_error', code: 'billing_service_error',
+  BILLING_SERVICE: entry({ category: 'transient', status: 503, type: 'billing_service_error', code: 'billing_service_error',
     message: 'Billing check failed, please retry later' }),
-  OVERLOADED: entry({ status: 503, type: 'overloaded_error', code: 'overloaded_error',
+  OVERLOADED: entry({ category: 'transient', status: 503, type: 'overloaded_error', code: 'overloaded_error',
     message: 'The provider is overloaded' }),
 
   // ---- outside the model endpoints -----------------------------------------------------------
-  ROUTE_NOT_FOUND: entry({ status: 404, type: 'not_found_error', code: 'route_not_found', format: 'chat',
+  ROUTE_NOT_FOUND: entry({ category: 'request', status: 404, type: 'not_found_error', code: 'route_not_found', format: 'chat',
     message: 'No such route' }),
-  METHOD_NOT_ALLOWED: entry({ status: 405, type: 'invalid_request_error', code: 'method_not_allowed', format: 'chat',
+  METHOD_NOT_ALLOWED: entry({ category: 'request', status: 405, type: 'invalid_request_error', code: 'method_not_allowed', format: 'chat',
     message: 'Method not allowed' }),
-  MALFORMED_HTTP: entry({ status: 400, type: 'invalid_request_error', code: 'bad_request', format: 'chat',
+  MALFORMED_HTTP: entry({ category: 'request', status: 400, type: 'invalid_request_error', code: 'bad_request', format: 'chat',
     message: 'Malformed HTTP request' }),
-  HEADERS_TOO_LARGE: entry({ status: 431, type: 'invalid_request_error', code: 'headers_too_large', format: 'chat',
+  HEADERS_TOO_LARGE: entry({ category: 'request', status: 431, type: 'invalid_request_error', code: 'headers_too_large', format: 'chat',
     message: 'Request headers are too large' }),
-  UNAUTHORIZED_ADMIN: entry({ status: 401, type: 'authentication_error', code: 'unauthorized', format: 'chat',
+  UNAUTHORIZED_ADMIN: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'unauthorized', format: 'chat',
     message: 'Admin token required' }),
-  INTERNAL: entry({ status: 500, type: 'api_error', code: 'internal_error',
+  INTERNAL: entry({ category: 'transient', status: 500, type: 'api_error', code: 'internal_error',
     message: 'Internal gateway error' }),
 });
 
@@ -199,7 +219,7 @@ export interface RenderedError {
 export function renderError(err: GatewayError, routeFormat: ErrorFormat): RenderedError {
   const format = err.entry.format ?? routeFormat;
   const headers: Record<string, string> = { ...(err.headers ?? {}) };
-  if (err.entry.noRetry) headers['x-should-retry'] = 'false';
+  if (!isRetryable(err)) headers['x-should-retry'] = 'false';
   if (err.retryAfter !== undefined) {
     headers['retry-after'] = String(Math.max(0, Math.ceil(err.retryAfter)));
     if (err.retryAfterMs !== undefined) headers['retry-after-ms'] = String(Math.max(0, Math.ceil(err.retryAfterMs)));
@@ -207,10 +227,20 @@ export function renderError(err: GatewayError, routeFormat: ErrorFormat): Render
   return { status: err.status, headers, body: errorBody(err, format) };
 }
 
+/**
+ * Whether a client may usefully retry `err` as sent (its final status): never for a 4xx other than
+ * 408 and 429; for a 429 or 5xx unless its category is `exhausted` or `unserved`.
+ */
+export function isRetryable(err: Pick<GatewayError, 'status' | 'entry'>): boolean {
+  const s = err.status;
+  if (s >= 400 && s < 500 && s !== 408 && s !== 429) return false;
+  return err.entry.category !== 'exhausted' && err.entry.category !== 'unserved';
+}
+
 export function errorBody(err: GatewayError, format: ErrorFormat): Record<string, unknown> {
   switch (format) {
     case 'flat':
-      return { code: err.code, message: err.message };
+      return { code: err.code, message: err.message, error: { type: err.type, code: err.code, message: err.message } };
     case 'messages':
       return { type: 'error', error: { type: err.type, message: err.message } };
     case 'responses-lite':

@@ -19,6 +19,8 @@ const bodies = (model: string) => ({
 
 function shapeOf(json: any): string {
   if (json && json.type === 'error' && json.error && typeof json.error.type === 'string') return 'messages';
+  // Flat key-check bodies carry an `error` object too (for OpenAI-shaped clients): `code` decides.
+  if (json && typeof json.code === 'string' && typeof json.message === 'string') return 'flat';
   if (json && json.error && typeof json.error.type === 'string' && 'code' in json.error) return 'chat';
   if (json && json.error && !('type' in json.error) && 'code' in json.error) return 'responses-lite';
   if (json && typeof json.code === 'string' && typeof json.message === 'string') return 'flat';

@@ -60,9 +60,9 @@ const reload = async () => {
   if (err) throw err;
 };
 
-t.test('a priced model at balance 0 → 403 billing_error in the protocol format, no retry headers', async (t) => {
+t.test('a priced model at balance 0 → 403 billing_error in the protocol format, x-should-retry: false, no Retry-After', async (t) => {
   const chat = await modelCall(g, K.brokeChat, 'chat', 'chat-model');
-  assertError(t, chat, { status: 403, type: 'billing_error', retryAfter: null, shouldRetryFalse: false }, 'chat');
+  assertError(t, chat, { status: 403, type: 'billing_error', retryAfter: null, shouldRetryFalse: true }, 'chat');
   t.ok(chat.json.error.code, 'chat body has error.code');
   const msg = await modelCall(g, K.brokeMsg, 'messages', 'claude-model');
   assertError(t, msg, { status: 403, type: 'billing_error', retryAfter: null }, 'messages');
@@ -142,7 +142,7 @@ t.test('weekly spend cap: 402 spend_cap_reached, Retry-After = seconds until Mon
   const msg = await modelCall(g, K.capMsg, 'messages', 'claude-model', COST);
   const untilMonday = (Date.UTC(2026, 0, 12) - clock.now()) / 1000;
   t.equal(untilMonday, 4 * 86_400 + 10 * 3600);
-  assertError(t, msg, { status: 402, type: 'spend_cap_reached', retryAfter: String(untilMonday), shouldRetryFalse: false }, 'messages');
+  assertError(t, msg, { status: 402, type: 'spend_cap_reached', retryAfter: String(untilMonday), shouldRetryFalse: true }, 'messages');
   t.equal(msg.json.type, 'error');
   const chat = await modelCall(g, K.capChat, 'chat', 'chat-model');
   assertError(t, chat, { status: 402, type: 'spend_cap_reached', retryAfter: String(untilMonday) }, 'chat, same account');

@@ -94,7 +94,8 @@ export function assertError(t: TapTest, r: Reply, e: ErrorExpectation, label = '
   t.equal(r.status, e.status, `${p}status ${e.status}`);
   if (e.code !== undefined) {
     t.equal(r.json?.code, e.code, `${p}flat code ${e.code}`);
-    t.same(Object.keys(r.json ?? {}).sort(), ['code', 'message'], `${p}flat body`);
+    t.same(Object.keys(r.json ?? {}).sort(), ['code', 'error', 'message'], `${p}flat body`);
+    t.same(r.json?.error, { type: r.json?.error?.type, code: e.code, message: r.json?.message }, `${p}flat body's error object says the same`);
   }
   if (e.type !== undefined) {
     const type = r.json?.error?.type;

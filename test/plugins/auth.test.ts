@@ -43,9 +43,11 @@ const chat = (headers: Record<string, string>, path = '/v1/chat/completions') =>
 
 function flat(t: TapTest, r: { status: number; json: any; headers: Headers }, status: number, code: string) {
   t.equal(r.status, status, `${code}: status`);
-  t.same(Object.keys(r.json).sort(), ['code', 'message'], `${code}: flat body {code, message}`);
+  t.same(Object.keys(r.json).sort(), ['code', 'error', 'message'], `${code}: flat body {code, message} and its error object`);
   t.equal(r.json.code, code);
   t.type(r.json.message, 'string');
+  t.same(r.json.error, { type: r.json.error.type, code, message: r.json.message }, `${code}: the error object says the same`);
+  t.equal(r.headers.get('x-should-retry'), 'false', `${code}: clients are told not to retry`);
   t.ok(r.headers.get('x-request-id'), 'X-Request-ID present');
 }
 

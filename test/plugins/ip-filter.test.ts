@@ -49,7 +49,7 @@ const from = (key: string, xff: string) => call(g.url + '/v1/chat/completions', 
 t.test('global and per-key lists through a trusted proxy', async (t) => {
   const denied = await from(KEYS.chat, '203.0.113.9');
   t.equal(denied.status, 403);
-  t.same(denied.json, { code: 'ACCESS_DENIED', message: 'Access denied' }, 'vague message, flat body');
+  t.same(denied.json, { code: 'ACCESS_DENIED', message: 'Access denied', error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' } }, 'vague message, flat body');
   t.equal((await from(KEYS.chat, '198.18.0.1')).status, 200, 'not listed: allowed');
   t.equal((await from(KEYS.chat, '2001:db8:dead::1')).status, 403, 'IPv6 global deny');
   t.equal((await from(K.allowV6, '2001:db8::abcd')).status, 200, 'key allow (IPv6)');
@@ -70,7 +70,7 @@ t.test('per-key lists hold whatever the chain order (ip-filter before auth)', as
   t.teardown(() => g2.close());
   const r = await call(g2.url + '/v1/chat/completions', { headers: bearer(K.denyOne), json: chatBody() });
   t.equal(r.status, 403);
-  t.same(r.json, { code: 'ACCESS_DENIED', message: 'Access denied' });
+  t.same(r.json, { code: 'ACCESS_DENIED', message: 'Access denied', error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' } });
   t.equal((await call(g2.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'other keys pass');
 });
 
