@@ -7,14 +7,45 @@
 import type { ProtocolName } from '../config/types.js';
 import type { Usage } from '../money.js';
 import type { IRStreamEvent } from './ir.js';
-import type { Conversion, EncodeOptions, ErrorInfo, RequestInput, ResponseTranslator } from './types.js';
+import { GatewayError } from '../errors.js';
+import type { IRRequest, IRTool } from './ir.js';
+import type { Conversion, EncodeOptions, ErrorInfo, ProtocolCodec, RequestInput, ResponseTranslator } from './types.js';
 import { codecFor } from './index.js';
-import { mergeUsage } from './usage.js';
+import { estimateTokens, mergeUsage } from './usage.js';
+
+/**
+ * Applies the group's `builtin_tools` policy to the provider-side tools of a converted request:
+ * keeps those the upstream's codec can express (unless `drop`), refuses the rest (`reject`) or
+ * drops them and reports their types.
+ */
+function applyBuiltinPolicy(ir: IRRequest, upstream: ProtocolCodec, input: RequestInput): void {
+  const all = ir.builtinTools;
+  if (!all || all.length === 0) return;
+  const policy = input.builtinTools ?? 'map';
+  const kept: typeof all = [];
+  const dropped: string[] = [];
+  for (const t of all) {
+    // A function tool of the same name would clash with the provider's tool: the client's wins.
+    const mappable = upstream.builtinTools?.has(t.type) === true && !ir.tools?.some((f) => f.name === t.type);
+    if (policy !== 'drop' && mappable) kept.push(t);
+    else if (policy === 'reject') {
+      throw new GatewayError('INVALID_REQUEST', {
+        message: `${t.where ?? 'tools'}: '${t.type}' is a built-in tool the upstream of this model cannot run (this group's builtin_tools is 'reject')`,
+      });
+    } else if (!dropped.includes(t.type)) dropped.push(t.type);
+  }
+  if (kept.length > 0) ir.builtinTools = kept;
+  else delete ir.builtinTools;
+  if (dropped.length > 0) input.onDroppedTools?.(dropped);
+}
 
 export function hubConversion(client: ProtocolName, upstream: ProtocolName): Conversion | undefined {
   const c = codecFor(client);
   const u = codecFor(upstream);
   if (!c || !u) return undefined;
+  // What the request said that its response needs (set by requestBody, which runs first).
+  let clientTools: IRTool[] | undefined;
+  let inputEstimate: number | undefined;
   return {
     client,
     upstream,
@@ -23,17 +54,20 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
       const ir = c.decodeRequest(input.json);
       ir.model = input.upstreamModel;
       ir.stream = input.stream;
+      applyBuiltinPolicy(ir, u, input);
+      clientTools = ir.tools;
+      inputEstimate = estimateTokens(input.text.length);
       return JSON.stringify(u.encodeRequest(ir, { model: input.upstreamModel, requestId: input.requestId, defaultMaxTokens: input.defaultMaxTokens }));
     },
     response(text: string, opts: EncodeOptions) {
       const json = JSON.parse(text);
       const ir = u.decodeResponse(json);
       // An upstream that reported no usage is estimated by the core, not billed as zero.
-      return { body: JSON.stringify(c.encodeResponse(ir, opts)), usage: u.usageOf(json) ? ir.usage : undefined };
+      return { body: JSON.stringify(c.encodeResponse(ir, { ...opts, tools: clientTools })), usage: u.usageOf(json) ? ir.usage : undefined };
     },
     stream(opts: EncodeOptions): ResponseTranslator {
       const dec = u.createStreamDecoder();
-      const enc = c.createStreamEncoder(opts);
+      const enc = c.createStreamEncoder({ ...opts, tools: clientTools, inputEstimate });
       let usage: Usage | undefined;
       let chars = 0;
       let complete = false;

@@ -20,6 +20,29 @@ export interface TextPart {
   text: string;
   /** Anthropic `cache_control`, kept so Messages→Messages-ish hops don't lose caching hints. */
   cacheControl?: unknown;
+  /** Sources a server-side web search found for this text (responses only). */
+  citations?: Citation[];
+}
+
+/** A web page a text cites (Anthropic `web_search_result_location`, Responses `url_citation`). */
+export interface Citation {
+  url: string;
+  title?: string;
+  citedText?: string;
+}
+
+/**
+ * A web search the provider ran itself (Anthropic `server_tool_use` + `web_search_tool_result`,
+ * Responses `web_search_call`): the query and what it found. Responses only; never sent upstream.
+ */
+export interface WebSearchPart {
+  type: 'web_search';
+  /** The upstream's id of the search (`srvtoolu_…`). */
+  id: string;
+  query: string;
+  sources: Array<{ url: string; title?: string }>;
+  /** The search failed (Anthropic `web_search_tool_result_error`): its error code. */
+  error?: string;
 }
 
 export interface ImagePart {
@@ -61,7 +84,7 @@ export interface RedactedThinkingPart {
   data: string;
 }
 
-export type Part = TextPart | ImagePart | ToolCallPart | ToolResultPart | ThinkingPart | RedactedThinkingPart;
+export type Part = TextPart | ImagePart | ToolCallPart | ToolResultPart | ThinkingPart | RedactedThinkingPart | WebSearchPart;
 
 /**
  * `tool` messages carry only tool_result parts (one message may hold several: parallel calls);
@@ -73,11 +96,35 @@ export interface IRMessage {
 }
 
 export interface IRTool {
+  /** The name the upstream sees (for a namespaced tool, the flat `namespace__name`). */
   name: string;
   description?: string;
   /** JSON Schema of the arguments (`{type:"object",properties:{}}` when the client gave none). */
   parameters: Record<string, unknown>;
   strict?: boolean;
+  /**
+   * A function of a Responses `namespace` tool: the client knows it as `localName` inside
+   * `namespace`; other protocols have no namespaces and see the flat `name`. Calls map back.
+   */
+  namespace?: { name: string; localName: string };
+  /**
+   * A Responses `custom` (freeform) tool: other protocols see a function taking `{input: string}`;
+   * calls map back to `custom_tool_call` items carrying that input.
+   */
+  custom?: boolean;
+}
+
+/**
+ * A provider-side tool the client asked for (Responses `web_search`, `file_search`, …) with its
+ * options as sent. The hub keeps it only when the upstream's codec can express it (its
+ * `builtinTools`); the group's `builtin_tools` policy decides what happens to the others.
+ */
+export interface IRBuiltinTool {
+  /** Normalised type (`web_search` for every `web_search*` variant). */
+  type: string;
+  options: Record<string, unknown>;
+  /** Where the client sent it (`tools[3]`), for error messages. */
+  where?: string;
 }
 
 export type IRToolChoice =
@@ -99,6 +146,7 @@ export interface IRRequest {
   system: TextPart[];
   messages: IRMessage[];
   tools?: IRTool[];
+  builtinTools?: IRBuiltinTool[];
   toolChoice?: IRToolChoice;
   parallelToolCalls?: boolean;
   maxTokens?: number;
@@ -123,7 +171,7 @@ export type FinishReason =
 export interface IRResponse {
   id: string;
   model: string;
-  content: Array<TextPart | ToolCallPart | ThinkingPart | RedactedThinkingPart>;
+  content: Array<TextPart | ToolCallPart | ThinkingPart | RedactedThinkingPart | WebSearchPart>;
   finishReason: FinishReason;
   stopSequence?: string | null;
   usage: Usage;
@@ -135,13 +183,17 @@ export type BlockStart =
   | { type: 'text' }
   | { type: 'thinking'; itemId?: string }
   | { type: 'redacted_thinking'; data: string }
-  | { type: 'tool_call'; id: string; name: string; itemId?: string };
+  | { type: 'tool_call'; id: string; name: string; itemId?: string }
+  /** A finished provider-side web search: started and stopped at once, no deltas. */
+  | { type: 'web_search'; id: string; query: string; sources: Array<{ url: string; title?: string }>; error?: string };
 
 export type BlockDelta =
   | { type: 'text'; text: string }
   | { type: 'thinking'; text: string }
   | { type: 'signature'; signature: string }
-  | { type: 'tool_args'; json: string };
+  | { type: 'tool_args'; json: string }
+  /** A source the text block cites (arrives before or among its text deltas). */
+  | { type: 'citation'; citation: Citation };
 
 /**
  * A decoded stream, protocol-neutral. Decoders emit, in order: one `start`; per block

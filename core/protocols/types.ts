@@ -9,7 +9,7 @@
 import type { Usage } from '../money.js';
 import type { SseBlock } from '../sse.js';
 import type { ProtocolName } from '../config/types.js';
-import type { IRRequest, IRResponse, IRStreamEvent } from './ir.js';
+import type { IRRequest, IRResponse, IRStreamEvent, IRTool } from './ir.js';
 
 export interface ErrorInfo {
   type: string;
@@ -38,6 +38,18 @@ export interface EncodeOptions {
   requestId: string;
   /** encodeRequest: the output cap to send when the client gave none and the protocol needs one. */
   defaultMaxTokens?: number;
+  /**
+   * Responses to the client (set by the hub): the client's own tools as decoded, so calls to a
+   * flattened namespace tool or a custom tool map back to the items the client expects.
+   */
+  tools?: readonly IRTool[];
+  /** Stream encoders: input tokens estimated from the request, for a start event that must report some. */
+  inputEstimate?: number;
+  /**
+   * Responses to a Responses client: called once with the output items of the response (the
+   * converter keeps them so later `item_reference`s can be answered).
+   */
+  onOutputItems?: (items: ReadonlyArray<Record<string, unknown>>) => void;
 }
 
 /** Meta a stream carries that error frames may need (Responses' failed event names the response). */
@@ -67,6 +79,8 @@ export interface ProtocolWire {
 
 /** The full codec: the wire plus conversion to and from the IR. */
 export interface ProtocolCodec extends ProtocolWire {
+  /** Provider-side tool types (`IRBuiltinTool.type`) its `encodeRequest` can express. */
+  readonly builtinTools?: ReadonlySet<string>;
   /** Client request → IR. Throws GatewayError (400) for shapes it cannot read. */
   decodeRequest(body: Record<string, unknown>): IRRequest;
   /** IR → upstream request body. */
@@ -107,7 +121,21 @@ export interface RequestInput {
   requestId: string;
   /** The model's configured output cap (for protocols that require max_tokens). */
   defaultMaxTokens?: number;
+  /** Converted requests: what to do with provider-side tools the upstream cannot run (default `map`). */
+  builtinTools?: BuiltinToolsPolicy;
+  /** Converted requests: told the types of the provider-side tools that were dropped (never for none). */
+  onDroppedTools?: (types: string[]) => void;
 }
+
+/**
+ * A group's `builtin_tools` setting, for provider-side tools (Responses `web_search`,
+ * `file_search`, …) on a request converted for an upstream of another protocol:
+ *  - `map`    send the target's equivalent where it has one (web_search → Anthropic's web search), drop the rest
+ *  - `drop`   drop them all (no provider-side tool runs, nor costs, behind the gateway's back)
+ *  - `reject` send the equivalent where there is one, answer 400 for the rest
+ * A dropped tool is named in the `x-gateway-dropped-tools` response header.
+ */
+export type BuiltinToolsPolicy = 'map' | 'drop' | 'reject';
 
 /** Translates one attempt's response for the client. */
 export interface ResponseTranslator {

@@ -149,13 +149,10 @@ t.test('arguments that are not a JSON object → 400 naming the call', async (t)
   t.same(convert(C, A, body('  ')).messages[1].content[0].input, {}, 'blank → {}');
 });
 
-t.test('tools that cannot cross protocols → 400 naming the type', async (t) => {
-  rejects400(t, () => convert(A, C, { model: 'm', max_tokens: 10, messages: [user('q')], tools: [{ type: 'web_search_20250305', name: 'web_search' }] }), /web_search_20250305/, 'Anthropic server tool');
-  rejects400(t, () => convert(R, A, { model: 'm', input: 'q', tools: [{ type: 'web_search_preview' }] }), /web_search_preview/, 'Responses built-in tool');
+t.test('what cannot cross protocols → 400 naming the type (provider-side tools: test/protocols/tools.test.ts)', async (t) => {
   rejects400(t, () => convert(C, A, { model: 'm', messages: [user('q')], tools: [{ type: 'custom', custom: { name: 'x' } }] }), /custom/, 'Chat custom tool');
-  rejects400(t, () => convert(A, C, { model: 'm', max_tokens: 10, messages: [{ role: 'assistant', content: [{ type: 'server_tool_use', id: 's', name: 'web_search', input: {} }] }] }), /server_tool_use/, 'server tool blocks in history');
-  rejects400(t, () => convert(R, C, { model: 'm', input: [{ type: 'web_search_call', id: 'ws_1' }] }), /web_search_call/, 'built-in tool items in input');
-  rejects400(t, () => convert(R, C, { model: 'm', input: [{ type: 'item_reference', id: 'x' }] }), /item_reference/, 'item references');
+  rejects400(t, () => convert(R, C, { model: 'm', input: [{ type: 'file_search_call', id: 'fs_1' }] }), /file_search_call/, 'built-in tool calls the gateway never produces, in input');
+  rejects400(t, () => convert(R, C, { model: 'm', input: [{ type: 'item_reference', id: 'x' }] }), /item_reference 'x'.*unknown or expired/, 'item references the converter could not resolve');
   rejects400(t, () => convert(C, A, { model: 'm', messages: [user([{ type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }])] }), /input_audio/, 'audio parts');
   rejects400(t, () => convert(A, C, { model: 'm', max_tokens: 10, messages: [user([{ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'x' } }])] }), /document/, 'documents');
 });

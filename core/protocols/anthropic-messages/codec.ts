@@ -6,7 +6,7 @@
  */
 import { GatewayError } from '../../errors.js';
 import type {
-  ImagePart, ImageSource, IRMessage, IRReasoning, IRRequest, IRResponse, IRTool, IRToolChoice, Part,
+  ImagePart, ImageSource, IRBuiltinTool, IRMessage, IRReasoning, IRRequest, IRResponse, IRTool, IRToolChoice, Part,
   TextPart, ToolResultPart,
 } from '../ir.js';
 import type { EncodeOptions, ProtocolCodec } from '../types.js';
@@ -15,7 +15,8 @@ import { hasAnthropicSignature } from '../openai-responses/ids.js';
 import { messagesWire } from './wire.js';
 import { MessagesStreamDecoder, MessagesStreamEncoder } from './stream.js';
 import {
-  DEFAULT_MAX_TOKENS, EFFORT_BUDGET, MIN_BUDGET, effortForBudget, messageId, stopReasonFromIR, stopReasonToIR,
+  DEFAULT_MAX_TOKENS, EFFORT_BUDGET, MIN_BUDGET, citationsOf, effortForBudget, messageId, searchQuery, searchResult,
+  stopReasonFromIR, stopReasonToIR,
 } from './mapping.js';
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -119,6 +120,15 @@ function decodeRequest(body: Obj): IRRequest {
             if (typeof b.id !== 'string' || typeof b.name !== 'string') throw bad(`${where(j)}: tool_use needs an id and a name`);
             parts.push({ type: 'tool_call', id: b.id, name: b.name, arguments: JSON.stringify(isObj(b.input) ? b.input : {}) });
             break;
+          case 'server_tool_use':
+          case 'web_search_tool_result':
+          case 'web_fetch_tool_result':
+          case 'code_execution_tool_result':
+          case 'bash_code_execution_tool_result':
+          case 'text_editor_code_execution_tool_result':
+            // A provider-side tool that already ran (its findings are in the text that followed):
+            // another protocol cannot replay it, and needs not.
+            break;
           default:
             throw bad(`${where(j)}: '${String(b.type)}' blocks cannot be converted to another protocol`);
         }
@@ -130,7 +140,19 @@ function decodeRequest(body: Obj): IRRequest {
   });
 
   const ir: IRRequest = { model: String(body.model ?? ''), system, messages, stream: body.stream === true };
-  if (Array.isArray(body.tools)) ir.tools = body.tools.map(decodeTool);
+  if (Array.isArray(body.tools)) {
+    const tools: IRTool[] = [];
+    const builtin: IRBuiltinTool[] = [];
+    body.tools.forEach((t: unknown, i: number) => {
+      if (!isObj(t)) throw bad(`tools[${i}] must be an object`);
+      if (t.type !== undefined && t.type !== null && t.type !== 'custom') {
+        // A server tool (web_search_20250305, bash_…, code_execution_…): the group's builtin_tools decides.
+        builtin.push({ type: serverToolType(String(t.type)), options: t, where: `tools[${i}]` });
+      } else tools.push(decodeTool(t, i));
+    });
+    ir.tools = tools;
+    if (builtin.length > 0) ir.builtinTools = builtin;
+  }
   const tc = body.tool_choice;
   if (isObj(tc)) {
     switch (tc.type) {
@@ -176,11 +198,12 @@ function decodeToolResult(b: Obj, where: string): ToolResultPart {
   return part;
 }
 
-function decodeTool(t: unknown, i: number): IRTool {
-  if (!isObj(t)) throw bad(`tools[${i}] must be an object`);
-  if (t.type !== undefined && t.type !== null && t.type !== 'custom') {
-    throw bad(`tools[${i}]: '${String(t.type)}' is an Anthropic server tool and cannot be used with a model of another protocol`);
-  }
+/** `web_search_20250305` → `web_search`: a server tool's type without its version date. */
+function serverToolType(type: string): string {
+  return type.replace(/_\d{8}$/, '');
+}
+
+function decodeTool(t: Obj, i: number): IRTool {
   if (typeof t.name !== 'string' || t.name.length === 0) throw bad(`tools[${i}].name is required`);
   const tool: IRTool = { name: t.name, parameters: isObj(t.input_schema) ? t.input_schema : { type: 'object', properties: {} } };
   if (typeof t.description === 'string') tool.description = t.description;
@@ -321,15 +344,16 @@ function encodeRequest(req: IRRequest, opts: EncodeOptions): Obj {
   if (req.system.length === 1 && req.system[0].cacheControl === undefined) out.system = req.system[0].text;
   else if (req.system.length > 0) out.system = req.system.filter((p) => p.text.length > 0).map(textBlock);
 
-  const hasTools = Array.isArray(req.tools) && req.tools.length > 0;
+  const hasTools = (Array.isArray(req.tools) && req.tools.length > 0) || (req.builtinTools?.length ?? 0) > 0;
   if (hasTools) {
-    out.tools = req.tools!.map((t) => {
+    out.tools = (req.tools ?? []).map((t) => {
       const tool: Obj = { name: t.name };
       if (t.description !== undefined) tool.description = t.description;
       tool.input_schema = t.parameters;
       // `strict` is not forwarded: models without structured tool use reject it.
       return tool;
     });
+    for (const b of req.builtinTools ?? []) if (b.type === 'web_search') out.tools.push(webSearchTool(b.options));
     const tc = encodeToolChoice(req.toolChoice, req.parallelToolCalls);
     if (tc) out.tool_choice = tc;
   }
@@ -349,6 +373,26 @@ function encodeRequest(req: IRRequest, opts: EncodeOptions): Obj {
   }
   if (req.stream) out.stream = true;
   return out;
+}
+
+/**
+ * A Responses `web_search` tool as Anthropic's server-side web search: allowed domains (scheme
+ * dropped: Anthropic wants bare domains) and the approximate user location carry over; OpenAI's
+ * `search_context_size` and `external_web_access` have no equivalent.
+ */
+function webSearchTool(o: Obj): Obj {
+  const tool: Obj = { type: 'web_search_20250305', name: 'web_search' };
+  const domains = isObj(o.filters) && Array.isArray(o.filters.allowed_domains) ? o.filters.allowed_domains : undefined;
+  if (domains && domains.length > 0) {
+    tool.allowed_domains = domains.filter((d: unknown): d is string => typeof d === 'string').map((d: string) => d.replace(/^https?:\/\//, '').replace(/\/$/, ''));
+  }
+  const loc = o.user_location;
+  if (isObj(loc)) {
+    const l: Obj = { type: 'approximate' };
+    for (const k of ['city', 'region', 'country', 'timezone']) if (typeof loc[k] === 'string' && loc[k]) l[k] = loc[k];
+    if (Object.keys(l).length > 1) tool.user_location = l;
+  }
+  return tool;
 }
 
 /**
@@ -377,11 +421,21 @@ function thinkingFor(req: IRRequest, maxTokens: number, turns: Turn[]): Obj | un
 
 function decodeResponse(body: Obj): IRResponse {
   const content: IRResponse['content'] = [];
+  const queries = new Map<string, string>();
   for (const b of Array.isArray(body.content) ? body.content : []) {
     if (!isObj(b)) continue;
     switch (b.type) {
       case 'text':
-        if (typeof b.text === 'string') content.push({ type: 'text', text: b.text });
+        if (typeof b.text === 'string') {
+          const citations = citationsOf(b.citations);
+          content.push({ type: 'text', text: b.text, ...(citations.length > 0 ? { citations } : {}) });
+        }
+        break;
+      case 'server_tool_use':
+        if (b.name === 'web_search' && typeof b.id === 'string') queries.set(b.id, searchQuery(b.input));
+        break;
+      case 'web_search_tool_result':
+        content.push(searchResult(b, queries));
         break;
       case 'thinking':
         content.push({ type: 'thinking', text: String(b.thinking ?? ''), ...(typeof b.signature === 'string' && b.signature ? { signature: b.signature } : {}) });
@@ -450,6 +504,7 @@ function encodeResponse(res: IRResponse, opts: EncodeOptions): Obj {
 
 export const messagesCodec: ProtocolCodec = {
   ...messagesWire,
+  builtinTools: new Set(['web_search']),
   decodeRequest,
   encodeRequest,
   decodeResponse,

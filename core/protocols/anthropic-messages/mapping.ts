@@ -1,5 +1,8 @@
 /** Anthropic Messages vocabulary shared by its codec and stream code (docs/conversion.md). */
-import type { FinishReason, IRReasoning } from '../ir.js';
+import type { Citation, FinishReason, IRReasoning, WebSearchPart } from '../ir.js';
+
+type Obj = Record<string, any>;
+const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 export const DEFAULT_MAX_TOKENS = 4096;
 /** Anthropic's smallest thinking budget. */
@@ -40,4 +43,37 @@ export function stopReasonFromIR(r: FinishReason): string {
 
 export function messageId(requestId: string): string {
   return `msg_${requestId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+}
+
+/** Citations of a text block that name a web page. */
+export function citationsOf(v: unknown): Citation[] {
+  if (!Array.isArray(v)) return [];
+  const out: Citation[] = [];
+  for (const c of v) {
+    const cite = citationOf(c);
+    if (cite) out.push(cite);
+  }
+  return out;
+}
+
+export function citationOf(c: unknown): Citation | undefined {
+  if (!isObj(c) || typeof c.url !== 'string') return undefined;
+  return { url: c.url, ...(typeof c.title === 'string' ? { title: c.title } : {}), ...(typeof c.cited_text === 'string' ? { citedText: c.cited_text } : {}) };
+}
+
+/** A `web_search_tool_result` block as the IR search (the query comes from its server_tool_use). */
+export function searchResult(b: Obj, queries: ReadonlyMap<string, string>): WebSearchPart {
+  const id = String(b.tool_use_id ?? '');
+  const part: WebSearchPart = { type: 'web_search', id, query: queries.get(id) ?? '', sources: [] };
+  if (Array.isArray(b.content)) {
+    for (const r of b.content) {
+      if (isObj(r) && typeof r.url === 'string') part.sources.push({ url: r.url, ...(typeof r.title === 'string' ? { title: r.title } : {}) });
+    }
+  } else if (isObj(b.content)) part.error = String(b.content.error_code ?? 'unavailable');
+  return part;
+}
+
+/** The query of a web_search `server_tool_use` input. */
+export function searchQuery(input: unknown): string {
+  return isObj(input) && typeof input.query === 'string' ? input.query : '';
 }

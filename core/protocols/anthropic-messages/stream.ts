@@ -20,7 +20,7 @@ import { fromAnthropicUsagePartial, mergeUsage, toAnthropicUsage } from '../usag
 import { isOpenAIReasoning } from '../openai-responses/ids.js';
 import { BlockSerializer } from './serialize.js';
 import { messagesWire } from './wire.js';
-import { messageId, stopReasonFromIR, stopReasonToIR } from './mapping.js';
+import { citationOf, citationsOf, messageId, searchQuery, searchResult, stopReasonFromIR, stopReasonToIR } from './mapping.js';
 
 type Obj = Record<string, any>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -31,6 +31,9 @@ export class MessagesStreamDecoder implements StreamDecoder {
   /** Upstream block index → IR index; null for skipped block types. */
   private readonly index = new Map<number, number | null>();
   private readonly open = new Set<number>();
+  /** web_search server_tool_use blocks in flight (upstream index → id and input so far), and their queries by id. */
+  private readonly searching = new Map<number, { id: string; json: string }>();
+  private readonly queries = new Map<string, string>();
   private next = 0;
   private started = false;
   private finished = false;
@@ -68,6 +71,20 @@ export class MessagesStreamDecoder implements StreamDecoder {
           case 'tool_use': block = { type: 'tool_call', id: String(cb.id ?? ''), name: String(cb.name ?? '') }; break;
           default: break;
         }
+        if (cb.type === 'server_tool_use' && cb.name === 'web_search') {
+          const input = isObj(cb.input) && Object.keys(cb.input).length > 0 ? JSON.stringify(cb.input) : '';
+          this.searching.set(up, { id: String(cb.id ?? ''), json: input });
+        }
+        if (cb.type === 'web_search_tool_result') {
+          // The search is over: one IR block carries its query and what it found.
+          this.index.set(up, null);
+          const index = this.next++;
+          const r = searchResult(cb, this.queries);
+          return [
+            { type: 'block_start', index, block: { type: 'web_search', id: r.id, query: r.query, sources: r.sources, ...(r.error ? { error: r.error } : {}) } },
+            { type: 'block_stop', index },
+          ];
+        }
         if (!block) {
           this.index.set(up, null);
           return [];
@@ -76,6 +93,7 @@ export class MessagesStreamDecoder implements StreamDecoder {
         this.index.set(up, index);
         this.open.add(index);
         out.push({ type: 'block_start', index, block });
+        if (cb.type === 'text') for (const citation of citationsOf(cb.citations)) out.push({ type: 'delta', index, delta: { type: 'citation', citation } });
         if (cb.type === 'text' && typeof cb.text === 'string' && cb.text) out.push({ type: 'delta', index, delta: { type: 'text', text: cb.text } });
         if (cb.type === 'thinking') {
           if (typeof cb.thinking === 'string' && cb.thinking) out.push({ type: 'delta', index, delta: { type: 'thinking', text: cb.thinking } });
@@ -87,9 +105,11 @@ export class MessagesStreamDecoder implements StreamDecoder {
         return out;
       }
       case 'content_block_delta': {
+        const d = isObj(j.delta) ? j.delta : {};
+        const search = this.searching.get(Number(j.index));
+        if (search && d.type === 'input_json_delta' && typeof d.partial_json === 'string') search.json += d.partial_json;
         const index = this.index.get(Number(j.index));
         if (index === undefined || index === null || !this.open.has(index)) return [];
-        const d = isObj(j.delta) ? j.delta : {};
         switch (d.type) {
           case 'text_delta':
             if (typeof d.text === 'string' && d.text) out.push({ type: 'delta', index, delta: { type: 'text', text: d.text } });
@@ -103,12 +123,24 @@ export class MessagesStreamDecoder implements StreamDecoder {
           case 'input_json_delta':
             if (typeof d.partial_json === 'string' && d.partial_json) out.push({ type: 'delta', index, delta: { type: 'tool_args', json: d.partial_json } });
             break;
+          case 'citations_delta': {
+            const citation = citationOf(d.citation);
+            if (citation) out.push({ type: 'delta', index, delta: { type: 'citation', citation } });
+            break;
+          }
           default:
-            break; // citations_delta and anything newer
+            break; // anything newer
         }
         return out;
       }
       case 'content_block_stop': {
+        const search = this.searching.get(Number(j.index));
+        if (search) {
+          this.searching.delete(Number(j.index));
+          let input: unknown;
+          try { input = JSON.parse(search.json || '{}'); } catch { /* no query */ }
+          this.queries.set(search.id, searchQuery(input));
+        }
         const index = this.index.get(Number(j.index));
         if (index === undefined || index === null || !this.open.has(index)) return [];
         this.open.delete(index);
@@ -204,6 +236,10 @@ export class MessagesStreamEncoder implements StreamEncoder {
     if (this.started) return '';
     this.started = true;
     if (usage) this.usage = mergeUsage(this.usage, usage);
+    // Clients such as LangChain's ChatAnthropic read input usage from message_start only: when
+    // the upstream has not said (Chat and Responses report usage at the end), the gateway's
+    // estimate of the request stands in; the upstream's figure overwrites it in message_delta.
+    if (!usage?.input && this.opts.inputEstimate) this.usage.input = this.opts.inputEstimate;
     return frame({
       type: 'message_start',
       message: {
@@ -228,6 +264,11 @@ export class MessagesStreamEncoder implements StreamEncoder {
         const b = e.block;
         if (b.type === 'thinking') {
           this.blocks.set(e.index, isOpenAIReasoning(b) ? { kind: 'drop' } : { kind: 'thinking', text: '', signature: '' });
+          return out;
+        }
+        if (b.type === 'web_search') {
+          // Only a converted Responses client asks for provider-side search; nothing to show here.
+          this.blocks.set(e.index, { kind: 'drop' });
           return out;
         }
         const index = this.next++;

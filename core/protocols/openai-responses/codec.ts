@@ -7,13 +7,13 @@
  */
 import { GatewayError } from '../../errors.js';
 import type {
-  ImagePart, IRMessage, IRRequest, IRResponse, IRTool, IRToolChoice, Part, TextPart, ToolResultPart,
+  ImagePart, IRBuiltinTool, IRMessage, IRRequest, IRResponse, IRTool, IRToolChoice, Part, TextPart, ToolResultPart,
 } from '../ir.js';
 import type { EncodeOptions, ProtocolCodec } from '../types.js';
 import { fromResponsesUsage, toResponsesUsage } from '../usage.js';
 import { sourceFromUrl, urlFromSource } from '../openai-chat/mapping.js';
 import { GW_REDACTED, isGatewayItemId, isOpenAIReasoning } from './ids.js';
-import { EFFORTS, finishToIR, outputItems, responseObject, statusFromIR } from './mapping.js';
+import { EFFORTS, builtinType, finishToIR, flatToolName, outputItems, responseObject, statusFromIR } from './mapping.js';
 import { responsesWire } from './wire.js';
 import { ResponsesStreamDecoder, ResponsesStreamEncoder } from './stream.js';
 
@@ -114,14 +114,28 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
         break;
       case 'function_call': {
         if (typeof item.call_id !== 'string' || typeof item.name !== 'string') throw bad(`${where}: function_call needs call_id and name`);
+        const name = typeof item.namespace === 'string' && item.namespace ? flatToolName(item.namespace, item.name) : item.name;
         assistant().parts.push({
-          type: 'tool_call', id: item.call_id, name: item.name, arguments: args(item.arguments),
+          type: 'tool_call', id: item.call_id, name, arguments: args(item.arguments),
           ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
         });
         break;
       }
-      case 'function_call_output': {
-        if (typeof item.call_id !== 'string') throw bad(`${where}: function_call_output needs call_id`);
+      case 'custom_tool_call': {
+        if (typeof item.call_id !== 'string' || typeof item.name !== 'string') throw bad(`${where}: custom_tool_call needs call_id and name`);
+        assistant().parts.push({
+          type: 'tool_call', id: item.call_id, name: item.name, arguments: JSON.stringify({ input: typeof item.input === 'string' ? item.input : '' }),
+          ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
+        });
+        break;
+      }
+      case 'web_search_call':
+        // A search the provider already ran (its findings are in the text that followed): the
+        // target cannot replay it, and needs not.
+        break;
+      case 'function_call_output':
+      case 'custom_tool_call_output': {
+        if (typeof item.call_id !== 'string') throw bad(`${where}: ${String(type)} needs call_id`);
         const part: ToolResultPart = {
           type: 'tool_result',
           callId: item.call_id,
@@ -133,7 +147,9 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
         break;
       }
       case 'item_reference':
-        throw bad(`${where}: 'item_reference' needs stored responses and cannot be converted; send the items themselves`);
+        // The converter resolves references to items this gateway produced for the same key;
+        // what is left names an item it does not hold (never produced here, or expired).
+        throw bad(`${where}: item_reference '${String(item.id)}' is not an item this gateway can recall for this key (unknown or expired); send the item itself`);
       default:
         throw bad(`${where}: '${String(type)}' items cannot be converted to another protocol`);
     }
@@ -141,25 +157,77 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
   return messages;
 }
 
-function decodeTools(tools: unknown): IRTool[] {
-  if (!Array.isArray(tools)) return [];
-  return tools.map((t, i) => {
-    if (!isObj(t)) throw bad(`tools[${i}] must be an object`);
-    if (t.type !== 'function') {
-      throw bad(`tools[${i}]: '${String(t.type)}' is a built-in Responses tool and cannot be used with a model of another protocol`);
+function functionTool(t: Obj, where: string): IRTool {
+  if (typeof t.name !== 'string' || !t.name) throw bad(`${where}.name is required`);
+  const tool: IRTool = { name: t.name, parameters: isObj(t.parameters) ? t.parameters : { type: 'object', properties: {} } };
+  if (typeof t.description === 'string') tool.description = t.description;
+  if (typeof t.strict === 'boolean') tool.strict = t.strict;
+  return tool;
+}
+
+/**
+ * A custom (freeform) tool as a function of one string argument; its format (a grammar, when
+ * given) goes into the description, the only place the target's model can read it.
+ */
+function customTool(t: Obj, where: string): IRTool {
+  if (typeof t.name !== 'string' || !t.name) throw bad(`${where}.name is required`);
+  let description = typeof t.description === 'string' ? t.description : '';
+  const f = isObj(t.format) ? t.format : undefined;
+  if (f && f.type === 'grammar' && typeof f.definition === 'string') {
+    description += `${description ? '\n\n' : ''}The input must follow this ${typeof f.syntax === 'string' ? f.syntax : ''} grammar:\n${f.definition}`;
+  }
+  return {
+    name: t.name,
+    ...(description ? { description } : {}),
+    parameters: {
+      type: 'object',
+      properties: { input: { type: 'string', description: 'The raw input of the tool, as free-form text' } },
+      required: ['input'],
+      additionalProperties: false,
+    },
+    custom: true,
+  };
+}
+
+/** Function, namespace (flattened) and custom tools → IR tools; every other type is provider-side. */
+function decodeTools(tools: unknown): { tools: IRTool[]; builtin: IRBuiltinTool[] } {
+  const out: IRTool[] = [];
+  const builtin: IRBuiltinTool[] = [];
+  if (!Array.isArray(tools)) return { tools: out, builtin };
+  tools.forEach((t, i) => {
+    const where = `tools[${i}]`;
+    if (!isObj(t)) throw bad(`${where} must be an object`);
+    switch (t.type) {
+      case 'function':
+        out.push(functionTool(t, where));
+        break;
+      case 'namespace': {
+        if (typeof t.name !== 'string' || !t.name) throw bad(`${where}.name is required`);
+        const inner = Array.isArray(t.tools) ? t.tools : [];
+        inner.forEach((f: unknown, j: number) => {
+          const w = `${where}.tools[${j}]`;
+          if (!isObj(f) || f.type !== 'function') throw bad(`${w}: namespaces hold function tools only`);
+          const tool = functionTool(f, w);
+          out.push({ ...tool, name: flatToolName(t.name, tool.name), namespace: { name: t.name, localName: tool.name } });
+        });
+        break;
+      }
+      case 'custom':
+        out.push(customTool(t, where));
+        break;
+      default:
+        builtin.push({ type: builtinType(String(t.type)), options: t, where });
     }
-    if (typeof t.name !== 'string' || !t.name) throw bad(`tools[${i}].name is required`);
-    const tool: IRTool = { name: t.name, parameters: isObj(t.parameters) ? t.parameters : { type: 'object', properties: {} } };
-    if (typeof t.description === 'string') tool.description = t.description;
-    if (typeof t.strict === 'boolean') tool.strict = t.strict;
-    return tool;
   });
+  return { tools: out, builtin };
 }
 
 function decodeToolChoice(v: unknown): IRToolChoice | undefined {
   if (v === undefined || v === null) return undefined;
   if (v === 'auto' || v === 'none' || v === 'required') return { type: v };
-  if (isObj(v) && v.type === 'function' && typeof v.name === 'string') return { type: 'tool', name: v.name };
+  if (isObj(v) && (v.type === 'function' || v.type === 'custom') && typeof v.name === 'string') {
+    return { type: 'tool', name: typeof v.namespace === 'string' && v.namespace ? flatToolName(v.namespace, v.name) : v.name };
+  }
   throw bad(`tool_choice ${JSON.stringify(v)} cannot be converted to another protocol`);
 }
 
@@ -168,8 +236,9 @@ function decodeRequest(body: Obj): IRRequest {
   if (typeof body.instructions === 'string' && body.instructions) system.push({ type: 'text', text: body.instructions });
   const messages = decodeInput(body.input, system);
   const ir: IRRequest = { model: String(body.model ?? ''), system, messages, stream: body.stream === true };
-  const tools = decodeTools(body.tools);
+  const { tools, builtin } = decodeTools(body.tools);
   if (tools.length > 0) ir.tools = tools;
+  if (builtin.length > 0) ir.builtinTools = builtin;
   const tc = decodeToolChoice(body.tool_choice);
   if (tc) ir.toolChoice = tc;
   if (typeof body.parallel_tool_calls === 'boolean') ir.parallelToolCalls = body.parallel_tool_calls;
@@ -310,9 +379,15 @@ function encodeResponse(res: IRResponse, opts: EncodeOptions): Obj {
   return responseObject(opts.requestId, opts.model, Math.floor(Date.now() / 1000), {
     status,
     incomplete_details,
-    output: outputItems(res.content, opts.requestId),
+    output: outputItems(res.content, opts.requestId, opts.tools),
     usage: toResponsesUsage(res.usage, res.reasoningTokens),
   });
+}
+
+function encodeResponseAndReport(res: IRResponse, opts: EncodeOptions): Obj {
+  const body = encodeResponse(res, opts);
+  opts.onOutputItems?.(body.output);
+  return body;
 }
 
 export const responsesCodec: ProtocolCodec = {
@@ -320,7 +395,7 @@ export const responsesCodec: ProtocolCodec = {
   decodeRequest,
   encodeRequest,
   decodeResponse,
-  encodeResponse,
+  encodeResponse: encodeResponseAndReport,
   createStreamDecoder: () => new ResponsesStreamDecoder(),
   createStreamEncoder: (opts: EncodeOptions) => new ResponsesStreamEncoder(opts),
 };

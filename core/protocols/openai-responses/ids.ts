@@ -24,6 +24,10 @@ export function callItemId(requestId: string, n: number): string {
   return `${GW_CALL_ITEM}${safe(requestId)}_${n}`;
 }
 
+export function searchItemId(requestId: string, n: number): string {
+  return `ws_gw_${safe(requestId)}_${n}`;
+}
+
 export function messageItemId(requestId: string, n: number): string {
   return `msg_${safe(requestId)}_${n}`;
 }

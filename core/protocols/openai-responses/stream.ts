@@ -16,12 +16,12 @@
  */
 import { formatJsonEvent, type SseBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
-import type { FinishReason, IRStreamEvent } from '../ir.js';
+import type { Citation, FinishReason, IRStreamEvent, IRTool } from '../ir.js';
 import type { EncodeOptions, ErrorInfo, StreamDecoder, StreamEncoder } from '../types.js';
 import { fromResponsesUsage, mergeUsage, toResponsesUsage } from '../usage.js';
 import { BlockSerializer } from '../anthropic-messages/serialize.js';
-import { callItemId, messageItemId, reasoningItemId, responseId } from './ids.js';
-import { finishToIR, responseObject, statusFromIR } from './mapping.js';
+import { callItemId, messageItemId, reasoningItemId, responseId, searchItemId } from './ids.js';
+import { annotations, callItem, customInput, finishToIR, responseObject, searchItem, statusFromIR, toolsByName } from './mapping.js';
 import { responsesWire } from './wire.js';
 
 type Obj = Record<string, any>;
@@ -307,10 +307,11 @@ export class ResponsesStreamDecoder implements StreamDecoder {
 // ---- encoder ---------------------------------------------------------------------------------
 
 type OutState =
-  | { kind: 'text'; contentIndex: number; text: string }
+  | { kind: 'text'; contentIndex: number; text: string; citations: Citation[] }
   | { kind: 'reasoning'; outIndex: number; id: string; text: string; signature: string; partOpen: boolean }
   | { kind: 'redacted'; outIndex: number; item: Obj }
-  | { kind: 'call'; outIndex: number; id: string; callId: string; name: string; args: string };
+  | { kind: 'call'; outIndex: number; id: string; callId: string; name: string; args: string; tool?: IRTool }
+  | { kind: 'done' };
 
 interface OpenMessage {
   outIndex: number;
@@ -330,8 +331,11 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private usage: Usage | undefined;
   private reasoningTokens: number | undefined;
   private finish: FinishReason | undefined;
+  private readonly tools: Map<string, IRTool>;
 
-  constructor(private readonly opts: EncodeOptions) {}
+  constructor(private readonly opts: EncodeOptions) {
+    this.tools = toolsByName(opts.tools);
+  }
 
   push(ev: IRStreamEvent): string {
     if (this.closed) return '';
@@ -395,7 +399,7 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           const m = this.message;
           const contentIndex = m.content.length;
           m.content.push({ type: 'output_text', text: '', annotations: [] });
-          this.blocks.set(e.index, { kind: 'text', contentIndex, text: '' });
+          this.blocks.set(e.index, { kind: 'text', contentIndex, text: '', citations: [] });
           out += this.frame('response.content_part.added', {
             item_id: m.id, output_index: m.outIndex, content_index: contentIndex, part: { type: 'output_text', text: '', annotations: [] },
           });
@@ -414,11 +418,24 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           this.blocks.set(e.index, { kind: 'redacted', outIndex, item });
           return out + this.frame('response.output_item.added', { output_index: outIndex, item });
         }
+        if (b.type === 'web_search') {
+          // A search the provider already finished: its whole item lifecycle at once.
+          const item = searchItem(b, searchItemId(this.opts.requestId, outIndex));
+          const ids = { item_id: item.id, output_index: outIndex };
+          this.output[outIndex] = item;
+          this.blocks.set(e.index, { kind: 'done' });
+          return out + this.frame('response.output_item.added', { output_index: outIndex, item: { ...item, status: 'in_progress' } })
+            + this.frame('response.web_search_call.in_progress', ids)
+            + this.frame('response.web_search_call.searching', ids)
+            + this.frame('response.web_search_call.completed', ids)
+            + this.frame('response.output_item.done', { output_index: outIndex, item });
+        }
         const id = b.itemId ?? callItemId(this.opts.requestId, outIndex);
-        this.blocks.set(e.index, { kind: 'call', outIndex, id, callId: b.id, name: b.name, args: '' });
+        const tool = this.tools.get(b.name);
+        this.blocks.set(e.index, { kind: 'call', outIndex, id, callId: b.id, name: b.name, args: '', ...(tool ? { tool } : {}) });
         return out + this.frame('response.output_item.added', {
           output_index: outIndex,
-          item: { id, type: 'function_call', status: 'in_progress', arguments: '', call_id: b.id, name: b.name },
+          item: callItem({ id: b.id, name: b.name, arguments: '' }, id, 'in_progress', tool),
         });
       }
       case 'delta': {
@@ -446,8 +463,14 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           st.text += d.text;
           return out + this.frame('response.reasoning_summary_text.delta', { ...ids, delta: d.text });
         }
+        if (st.kind === 'text' && d.type === 'citation') {
+          st.citations.push(d.citation);
+          return '';
+        }
         if (st.kind === 'call' && d.type === 'tool_args' && d.json) {
           st.args += d.json;
+          // A custom tool's input is the `input` field of the arguments: sent whole at the stop.
+          if (st.tool?.custom) return '';
           return this.frame('response.function_call_arguments.delta', { item_id: st.id, output_index: st.outIndex, delta: d.json });
         }
         return '';
@@ -478,6 +501,7 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           output: this.output.filter(Boolean),
           usage: toResponsesUsage(this.usage ?? { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, this.reasoningTokens),
         });
+        this.opts.onOutputItems?.(response.output);
         return out + this.frame(status === 'completed' ? 'response.completed' : 'response.incomplete', { response });
       }
       case 'error': {
@@ -492,12 +516,19 @@ export class ResponsesStreamEncoder implements StreamEncoder {
       case 'text': {
         const m = this.message;
         if (!m) return '';
-        const part = { type: 'output_text', text: st.text, annotations: [] };
+        const notes = annotations(st.citations, st.text);
+        const part = { type: 'output_text', text: st.text, annotations: notes };
         m.content[st.contentIndex] = part;
         const ids = { item_id: m.id, output_index: m.outIndex, content_index: st.contentIndex };
-        return this.frame('response.output_text.done', { ...ids, text: st.text, logprobs: [] })
+        let out = '';
+        notes.forEach((annotation, annotation_index) => {
+          out += this.frame('response.output_text.annotation.added', { ...ids, annotation_index, annotation });
+        });
+        return out + this.frame('response.output_text.done', { ...ids, text: st.text, logprobs: [] })
           + this.frame('response.content_part.done', { ...ids, part });
       }
+      case 'done':
+        return '';
       case 'reasoning': {
         let out = '';
         const ids = { item_id: st.id, output_index: st.outIndex, summary_index: 0 };
@@ -515,9 +546,16 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         return this.frame('response.output_item.done', { output_index: st.outIndex, item: st.item });
       case 'call': {
         const args = st.args || '{}';
-        const item = { id: st.id, type: 'function_call', status: 'completed', arguments: args, call_id: st.callId, name: st.name };
+        const item = callItem({ id: st.callId, name: st.name, arguments: args }, st.id, 'completed', st.tool);
         this.output[st.outIndex] = item;
-        return this.frame('response.function_call_arguments.done', { item_id: st.id, output_index: st.outIndex, arguments: args })
+        const ids = { item_id: st.id, output_index: st.outIndex };
+        if (st.tool?.custom) {
+          const input = customInput(args);
+          return (input ? this.frame('response.custom_tool_call_input.delta', { ...ids, delta: input }) : '')
+            + this.frame('response.custom_tool_call_input.done', { ...ids, input })
+            + this.frame('response.output_item.done', { output_index: st.outIndex, item });
+        }
+        return this.frame('response.function_call_arguments.done', { ...ids, arguments: args })
           + this.frame('response.output_item.done', { output_index: st.outIndex, item });
       }
     }
