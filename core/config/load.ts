@@ -324,6 +324,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
       kind: g.kind,
       passthrough: g.passthrough ?? false,
       allowMessages: g.allow_messages ?? false,
+      builtinTools: g.builtin_tools ?? 'map',
       models: list,
       multiplierPpm: money(['groups', name, 'multiplier'], g.multiplier, 1_000_000),
       billing: g.billing ?? 'balance',

@@ -164,6 +164,10 @@ export const gatewaySchema = {
           kind: { enum: ['chat', 'messages', 'responses'] },
           passthrough: { type: 'boolean' },
           allow_messages: { type: 'boolean' },
+          builtin_tools: {
+            enum: ['map', 'drop', 'reject'],
+            description: 'Provider-side tools (web_search, file_search, Anthropic server tools) in requests converted for another protocol: map to the equivalent where there is one, else drop (map, the default); drop all (drop); map where possible, else 400 (reject)',
+          },
           models: { type: 'array', items: { type: 'string' }, uniqueItems: true },
           multiplier: { anyOf: [{ type: 'number', minimum: 0 }, { type: 'string', pattern: '^[0-9]+(\\.[0-9]{1,6})?$' }] },
           billing: { enum: ['balance', 'plan'] },

@@ -125,6 +125,12 @@ export interface GroupConfig {
   kind: GroupKind;
   passthrough: boolean;
   allowMessages: boolean;
+  /**
+   * Provider-side tools (Responses `web_search`, Anthropic server tools…) on a request converted
+   * for an upstream of another protocol: map to the target's equivalent where it has one, else drop
+   * (`map`); drop all (`drop`); map where possible, else 400 (`reject`). docs/conversion.md.
+   */
+  builtinTools: 'map' | 'drop' | 'reject';
   /** Model ids served; empty means "every configured model" for routing, the default list for /v1/models. */
   models: readonly string[];
   multiplierPpm: number;

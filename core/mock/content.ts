@@ -30,6 +30,16 @@ export interface Extracted {
   maxTokens?: number;
   /** The request itself asks for thinking / reasoning output. */
   thinkingRequested: boolean;
+  /** The request offers the provider's own web search tool (Messages `web_search_…`, Responses `web_search…`). */
+  webSearch?: boolean;
+}
+
+/** A provider-side web search the reply runs before answering (`web_search` directive). */
+export interface SearchPlan {
+  /** `srvtoolu_…` (Messages) / `ws_…` (Responses). */
+  id: string;
+  query: string;
+  results: Array<{ url: string; title: string }>;
 }
 
 export interface ToolCallPlan {
@@ -63,6 +73,8 @@ export interface Plan {
   textChunks: string[];
   thinking?: { text: string; chunks: string[]; signature: string };
   toolCalls: ToolCallPlan[];
+  /** A web search run before the text (its first result is cited by the text). */
+  search?: SearchPlan;
   /** The reply was cut by the request's output limit. */
   truncated: boolean;
   usage: UsagePlan;
@@ -230,13 +242,14 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
     let n = Math.max(1, d.toolCalls ?? 1);
     if (!ex.parallel && d.toolCalls === undefined) n = 1;
     let order = ex.tools;
-    if (toolChoiceForces && ex.toolChoice !== 'required') {
-      const named = ex.tools.find((t) => t.name === ex.toolChoice);
+    const first = toolChoiceForces && ex.toolChoice !== 'required' ? ex.toolChoice : d.call;
+    if (first !== undefined) {
+      const named = ex.tools.find((t) => t.name === first);
       if (named) order = [named, ...ex.tools.filter((t) => t !== named)];
     }
     for (let i = 0; i < n; i++) {
       const tool = order[i % order.length];
-      const args = argumentsFor(tool.schema);
+      const args = i === 0 && d.args !== undefined && tool.name === d.call ? d.args : argumentsFor(tool.schema);
       toolCalls.push({
         id: makeId(seed, `call${i}`, protocol === 'messages' ? 'toolu_' : 'call_'),
         itemId: makeId(seed, `fc${i}`, 'fc_', 48),
@@ -252,6 +265,16 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
     const tw = thinkingWords(ex.lastUserText, typeof d.thinking === 'number' ? d.thinking : undefined);
     const text = tw.join(' ');
     thinking = { text, chunks: chunksOf(tw), signature: signatureOf(text) };
+  }
+  let search: SearchPlan | undefined;
+  if (d.webSearch !== undefined && d.webSearch !== false && ex.webSearch && toolCalls.length === 0) {
+    const query = typeof d.webSearch === 'string' ? d.webSearch : echoOf(ex.lastUserText).join(' ') || 'mock search';
+    const slug = query.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'q';
+    search = {
+      id: makeId(seed, 'search', protocol === 'messages' ? 'srvtoolu_' : 'ws_', 24),
+      query,
+      results: [1, 2].map((n) => ({ url: `https://example.com/${slug}/${n}`, title: `Result ${n} for ${query}` })),
+    };
   }
   let rw = toolCalls.length > 0 ? [] : replyWords(ex.lastUserText, d.words);
   let truncated = false;
@@ -280,6 +303,7 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
     textChunks: chunksOf(rw),
     thinking,
     toolCalls,
+    ...(search ? { search } : {}),
     truncated,
     usage,
     directives: d,

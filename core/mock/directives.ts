@@ -43,6 +43,12 @@ export interface Directives {
   tools?: boolean;
   /** Number of parallel tool calls (to the first N tools, cycling). */
   toolCalls?: number;
+  /** The tool the (first) call goes to, when the request offers it. */
+  call?: string;
+  /** The call's arguments (JSON text; the directive carries it base64url-encoded). */
+  args?: string;
+  /** Run a provider-side web search first (when the request offers the server tool); a string is the query. */
+  webSearch?: boolean | string;
   /** true/number: produce a thinking / reasoning part (number = its length in words); false: never. */
   thinking?: boolean | number;
   /** Error `type` override for `status=` and `stream_error=`. */
@@ -127,6 +133,18 @@ export function fromRaw(raw: Record<string, string>): Directives {
   if (d.toolCalls !== undefined) {
     if (d.toolCalls === 0) d.tools = false;
     else if (d.tools === undefined) d.tools = true;
+  }
+  if (raw.call !== undefined && raw.call !== 'true') d.call = raw.call;
+  if (raw.args !== undefined && raw.args !== 'true') {
+    try {
+      const text = Buffer.from(raw.args, 'base64url').toString('utf8');
+      const v = JSON.parse(text);
+      if (v && typeof v === 'object' && !Array.isArray(v)) d.args = JSON.stringify(v);
+    } catch { /* not base64url JSON: ignored */ }
+  }
+  if (raw.web_search !== undefined) {
+    const b = bool(raw.web_search);
+    d.webSearch = b !== undefined ? b : raw.web_search.replace(/\+/g, ' ');
   }
   if (raw.thinking !== undefined) {
     const n = int(raw.thinking);

@@ -35,6 +35,7 @@ export function extractMessages(body: Record<string, any>): Extracted {
       if (t && typeof t.name === 'string' && (t.type === undefined || t.type === 'custom')) tools.push({ name: t.name, schema: t.input_schema });
     }
   }
+  const webSearch = Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search_'));
   let toolChoice = 'auto';
   const tc = body.tool_choice;
   if (tc && typeof tc === 'object') {
@@ -52,6 +53,7 @@ export function extractMessages(body: Record<string, any>): Extracted {
     parallel: !(tc && typeof tc === 'object' && tc.disable_parallel_tool_use === true),
     maxTokens: num(body.max_tokens),
     thinkingRequested: thinkingType === 'enabled' || thinkingType === 'adaptive',
+    webSearch,
   };
 }
 
@@ -80,10 +82,37 @@ function startUsage(plan: Plan): Record<string, unknown> {
   };
 }
 
+/** The search's two blocks, as Anthropic sends them (results carry opaque encrypted content). */
+function searchBlocks(plan: Plan): { use: Record<string, unknown>; result: Record<string, unknown> } | undefined {
+  const s = plan.search;
+  if (!s) return undefined;
+  return {
+    use: { type: 'server_tool_use', id: s.id, name: 'web_search', input: { query: s.query } },
+    result: {
+      type: 'web_search_tool_result',
+      tool_use_id: s.id,
+      content: s.results.map((r) => ({ type: 'web_search_result', url: r.url, title: r.title, encrypted_content: makeId(plan.seed, r.url, 'Eq', 32), page_age: null })),
+    },
+  };
+}
+
+/** The citation the reply text carries when a search ran (its first result). */
+function citation(plan: Plan): Record<string, unknown> | undefined {
+  const r = plan.search?.results[0];
+  return r ? { type: 'web_search_result_location', url: r.url, title: r.title, encrypted_index: makeId(plan.seed, 'cite', 'Eo', 24), cited_text: plan.text.slice(0, 40) } : undefined;
+}
+
+function usageExtra(plan: Plan): Record<string, unknown> {
+  return plan.search ? { server_tool_use: { web_search_requests: 1 } } : {};
+}
+
 function contentBlocks(plan: Plan): Record<string, unknown>[] {
   const blocks: Record<string, unknown>[] = [];
   if (plan.thinking) blocks.push({ type: 'thinking', thinking: plan.thinking.text, signature: plan.thinking.signature });
-  if (plan.toolCalls.length === 0) blocks.push({ type: 'text', text: plan.text });
+  const search = searchBlocks(plan);
+  if (search) blocks.push(search.use, search.result);
+  const cite = citation(plan);
+  if (plan.toolCalls.length === 0) blocks.push({ type: 'text', text: plan.text, ...(cite ? { citations: [cite] } : {}) });
   for (const c of plan.toolCalls) blocks.push({ type: 'tool_use', id: c.id, name: c.name, input: JSON.parse(c.arguments) });
   return blocks;
 }
@@ -98,7 +127,7 @@ export function renderMessage(plan: Plan): Record<string, unknown> {
     content: contentBlocks(plan),
     stop_reason: stopReason(plan),
     stop_sequence: null,
-    usage: { ...startUsage(plan), output_tokens: u.output },
+    usage: { ...startUsage(plan), output_tokens: u.output, ...usageExtra(plan) },
   };
 }
 
@@ -133,9 +162,22 @@ export function messageFrames(plan: Plan): string[] {
     ev('content_block_stop', { index });
     index++;
   }
-  if (plan.toolCalls.length === 0) {
-    ev('content_block_start', { index, content_block: { type: 'text', text: '' } });
+  const search = searchBlocks(plan);
+  if (search) {
+    ev('content_block_start', { index, content_block: { ...search.use, input: {} } });
     ping();
+    ev('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: JSON.stringify(search.use.input) } });
+    ev('content_block_stop', { index });
+    index++;
+    ev('content_block_start', { index, content_block: search.result });
+    ev('content_block_stop', { index });
+    index++;
+  }
+  if (plan.toolCalls.length === 0) {
+    const cite = citation(plan);
+    ev('content_block_start', { index, content_block: { type: 'text', text: '', ...(cite ? { citations: [] } : {}) } });
+    ping();
+    if (cite) ev('content_block_delta', { index, delta: { type: 'citations_delta', citation: cite } });
     for (const t of plan.textChunks) ev('content_block_delta', { index, delta: { type: 'text_delta', text: t } });
     ev('content_block_stop', { index });
     index++;
@@ -156,6 +198,7 @@ export function messageFrames(plan: Plan): string[] {
       cache_creation_input_tokens: u.cacheWrite,
       cache_read_input_tokens: u.cacheRead,
       output_tokens: u.output,
+      ...usageExtra(plan),
     },
   });
   ev('message_stop', {});

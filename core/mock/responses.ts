@@ -40,7 +40,9 @@ export function extractResponses(body: Record<string, any>): Extracted {
   if (tc === 'none' || tc === 'required' || tc === 'auto') toolChoice = tc;
   else if (tc && typeof tc === 'object' && tc.type === 'function' && typeof tc.name === 'string') toolChoice = tc.name;
   const summary = body.reasoning?.summary;
+  const webSearch = Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search'));
   return {
+    webSearch,
     texts,
     lastUserText,
     lastIsUser,
@@ -109,6 +111,7 @@ function envelope(ctx: StreamErrorCtx, status: string, output: unknown[], usage:
 
 interface Items {
   reasoning?: Record<string, any>;
+  search?: Record<string, any>;
   message?: Record<string, any>;
   calls: Record<string, any>[];
 }
@@ -123,12 +126,18 @@ function items(plan: Plan): Items {
       summary: [{ type: 'summary_text', text: plan.thinking.text }],
     };
   }
+  const s = plan.search;
+  if (s) {
+    out.search = { id: s.id, type: 'web_search_call', status: 'completed', action: { type: 'search', query: s.query, sources: s.results.map((r) => ({ type: 'url', url: r.url })) } };
+  }
   if (plan.toolCalls.length === 0) {
+    const r = s?.results[0];
+    const annotations = r ? [{ type: 'url_citation', start_index: 0, end_index: plan.text.length, url: r.url, title: r.title }] : [];
     out.message = {
       id: makeId(plan.seed, 'msg', 'msg_', 48),
       type: 'message',
       status: plan.truncated ? 'incomplete' : 'completed',
-      content: [{ type: 'output_text', annotations: [], logprobs: [], text: plan.text }],
+      content: [{ type: 'output_text', annotations, logprobs: [], text: plan.text }],
       role: 'assistant',
     };
   }
@@ -141,6 +150,7 @@ function items(plan: Plan): Items {
 function finalOutput(it: Items): Record<string, any>[] {
   const out: Record<string, any>[] = [];
   if (it.reasoning) out.push(it.reasoning);
+  if (it.search) out.push(it.search);
   if (it.message) out.push(it.message);
   out.push(...it.calls);
   return out;
@@ -176,11 +186,24 @@ export function responseFrames(plan: Plan): string[] {
     ev('response.output_item.done', { output_index: oi, item: r });
     oi++;
   }
+  if (it.search) {
+    const s = it.search;
+    const ids = { item_id: s.id, output_index: oi };
+    ev('response.output_item.added', { output_index: oi, item: { ...s, status: 'in_progress', action: { type: 'search', query: s.action.query } } });
+    ev('response.web_search_call.in_progress', ids);
+    ev('response.web_search_call.searching', ids);
+    ev('response.web_search_call.completed', ids);
+    ev('response.output_item.done', { output_index: oi, item: s });
+    oi++;
+  }
   if (it.message) {
     const m = it.message;
     ev('response.output_item.added', { output_index: oi, item: { id: m.id, type: 'message', status: 'in_progress', content: [], role: 'assistant' } });
     ev('response.content_part.added', { item_id: m.id, output_index: oi, content_index: 0, part: { type: 'output_text', annotations: [], logprobs: [], text: '' } });
     for (const t of plan.textChunks) ev('response.output_text.delta', { item_id: m.id, output_index: oi, content_index: 0, delta: t, logprobs: [] });
+    m.content[0].annotations.forEach((annotation: unknown, annotation_index: number) => {
+      ev('response.output_text.annotation.added', { item_id: m.id, output_index: oi, content_index: 0, annotation_index, annotation });
+    });
     ev('response.output_text.done', { item_id: m.id, output_index: oi, content_index: 0, text: plan.text, logprobs: [] });
     ev('response.content_part.done', { item_id: m.id, output_index: oi, content_index: 0, part: m.content[0] });
     ev('response.output_item.done', { output_index: oi, item: m });
