@@ -28,9 +28,9 @@ export type ErrorFormat = 'flat' | 'messages' | 'chat' | 'responses-lite';
  *  - `credential`  the key or account cannot be used (401)                          final
  *  - `denied`      not allowed: IP rule, expiry, group, balance, plan, policy (403)  final
  *  - `exhausted`   a limit used up until it resets or is raised (quota, windows, plan, spend cap)  final
- *  - `unserved`    the model or route is not served here (503 no accounts / channels / pricing)  final
+ *  - `unserved`    the model is not served here, or cannot be priced (503 no accounts, no pricing)  final
  *  - `throttled`   too many requests right now (RPM, queue, a provider's 429)        retry
- *  - `transient`   a failure that may pass (upstream 5xx, overload, billing service, internal)  retry
+ *  - `transient`   a failure that may pass (upstream 5xx, overload, no channel now, billing service, internal)  retry
  */
 export type ErrorCategory = 'request' | 'credential' | 'denied' | 'exhausted' | 'unserved' | 'throttled' | 'transient';
 
@@ -127,7 +127,7 @@ export const CATALOGUE = Object.freeze({
     message: 'No available accounts right now: every account is at its concurrency limit, please retry shortly' }),
   ACCOUNTS_DISABLED: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'no_available_accounts',
     message: 'No available accounts: the provider rejected the credentials of every account' }),
-  NO_CHANNELS: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'no_available_channels',
+  NO_CHANNELS: entry({ category: 'transient', status: 503, type: 'api_error', code: 'no_available_channels',
     message: 'No available channels for this request' }),
   PRICING_UNAVAILABLE: entry({ category: 'unserved', status: 503, type: 'api_error', code: 'pricing_not_available',
     message: 'Request pricing not available for this model' }),
