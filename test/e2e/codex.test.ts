@@ -2,7 +2,8 @@
  * The real Codex CLI (0.169.0, `codex exec`) with its default configuration plus a custom model
  * provider pointing at the gateway, through every group kind it can use: a Responses-style group
  * on a Responses upstream (passthrough), a Responses-style group whose model sits on an
- * Anthropic (Messages-only) upstream, and a Messages-style group (both converted). Each run does a
+ * Anthropic (Messages-only) upstream, a Messages-style group, and a Responses-style group whose
+ * model sits on a Chat Completions upstream (all three converted). Each run does a
  * tool round trip the mock scripts (`call=` / `args=`): the model asks for `exec_command`, Codex
  * runs the command in its sandbox and sends the output back, the model answers. Codex always sends
  * its `multi_agent_v1` namespace tool and the built-in `web_search` tool (wire-notes), so the
@@ -15,12 +16,15 @@ import { b64, items, killCodex, runCodex, type CodexRun } from '../helpers/codex
 import type { MockRequestRecord } from '../../core/mock/server.js';
 
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
-const K = { responses: hex(0xc0de1), anthropic: hex(0xc0de2), messages: hex(0xc0de3) };
+const K = { responses: hex(0xc0de1), anthropic: hex(0xc0de2), messages: hex(0xc0de3), chat: hex(0xc0de4) };
 
 let g: TestGateway;
 t.before(async () => {
   const cfg = baseConfig();
   cfg.providers['claude-api'] = { kind: 'mock', protocols: ['anthropic-messages'] };
+  cfg.providers['chat-api'] = { kind: 'mock', protocols: ['openai-chat'] };
+  cfg.models['codex-open'] = { provider: 'chat-api', price: { input: 0.5, output: 1.5 } };
+  cfg.groups['codex-chat'] = { kind: 'responses', models: ['codex-open'] };
   cfg.models['codex-gpt'] = { provider: 'mock', price: { input: 1.25, output: 10 } };
   cfg.models['codex-claude'] = { provider: 'claude-api', price: { input: 3, output: 15 } };
   cfg.models['codex-sonnet'] = { provider: 'mock', price: { input: 3, output: 15 } };
@@ -32,6 +36,7 @@ t.before(async () => {
     { key: K.responses, name: 'codex-responses', user: 'coder', group: 'codex-responses' },
     { key: K.anthropic, name: 'codex-anthropic', user: 'coder', group: 'codex-anthropic' },
     { key: K.messages, name: 'codex-messages', user: 'coder', group: 'codex-messages' },
+    { key: K.chat, name: 'codex-chat', user: 'coder', group: 'codex-chat' },
   );
   g = await startGateway(cfg);
 });
@@ -119,6 +124,19 @@ t.test('Messages-style group: converted to Messages', async (t) => {
   const u = await usageOf(K.messages);
   t.equal(u.usage.total.requests, 2, 'two requests billed');
   t.ok(u.usage.total.input_tokens > 0, 'input tokens billed');
+});
+
+t.test('Responses-style group on a Chat Completions upstream: converted, web_search dropped', async (t) => {
+  const mock = g.gw.mocks.get('chat-api')!;
+  const before = mock.requests.length;
+  const run = await runCodex({ gatewayUrl: g.url, apiKey: K.chat, model: 'codex-open', prompt: prompt() });
+  assertRoundTrip(t, run);
+  const sent = bodies(mock.requests.slice(before), '/v1/chat/completions');
+  t.equal(sent.length, 2, 'two Chat calls upstream');
+  const names = sent[0].tools.map((x: any) => x.function.name);
+  t.ok(names.includes('multi_agent_v1__wait_agent'), 'namespace flattened');
+  t.notOk(names.includes('web_search'), 'web_search dropped (Chat has no provider-side search)');
+  t.ok(sent[1].messages.some((m: any) => m.role === 'tool' && String(m.content).includes(MARKER)), 'the command output went back as a tool message');
 });
 
 t.test('a call to a namespaced tool reaches Codex with its namespace and its output goes back', async (t) => {
