@@ -31,6 +31,7 @@ const FINAL: Array<[string, ErrorId, Record<string, unknown>?]> = [
   ['429 plan limit', 'USAGE_LIMIT_EXCEEDED'],
   ['503 no available accounts', 'NO_ACCOUNTS'],
   ['503 pricing not available', 'PRICING_UNAVAILABLE'],
+  ['503 every account of the model disabled', 'ACCOUNTS_DISABLED'],
 ];
 
 /** Errors clients should retry with their own backoff: no header at all. */
@@ -45,6 +46,8 @@ const RETRY: Array<[string, ErrorId, Record<string, unknown>?]> = [
   ['503 overloaded', 'OVERLOADED'],
   ['503 billing service', 'BILLING_SERVICE'],
   ['503 no channel now', 'NO_CHANNELS'],
+  ['429 every account cooling down', 'ACCOUNTS_COOLING', { retryAfter: 5 }],
+  ['503 every account busy', 'ACCOUNTS_BUSY'],
   ['500 internal', 'INTERNAL'],
 ];
 
