@@ -103,6 +103,14 @@ t.test('the openai SDK shows the message of a flat key-check body (not "no body"
     t.match(a.message, /INVALID_API_KEY|Invalid API key/, `${name}: still shows the flat body`);
     t.equal(a.error?.code, 'INVALID_API_KEY', `${name}: the body's code is unchanged`);
   }
+  // /v1/usage consumers (wire-notes) read `code` and `message` of a refusal, and the body of a success.
+  const bad = await call(g.url + '/v1/usage', { headers: bearer(hex(0xdead)) });
+  t.equal(bad.status, 401);
+  t.equal(bad.json.code, 'INVALID_API_KEY', '/v1/usage refusal: code');
+  t.equal(bad.json.message, 'Invalid API key', '/v1/usage refusal: message');
+  const ok = await call(g.url + '/v1/usage', { headers: bearer(KEYS.messages) });
+  t.equal(ok.status, 200);
+  t.notOk('error' in ok.json || 'code' in ok.json, '/v1/usage success body unchanged');
 });
 
 const RETRIED: Array<{ name: string; status: number; directive: string }> = [
