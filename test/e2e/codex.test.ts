@@ -12,7 +12,7 @@
  */
 import t from 'tap';
 import { baseConfig, bearer, call, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { b64, items, killCodex, runCodex, type CodexRun } from '../helpers/codex.js';
+import { b64, items, killCodex, runCodex, sandboxed, type CodexRun } from '../helpers/codex.js';
 import type { MockRequestRecord } from '../../core/mock/server.js';
 
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
@@ -39,6 +39,7 @@ t.before(async () => {
     { key: K.chat, name: 'codex-chat', user: 'coder', group: 'codex-chat' },
   );
   g = await startGateway(cfg);
+  t.comment((await sandboxed()) ? 'Codex runs tool commands in its own sandbox' : 'Codex\'s sandbox cannot run here (no user namespaces): runs use sandbox_mode = "danger-full-access"');
 });
 t.teardown(async () => {
   killCodex();

@@ -4,6 +4,11 @@
  * custom model provider pointing at the gateway. Offline by construction: the only other settings
  * turn off what would reach the internet (update checks, analytics, the curated-plugin sync).
  * Each run is bounded in time and its whole process group is killed on timeout and on teardown.
+ *
+ * Codex runs tool commands in its own sandbox (bubblewrap, bundled), which needs unprivileged user
+ * namespaces. Where the machine forbids them (some CI containers), a probe (`codex sandbox --
+ * echo`) finds out once and the runs use `sandbox_mode = "danger-full-access"` instead, so the
+ * tool round trip still executes; `sandboxed()` tells the tests which it was.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -50,7 +55,14 @@ export interface CodexOptions {
   timeoutMs?: number;
 }
 
-export async function runCodex(o: CodexOptions): Promise<CodexRun> {
+interface Home {
+  root: string;
+  work: string;
+  env: NodeJS.ProcessEnv;
+}
+
+/** A fresh temporary CODEX_HOME with the config, a work directory and the environment to run in. */
+function makeHome(o: Pick<CodexOptions, 'gatewayUrl' | 'apiKey' | 'model'>, fullAccess: boolean): Home {
   const root = tmpDir('gw-codex-');
   const home = path.join(root, 'codex-home');
   const work = path.join(root, 'work');
@@ -62,6 +74,7 @@ export async function runCodex(o: CodexOptions): Promise<CodexRun> {
     `model = ${JSON.stringify(o.model)}`,
     'model_provider = "gateway"',
     'check_for_update_on_startup = false',
+    ...(fullAccess ? ['sandbox_mode = "danger-full-access"'] : []),
     '',
     '[model_providers.gateway]',
     'name = "llm-gateway"',
@@ -85,8 +98,13 @@ export async function runCodex(o: CodexOptions): Promise<CodexRun> {
     GATEWAY_API_KEY: o.apiKey,
     LANG: 'C.UTF-8',
   };
-  const child = spawn(process.execPath, [CODEX_JS, 'exec', '--json', '--skip-git-repo-check', o.prompt], {
-    cwd: work, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+  return { root, work, env };
+}
+
+/** Runs the Codex CLI with `args`; bounded, its process group killed when done. */
+async function codex(h: Home, args: string[], timeoutMs: number): Promise<Omit<CodexRun, 'events'>> {
+  const child = spawn(process.execPath, [CODEX_JS, ...args], {
+    cwd: h.work, env: h.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
   });
   running.add(child);
   let stdout = '';
@@ -94,16 +112,40 @@ export async function runCodex(o: CodexOptions): Promise<CodexRun> {
   child.stdout!.setEncoding('utf8').on('data', (s: string) => { stdout += s; });
   child.stderr!.setEncoding('utf8').on('data', (s: string) => { stderr += s; });
   let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; killGroup(child); }, o.timeoutMs ?? 120_000);
+  const timer = setTimeout(() => { timedOut = true; killGroup(child); }, timeoutMs);
   const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
   clearTimeout(timer);
   killGroup(child); // helpers it left behind, if any
   running.delete(child);
-  rmSync(root, { recursive: true, force: true });
-  const events = stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => {
-    try { return JSON.parse(l); } catch { return { unparsed: l }; }
-  });
-  return { code, events, stdout, stderr, timedOut };
+  return { code, stdout, stderr, timedOut };
+}
+
+let sandbox: Promise<boolean> | undefined;
+
+/** Whether Codex's own sandbox can run commands on this machine (probed once). */
+export function sandboxed(): Promise<boolean> {
+  return (sandbox ??= (async () => {
+    const h = makeHome({ gatewayUrl: 'http://127.0.0.1:9', apiKey: 'unused', model: 'unused' }, false);
+    try {
+      const r = await codex(h, ['sandbox', '--', 'echo', 'sandbox-probe'], 60_000);
+      return r.code === 0 && r.stdout.includes('sandbox-probe');
+    } finally {
+      rmSync(h.root, { recursive: true, force: true });
+    }
+  })());
+}
+
+export async function runCodex(o: CodexOptions): Promise<CodexRun> {
+  const h = makeHome(o, !(await sandboxed()));
+  try {
+    const r = await codex(h, ['exec', '--json', '--skip-git-repo-check', o.prompt], o.timeoutMs ?? 120_000);
+    const events = r.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => {
+      try { return JSON.parse(l); } catch { return { unparsed: l }; }
+    });
+    return { ...r, events };
+  } finally {
+    rmSync(h.root, { recursive: true, force: true });
+  }
 }
 
 /** The completed items of a run, by type. */
