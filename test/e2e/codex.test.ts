@@ -18,6 +18,9 @@ import type { MockRequestRecord } from '../../core/mock/server.js';
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
 const K = { responses: hex(0xc0de1), anthropic: hex(0xc0de2), messages: hex(0xc0de3), chat: hex(0xc0de4) };
 
+// Six Codex runs, each bounded at 90 s: room beyond tap's default file timeout on a loaded machine.
+t.setTimeout(600_000);
+
 let g: TestGateway;
 t.before(async () => {
   const cfg = baseConfig();

@@ -29,6 +29,8 @@ export interface CodexRun {
 }
 
 const running = new Set<ChildProcess>();
+// However the test process ends (a tap timeout included), no Codex is left behind.
+process.once('exit', () => killCodex());
 
 /** Kills every Codex process group still running (tests call it on teardown). */
 export function killCodex(): void {
@@ -51,7 +53,7 @@ export interface CodexOptions {
   apiKey: string;
   model: string;
   prompt: string;
-  /** Hard limit for the whole run (default 120 s: generous for a loaded 2-core machine). */
+  /** Hard limit for the whole run (default 90 s: generous for a loaded 2-core machine). */
   timeoutMs?: number;
 }
 
@@ -138,7 +140,7 @@ export function sandboxed(): Promise<boolean> {
 export async function runCodex(o: CodexOptions): Promise<CodexRun> {
   const h = makeHome(o, !(await sandboxed()));
   try {
-    const r = await codex(h, ['exec', '--json', '--skip-git-repo-check', o.prompt], o.timeoutMs ?? 120_000);
+    const r = await codex(h, ['exec', '--json', '--skip-git-repo-check', o.prompt], o.timeoutMs ?? 90_000);
     const events = r.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => {
       try { return JSON.parse(l); } catch { return { unparsed: l }; }
     });
