@@ -6,6 +6,9 @@ import type { GroupConfig, ModelConfig, UserConfig } from './config/types.js';
 import type { ParsedBody, RequestContext } from './context.js';
 import { isFree, priceUsage } from './money.js';
 import { resolveModel } from './routing.js';
+import { estimateTokens } from './protocols/usage.js';
+import { WINDOWS } from './config/types.js';
+import type { Settlement } from './store/types.js';
 
 /** The user's personal rate for the group (ppm) replaces the group's multiplier. */
 export function chargeRate(user: UserConfig | undefined, group: GroupConfig | undefined): number {
@@ -69,4 +72,22 @@ export function worstCaseCharge(body: ParsedBody, models: readonly ModelConfig[]
 /** Routes that call no model (models, usage, count_tokens) check eligibility but reserve nothing. */
 export function isModelCall(ctx: RequestContext): boolean {
   return !ctx.route.handler;
+}
+
+/**
+ * The crash-recovery settlement of a model call (docs/limits.md "Crash recovery"): the input the
+ * upstream would have processed, estimated from the body as every other estimate is (4 characters
+ * a token), at the requested model's price and the user's rate; no output. Undefined when the
+ * request is not a priced-and-metered model call yet (no key, or no body or model read).
+ */
+export function recoverySettlement(ctx: RequestContext): Settlement | undefined {
+  const { key, user, group, requested } = ctx;
+  if (!key || !group || !requested || !isModelCall(ctx)) return undefined;
+  const usage = { input: estimateTokens(ctx.requestChars), output: 0, cacheRead: 0, cacheWrite: 0 };
+  const charge = priceUsage(usage, requested.model.price, chargeRate(user, group));
+  return {
+    keyId: key.id, user: key.user, group: group.name, model: requested.model.id, billing: group.billing, usage,
+    cost: charge.cost, actual: charge.actual, durationMs: 0, windows: WINDOWS.filter((w) => key.windows[w] > 0),
+    estimated: true, recovered: true,
+  };
 }

@@ -13,13 +13,14 @@ import { GatewayError, type ErrorFormat } from './errors.js';
 import type {
   AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
 } from './config/types.js';
-import type { Claim, Store } from './store/types.js';
+import type { Claim, Settlement, Store } from './store/types.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
 import type { Conversion } from './protocols/types.js';
 import type { Metrics } from './metrics.js';
 import { resolveModel } from './routing.js';
+import { recoverySettlement } from './billing.js';
 
 export interface Slot<T> {
   readonly name: string;
@@ -57,7 +58,12 @@ export class Admission {
   /** Worst-case charge to reserve (micro-USD); plugins raise it, never lower it. */
   reserve = 0;
 
-  constructor(private readonly store: Store, private readonly requestId: string) {}
+  constructor(
+    private readonly store: Store,
+    private readonly requestId: string,
+    /** The settlement applied if the process dies before this request settles (store contract). */
+    private readonly recovery: () => Settlement | undefined = () => undefined,
+  ) {}
 
   add(claim: Claim, onFail: (retryAfterMs?: number) => GatewayError): void {
     if (this.committed) throw new Error('admission already committed: claims must be added before commit()');
@@ -76,7 +82,7 @@ export class Admission {
     if (this.claims.length === 0) return;
     let result;
     try {
-      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims });
+      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery() });
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
@@ -170,6 +176,8 @@ export class RequestContext {
   /** Set by the fallback plugin: extra models to try, and the attempt budget. */
   fallback: { models: string[]; maxAttempts: number } = { models: [], maxAttempts: 1 };
   private readonly slots = new Map<Slot<unknown>, unknown>();
+  /** The requested model, once `model()` resolved it. */
+  requested?: ResolvedModel;
   private bodyPromise?: Promise<ParsedBody>;
   private modelPromise?: Promise<ResolvedModel>;
 
@@ -195,7 +203,7 @@ export class RequestContext {
   ) {
     this.startedAt = clock.now();
     this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
-    this.admission = new Admission(store, ledgerId);
+    this.admission = new Admission(store, ledgerId, () => recoverySettlement(this));
   }
 
   get protocol(): ProtocolName | undefined {
@@ -236,6 +244,7 @@ export class RequestContext {
     return (this.modelPromise ??= this.body().then((b) => {
       const r = resolveModel(this.config, this.group, b.model);
       if (!r) throw new GatewayError('NO_ACCOUNTS', { message: `No available accounts support the model '${b.model}'` });
+      this.requested = r;
       return r;
     }));
   }

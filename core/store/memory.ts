@@ -25,11 +25,22 @@
  *
  * Durability (only with `path`):
  * - Files: `snapshot.json` (whole durable state + the journal sequence number it includes;
- *   written to a temp file, fsynced, renamed, directory fsynced) and `journal.jsonl` (one JSON
- *   object per line: settlements, window starts, quota resets, each with an increasing `seq`).
- * - Journal appends go to an in-memory buffer that a timer writes and fsyncs every
- *   `flushIntervalMs` (async I/O only). A `kill -9` or power loss therefore loses at most the
- *   writes of the last interval (plus one in-flight write); a torn last line is skipped on load.
+ *   written to a temp file, fsynced, renamed, directory fsynced), `journal.jsonl` (one JSON
+ *   object per line: admissions with their recovery settlement, settlements, cancellations,
+ *   window starts, quota resets, each with an increasing `seq`) and `gateway.lock` (the PID of
+ *   the one process using the folder).
+ * - Journal appends are written to the OS once per event-loop turn (one synchronous write of
+ *   everything appended during the turn), so a process kill loses nothing that was settled before
+ *   the turn ended; the file is fsynced every `flushIntervalMs`, so a power loss or kernel crash
+ *   loses at most that interval. A torn last line is skipped on load.
+ * - Crash recovery (the one rule for every store, docs/limits.md): an admission that carries a
+ *   `recovery` settlement is journaled; its settle or cancel resolves it. At the next start, every
+ *   admission left unresolved (the process died with the request in flight) is settled with its
+ *   `recovery` (flagged `recovered` and `estimated`, logged one line each). Open admissions are
+ *   kept in the snapshot too, so compaction never drops one.
+ * - One process per folder: `gateway.lock` is created exclusively and names the holder's PID; a
+ *   second open fails with the folder and the PID, unless that PID no longer runs (stale lock of a
+ *   killed process), in which case the lock is taken over.
  * - Replay skips entries whose `seq` the snapshot already contains, so a crash between writing a
  *   snapshot and truncating the journal does not count anything twice (nor does a journal chunk
  *   rewritten after a failed write).
@@ -42,6 +53,7 @@
  *   cross-restart idempotency is only needed for what the journal itself replays.
  */
 import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises';
+import { closeSync, fsync, ftruncateSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { LRUCache } from 'lru-cache';
 import { join } from 'node:path';
 import { systemClock, type Clock } from '../clock.js';
@@ -64,6 +76,9 @@ const MAX_TIMER_MS = 2_147_483_647;
 const REMEMBER_MAX_CHARS = 64 * 1024 * 1024;
 const SNAPSHOT = 'snapshot.json';
 const JOURNAL = 'journal.jsonl';
+const LOCK = 'gateway.lock';
+/** Folders locked by this process (a lock naming our own PID but not listed here is stale). */
+const lockedHere = new Set<string>();
 
 // ---- state shapes ------------------------------------------------------------------------------
 
@@ -124,6 +139,10 @@ interface KeyUsage {
 
 interface Admission {
   reserve: number;
+  /** Journaled with the admission: applied at the next start if the process dies first. */
+  recovery?: Settlement;
+  /** Admission time (journal and snapshot). */
+  t: number;
   held: Held[];
   /** Minute counters incremented (RPM, free calls), with the minute they counted in. */
   counted: { counter: MinuteCounter; minute: number }[];
@@ -157,10 +176,14 @@ interface SnapshotJson {
   plans: Record<string, { user: string; group: string; daily: PeriodJson; weekly: PeriodJson; monthly: PeriodJson }>;
   keys: Record<string, { used: number; windows: Partial<Record<Window, PeriodJson>> }>;
   stats: Record<string, { total: UsageCounters; days: Record<string, Record<string, UsageCounters>> }>;
+  /** Admissions in flight when the snapshot was taken, with their recovery settlement. */
+  open?: Record<string, { t: number; r: Settlement }>;
 }
 
 type JournalEntry =
   | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
+  | { seq: number; op: 'admit'; t: number; id: string; r: Settlement }
+  | { seq: number; op: 'cancel'; t: number; id: string }
   | { seq: number; op: 'wstart'; t: number; key: string; w: Window }
   | { seq: number; op: 'reset'; t: number; key: string };
 
@@ -266,8 +289,17 @@ export class MemoryStore implements Store {
   // persistence
   private seq = 0;
   private pending: string[] = [];
-  private journal: FileHandle | undefined;
+  /** The journal's file descriptor (appends are synchronous writes, once per event-loop turn). */
+  private journal: number | undefined;
   private journalBytes = 0;
+  /** Bytes written since the last fsync. */
+  private unsynced = false;
+  private writeScheduled = false;
+  /** While a snapshot is being written, appends wait in `pending` (the journal is truncated after). */
+  private compacting = false;
+  /** Admissions found unresolved while loading (id → recovery), settled once loading ends. */
+  private readonly unresolved = new Map<string, { t: number; r: Settlement }>();
+  private locked = false;
   private chain: Promise<void> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -312,9 +344,14 @@ export class MemoryStore implements Store {
       else return c.retryAfterMs === undefined ? { ok: false, index: i } : { ok: false, index: i, retryAfterMs: c.retryAfterMs };
     }
     if (heldAt >= 0) return { ok: false, index: heldAt, held: true };
-    const adm: Admission = { reserve: req.reserve, held: [], counted: [] };
+    const adm: Admission = { reserve: req.reserve, held: [], counted: [], t: now };
     for (const apply of applies) apply(adm);
     this.admissions.set(req.requestId, adm);
+    if (req.recovery && this.dir !== undefined) {
+      assertMoney('recovery.actual', req.recovery.actual);
+      adm.recovery = { ...req.recovery, estimated: true, recovered: true };
+      this.append({ op: 'admit', t: now, id: req.requestId, r: adm.recovery });
+    }
     return { ok: true };
   }
 
@@ -412,9 +449,9 @@ export class MemoryStore implements Store {
   }
 
   /** Drops an admission's reservations; `undoCounts` also takes back its RPM / free-call counts. */
-  private release(requestId: string, undoCounts: boolean): void {
+  private release(requestId: string, undoCounts: boolean): Admission | undefined {
     const adm = this.admissions.get(requestId);
-    if (!adm) return;
+    if (!adm) return undefined;
     this.admissions.delete(requestId);
     for (const h of adm.held) h.reserved -= adm.reserve;
     if (undoCounts) {
@@ -422,10 +459,12 @@ export class MemoryStore implements Store {
         if (counter.minute === minute && counter.count > 0) counter.count--;
       }
     }
+    return adm;
   }
 
   async cancel(requestId: string, opts: { keepCounts?: boolean } = {}): Promise<void> {
-    this.release(requestId, !opts.keepCounts);
+    const adm = this.release(requestId, !opts.keepCounts);
+    if (adm?.recovery && !this.closed) this.append({ op: 'cancel', t: this.clock.now(), id: requestId });
   }
 
   // ---- settlement ------------------------------------------------------------------------------
@@ -706,6 +745,38 @@ export class MemoryStore implements Store {
   private append(entry: DistributiveOmit<JournalEntry, 'seq'>): void {
     if (this.dir === undefined) return;
     this.pending.push(JSON.stringify({ seq: ++this.seq, ...entry }) + '\n');
+    if (!this.writeScheduled && this.journal !== undefined) {
+      this.writeScheduled = true;
+      setImmediate(() => {
+        this.writeScheduled = false;
+        this.writeNow();
+      });
+    }
+  }
+
+  /**
+   * Hands everything appended so far to the OS in one synchronous write (no fsync): after it, a
+   * process kill loses none of it. Skipped while a snapshot is written (the journal is truncated
+   * when it is durable; `compact` writes what waited).
+   */
+  private writeNow(): void {
+    const fd = this.journal;
+    if (fd === undefined || this.compacting || this.pending.length === 0) return;
+    const chunk = Buffer.from(this.pending.join(''), 'utf8');
+    this.pending = [];
+    try {
+      let off = 0;
+      while (off < chunk.length) off += writeSync(fd, chunk, off, chunk.length - off);
+    } catch (e) {
+      // Put it back for the next attempt; cut off a partial write so lines stay whole.
+      this.pending.unshift(chunk.toString('utf8'));
+      try { ftruncateSync(fd, this.journalBytes); } catch { /* next write retries */ }
+      this.log.error('store journal write failed', { error: e as Error });
+      return;
+    }
+    this.journalBytes += chunk.length;
+    this.unsynced = true;
+    if (this.journalBytes >= this.compactBytes) void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
   }
 
   /** Runs `fn` after every earlier disk operation (one writer at a time). */
@@ -716,26 +787,19 @@ export class MemoryStore implements Store {
   }
 
   async flush(): Promise<void> {
-    if (this.dir === undefined || !this.journal) return;
+    if (this.dir === undefined || this.journal === undefined) return;
     return this.serial(() => this.writePending());
   }
 
+  /** Writes what is pending and fsyncs the journal (power-loss durability). */
   private async writePending(): Promise<void> {
-    const fh = this.journal;
-    if (!fh || this.pending.length === 0) return;
-    const chunk = this.pending.join('');
-    this.pending = [];
-    try {
-      await fh.appendFile(chunk, 'utf8');
-      await fh.sync();
-    } catch (e) {
-      // Put it back for the next attempt; cut off a partial write so lines stay whole.
-      this.pending.unshift(chunk);
-      await fh.truncate(this.journalBytes).catch(() => undefined);
-      throw e;
-    }
-    this.journalBytes += Buffer.byteLength(chunk);
-    if (this.journalBytes >= this.compactBytes) await this.compact();
+    const fd = this.journal;
+    if (fd === undefined) return;
+    this.writeNow();
+    if (this.pending.length > 0 && !this.compacting) throw new Error('store journal write failed');
+    if (!this.unsynced) return;
+    this.unsynced = false;
+    await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
   }
 
   /** Writes a snapshot of the whole state and empties the journal. Run through serial(). */
@@ -743,8 +807,10 @@ export class MemoryStore implements Store {
     const dir = this.dir!;
     const snap = JSON.stringify(this.snapshot());
     // Everything buffered so far is in the snapshot; keep it until the snapshot is durable.
+    // Appends made while it is written wait in `pending` (written after the truncation below).
     const included = this.pending;
     this.pending = [];
+    this.compacting = true;
     try {
       const tmp = join(dir, SNAPSHOT + '.tmp');
       const fh = await open(tmp, 'w');
@@ -758,13 +824,18 @@ export class MemoryStore implements Store {
       await syncDir(dir);
     } catch (e) {
       this.pending = included.concat(this.pending);
+      this.compacting = false;
       throw e;
     }
-    if (this.journal) {
-      await this.journal.truncate(0);
-      await this.journal.sync();
-      this.journalBytes = 0;
+    try {
+      if (this.journal !== undefined) {
+        ftruncateSync(this.journal, 0);
+        this.journalBytes = 0;
+      }
+    } finally {
+      this.compacting = false;
     }
+    this.writeNow();
   }
 
   async close(): Promise<void> {
@@ -776,30 +847,78 @@ export class MemoryStore implements Store {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    if (this.dir === undefined || !this.journal) return;
+    if (this.dir === undefined || this.journal === undefined) return;
     try {
       await this.serial(() => this.writePending());
       await this.serial(() => this.compact());
+      await this.serial(() => this.writePending());
     } finally {
-      const fh = this.journal;
+      const fd = this.journal;
       this.journal = undefined;
-      await fh.close();
+      closeSync(fd);
+      this.unlock();
     }
+  }
+
+  /** Takes `gateway.lock` (one process per folder); throws naming the holder when it runs. */
+  private lock(): void {
+    const dir = this.dir!;
+    const file = join(dir, LOCK);
+    for (let i = 0; i < 2; i++) {
+      try {
+        const fd = openSync(file, 'wx');
+        writeSync(fd, `${process.pid}\n`);
+        closeSync(fd);
+        this.locked = true;
+        lockedHere.add(dir);
+        return;
+      } catch (e) {
+        if (errCode(e) !== 'EEXIST') throw e;
+      }
+      let pid = NaN;
+      try { pid = Number.parseInt(readFileSync(file, 'utf8'), 10); } catch { /* removed meanwhile, or unreadable */ }
+      const held = pid === process.pid ? lockedHere.has(dir) : Number.isInteger(pid) && pid > 0 && processRuns(pid);
+      if (held) {
+        throw new Error(`store folder ${dir} is in use by another gateway process (PID ${pid}, ${file}); ` +
+          'stop that process or give this gateway another store.path');
+      }
+      if (i === 0) {
+        this.log.warn('store: taking over a stale lock', { path: file, pid: Number.isNaN(pid) ? undefined : pid });
+        try { unlinkSync(file); } catch { /* another process took it over first; the retry says so */ }
+      }
+    }
+    throw new Error(`store folder ${dir} is being taken over by another gateway process (${file})`);
+  }
+
+  private unlock(): void {
+    if (!this.locked) return;
+    this.locked = false;
+    lockedHere.delete(this.dir!);
+    try { unlinkSync(join(this.dir!, LOCK)); } catch { /* already gone */ }
   }
 
   private async load(): Promise<void> {
     const dir = this.dir!;
     await mkdir(dir, { recursive: true });
-    const snapText = await readIfExists(join(dir, SNAPSHOT));
-    if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
-    const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
-    const replayed = this.replay(journalText);
-    this.journal = await open(join(dir, JOURNAL), 'a');
-    this.journalBytes = Buffer.byteLength(journalText);
-    await syncDir(dir); // the journal's directory entry, if it was just created
-    // Fold the journal into a fresh snapshot: also drops a torn tail before anything is appended.
-    if (journalText.length > 0) await this.serial(() => this.compact());
-    this.log.info('store loaded', { path: dir, seq: this.seq, replayed });
+    this.lock();
+    try {
+      const snapText = await readIfExists(join(dir, SNAPSHOT));
+      if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
+      const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
+      const replayed = this.replay(journalText);
+      const recovered = this.recoverUnresolved();
+      this.journal = openSync(join(dir, JOURNAL), 'a');
+      this.journalBytes = Buffer.byteLength(journalText);
+      await syncDir(dir); // the journal's directory entry, if it was just created
+      // Fold the journal into a fresh snapshot: also drops a torn tail before anything is appended.
+      if (journalText.length > 0 || recovered > 0) await this.serial(() => this.compact());
+      this.log.info('store loaded', { path: dir, seq: this.seq, replayed, recovered });
+    } catch (e) {
+      if (this.journal !== undefined) closeSync(this.journal);
+      this.journal = undefined;
+      this.unlock();
+      throw e;
+    }
     this.timer = setInterval(() => {
       this.flush().catch((e) => this.log.error('store journal flush failed', { error: e as Error }));
     }, this.flushIntervalMs);
@@ -826,7 +945,14 @@ export class MemoryStore implements Store {
       replayed++;
       switch (e.op) {
         case 'settle':
+          this.unresolved.delete(e.id);
           if (!this.settled.has(e.id)) this.applySettlement(e.id, e.s, e.t);
+          break;
+        case 'admit':
+          if (!this.settled.has(e.id)) this.unresolved.set(e.id, { t: e.t, r: e.r });
+          break;
+        case 'cancel':
+          this.unresolved.delete(e.id);
           break;
         case 'wstart': {
           const w = this.keyCounters(e.key).windows[e.w];
@@ -844,6 +970,26 @@ export class MemoryStore implements Store {
       }
     }
     return replayed;
+  }
+
+  /**
+   * Settles every admission the previous process left unresolved with its recovery settlement
+   * (docs/limits.md "Crash recovery"). Runs at load, before the journal is opened: the settlements
+   * get journal sequence numbers and land in the snapshot written right after.
+   */
+  private recoverUnresolved(): number {
+    let n = 0;
+    for (const [id, { t, r }] of this.unresolved) {
+      const s: Settlement = { ...r, estimated: true, recovered: true };
+      this.applySettlement(id, s, t);
+      this.seq++;
+      n++;
+      this.log.warn('store: request in flight at a crash settled by the recovery rule', {
+        requestId: id, key: s.keyId, user: s.user, model: s.model, actual: s.actual, usage: s.usage, recovered: true,
+      });
+    }
+    this.unresolved.clear();
+    return n;
   }
 
   private snapshot(): SnapshotJson {
@@ -865,12 +1011,14 @@ export class MemoryStore implements Store {
           .map((w) => [w, { start: k.windows[w].start!, used: k.windows[w].used }])),
       }])),
       stats: Object.fromEntries([...this.usage].map(([id, u]) => [id, { total: u.total, days: days(u) }])),
+      open: Object.fromEntries([...this.admissions].filter(([, a]) => a.recovery).map(([id, a]) => [id, { t: a.t, r: a.recovery! }])),
     };
   }
 
   private restore(s: SnapshotJson): void {
     if (s.v !== 1) throw new Error(`store snapshot: unsupported version ${String(s.v)}`);
     this.seq = s.seq;
+    for (const [id, o] of Object.entries(s.open ?? {})) this.unresolved.set(id, o);
     for (const [user, spent] of Object.entries(s.wallets)) this.wallet(user).spent = spent;
     for (const [user, c] of Object.entries(s.caps)) {
       const cap = this.cap(user);
@@ -920,5 +1068,15 @@ async function syncDir(dir: string): Promise<void> {
     // best effort
   } finally {
     await fh?.close().catch(() => undefined);
+  }
+}
+
+/** Whether a process with this PID exists (EPERM: it does, under another user). */
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return errCode(e) === 'EPERM';
   }
 }

@@ -1,13 +1,14 @@
 /**
  * Child process for the kill -9 test (not a test itself): opens a MemoryStore on argv[2], settles
- * argv[3] requests (request i charges i + 1 micro-USD), waits longer than the flush interval,
- * prints "ready" and then idles until the parent kills it with SIGKILL.
+ * argv[3] requests (request i charges i + 1 micro-USD), admits one more with a recovery settlement
+ * of 7 micro-USD, lets one event-loop turn pass (no fsync: the interval is far away), prints
+ * "ready" and then idles until the parent kills it with SIGKILL.
  */
 import { MemoryStore } from '../../core/store/memory.js';
 
 const [dir, nArg] = process.argv.slice(2);
 const n = Number(nArg);
-const flushIntervalMs = 50;
+const flushIntervalMs = 1_000_000;
 
 const store = await MemoryStore.open({ path: dir, flushIntervalMs });
 for (let i = 0; i < n; i++) {
@@ -18,8 +19,14 @@ for (let i = 0; i < n; i++) {
     cost: i + 1, actual: i + 1, durationMs: 1, windows: ['5h'],
   });
 }
-// A reservation that must not survive the crash.
-await store.admit({ requestId: 'in-flight', reserve: 5000, claims: [{ kind: 'key-quota', key: 'k1', limit: 1_000_000_000 }] });
-await new Promise((r) => setTimeout(r, flushIntervalMs * 4));
+// In flight at the crash: its reservation dies with the process, its recovery settlement is applied.
+await store.admit({
+  requestId: 'in-flight', reserve: 5000, claims: [{ kind: 'key-quota', key: 'k1', limit: 1_000_000_000 }],
+  recovery: {
+    keyId: 'k1', user: 'u1', group: 'g1', model: 'm1', billing: 'balance',
+    usage: { input: 7, output: 0, cacheRead: 0, cacheWrite: 0 }, cost: 7, actual: 7, durationMs: 0, windows: [],
+  },
+});
+await new Promise((r) => setImmediate(r));
 process.stdout.write('ready\n');
 setInterval(() => {}, 60_000);

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { appendFile, cp, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -657,7 +658,9 @@ t.test('persistence: reopen after a flush without close (crash), torn last line'
   t.equal((await stat(path.join(copy2, 'journal.jsonl'))).size, 0, 'torn tail compacted away at open');
   await s2.settle('after', settlement({ actual: 1 }));
   await s2.flush();
-  const s3 = await MemoryStore.open({ path: copy2, clock, flushIntervalMs: 1_000_000 });
+  const copy3 = await tmp(t);
+  await cp(copy2, copy3, { recursive: true });
+  const s3 = await MemoryStore.open({ path: copy3, clock, flushIntervalMs: 1_000_000 });
   t.equal(await s3.balanceSpent('u1'), 41, 'appends after a torn tail are readable');
   await s2.close();
   await s3.close();
@@ -724,13 +727,16 @@ t.test('persistence: compaction by journal size', async (t) => {
   await again.close();
 });
 
-t.test('persistence: the flush timer writes without an explicit flush', async (t) => {
+t.test('persistence: a settlement reaches the OS by the end of its event-loop turn, without a flush', async (t) => {
   const dir = await tmp(t);
-  const store = await MemoryStore.open({ path: dir, flushIntervalMs: 20 });
+  const store = await MemoryStore.open({ path: dir, flushIntervalMs: 1_000_000 });
   await store.settle('x', settlement({ actual: 3 }));
-  t.equal(await readFile(path.join(dir, 'journal.jsonl'), 'utf8'), '', 'buffered, not written on the request path');
-  await new Promise((r) => setTimeout(r, 120));
-  t.match(await readFile(path.join(dir, 'journal.jsonl'), 'utf8'), /"id":"x"/);
+  await store.settle('y', settlement({ actual: 4 }));
+  t.equal(readFileSync(path.join(dir, 'journal.jsonl'), 'utf8'), '', 'batched: not written on the request path');
+  await new Promise((r) => setImmediate(r));
+  const text = readFileSync(path.join(dir, 'journal.jsonl'), 'utf8');
+  t.match(text, /"id":"x"/);
+  t.match(text, /"id":"y"/);
   await store.close();
 });
 
@@ -752,13 +758,75 @@ t.test('persistence: kill -9 after a flush interval loses nothing', async (t) =>
   child.kill('SIGKILL');
   t.equal(await exited, 'SIGKILL');
   const store = await MemoryStore.open({ path: dir });
-  t.equal(await store.balanceSpent('u1'), (N * (N + 1)) / 2, 'every settlement present');
+  const sum = (N * (N + 1)) / 2;
+  t.equal(await store.balanceSpent('u1'), sum + 7, 'every settlement present, and the in-flight request billed by its recovery');
   const st = await store.keyState('k1');
-  t.equal(st.used, (N * (N + 1)) / 2);
+  t.equal(st.used, sum + 7);
   t.equal(st.reserved, 0, 'the in-flight reservation died with the process');
   t.ok(st.windows['5h'].start !== undefined);
-  t.equal((await store.keyStats('k1', '2000-01-01', '2100-01-01')).total.requests, N);
+  t.equal((await store.keyStats('k1', '2000-01-01', '2100-01-01')).total.requests, N + 1);
   await store.close();
+  const again = await MemoryStore.open({ path: dir });
+  t.equal(await again.balanceSpent('u1'), sum + 7, 'the recovery is applied once, not again at the next start');
+  await again.close();
+});
+
+const recovery = (actual: number) => settlement({ actual, cost: actual, usage: { input: actual, output: 0, cacheRead: 0, cacheWrite: 0 } });
+
+t.test('crash recovery: unresolved admissions settle by their recovery; settled and cancelled ones do not', async (t) => {
+  const dir = await tmp(t);
+  const clock = new ManualClock(T0);
+  const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, compactBytes: 1_500 });
+  const admit = (id: string, actual: number) => store.admit({ requestId: id, reserve: 100, claims: [quota(1_000_000)], recovery: recovery(actual) });
+  await admit('settled', 1);
+  await admit('cancelled', 2);
+  await admit('open-a', 4);
+  await store.settle('settled', settlement({ actual: 10 }));
+  await store.cancel('cancelled');
+  // Enough settlements to compact: open-a is then only in the snapshot.
+  for (let i = 0; i < 20; i++) await store.settle(`filler-${i}`, settlement({ actual: 0 }));
+  await store.flush();
+  await admit('open-b', 8);
+  await new Promise((r) => setImmediate(r));
+  const crashed = await tmp(t);
+  await cp(dir, crashed, { recursive: true });
+  await store.close();
+  const lines: string[] = [];
+  const again = await MemoryStore.open({ path: crashed, clock, log: createLogger('warn', (l) => lines.push(l)) });
+  t.equal(await again.balanceSpent('u1'), 10 + 4 + 8, 'recoveries of open-a (from the snapshot) and open-b (from the journal)');
+  t.equal((await again.keyState('k1')).reserved, 0);
+  const logged = lines.filter((l) => l.includes('recovery rule'));
+  t.equal(logged.length, 2, 'one log line per recovered request');
+  t.ok(logged.every((l) => /"recovered":true/.test(l)));
+  await again.close();
+  const snap = JSON.parse(readFileSync(path.join(dir, 'snapshot.json'), 'utf8'));
+  t.same(Object.keys(snap.open).sort(), ['open-a', 'open-b'], 'closed with requests in flight: their recovery is kept for the next start');
+});
+
+t.test('store lock: one process per folder; a stale lock is taken over', async (t) => {
+  const dir = await tmp(t);
+  const first = await MemoryStore.open({ path: dir });
+  const err = await MemoryStore.open({ path: dir }).then(() => undefined, (e: Error) => e);
+  t.ok(err, 'a second open of the same folder is refused');
+  t.match(err!.message, dir, 'the message names the folder');
+  t.match(err!.message, `PID ${process.pid}`, 'and the holder');
+  await first.close();
+  const second = await MemoryStore.open({ path: dir });
+  await second.close();
+
+  // A lock left by a process that was killed.
+  const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+  await new Promise((r) => child.once('spawn', r));
+  writeFileSync(path.join(dir, 'gateway.lock'), `${child.pid}\n`);
+  const busy = await MemoryStore.open({ path: dir }).then(() => undefined, (e: Error) => e);
+  t.match(busy?.message, `PID ${child.pid}`, 'a live holder in another process is named');
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+  const third = await MemoryStore.open({ path: dir });
+  t.equal(readFileSync(path.join(dir, 'gateway.lock'), 'utf8').trim(), String(process.pid), 'the stale lock was taken over');
+  await third.close();
+  t.notOk(existsSync(path.join(dir, 'gateway.lock')), 'close removes the lock');
 });
 
 t.test('remember / recall: by namespace, expiring, health', async (t) => {
