@@ -787,7 +787,7 @@ t.test('crash recovery: unresolved admissions settle by their recovery; settled 
   for (let i = 0; i < 20; i++) await store.settle(`filler-${i}`, settlement({ actual: 0 }));
   await store.flush();
   await admit('open-b', 8);
-  await new Promise((r) => setImmediate(r));
+  await store.flush(); // also waits for the compaction the fillers started
   const crashed = await tmp(t);
   await cp(dir, crashed, { recursive: true });
   await store.close();
