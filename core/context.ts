@@ -170,8 +170,10 @@ export class RequestContext {
   answeredModel?: ModelConfig;
   /** Characters in the request body (for usage estimates). */
   requestChars = 0;
-  /** The body bytes as received, once read (kept for failed-request records). */
+  /** The body bytes as received, kept only when they could not be parsed (failed-request records). */
   rawBody?: Buffer;
+  /** The parsed body, once read. */
+  parsed?: ParsedBody;
   metrics?: Metrics;
   /** Set by the fallback plugin: extra models to try, and the attempt budget. */
   fallback: { models: string[]; maxAttempts: number } = { models: [], maxAttempts: 1 };
@@ -234,6 +236,7 @@ export class RequestContext {
   /** The parsed, validated body (read on first call). Throws 400 / 413. */
   body(): Promise<ParsedBody> {
     return (this.bodyPromise ??= this.readBody(this).then((b) => {
+      this.parsed = b;
       this.requestChars = b.text.length;
       return b;
     }));

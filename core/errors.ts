@@ -24,7 +24,7 @@ export type ErrorFormat = 'flat' | 'messages' | 'chat' | 'responses-lite';
 
 /**
  * What kind of failure an entry is; with the status it decides the retry signal (`isRetryable`).
- *  - `request`     the request itself is wrong (400, 404, 405, 409, 413, 431)       final
+ *  - `request`     the request itself is wrong (400, 404, 405, 409, 413)            final
  *  - `credential`  the key or account cannot be used (401)                          final
  *  - `denied`      not allowed: IP rule, expiry, group, balance, plan, policy (403)  final
  *  - `exhausted`   a limit used up until it resets or is raised (quota, windows, plan, spend cap)  final
@@ -143,8 +143,12 @@ export const CATALOGUE = Object.freeze({
     message: 'Method not allowed' }),
   MALFORMED_HTTP: entry({ category: 'request', status: 400, type: 'invalid_request_error', code: 'bad_request', format: 'chat',
     message: 'Malformed HTTP request' }),
-  HEADERS_TOO_LARGE: entry({ category: 'request', status: 431, type: 'invalid_request_error', code: 'headers_too_large', format: 'chat',
+  HEADERS_TOO_LARGE: entry({ category: 'request', status: 413, type: 'request_too_large', code: 'headers_too_large', format: 'chat',
     message: 'Request headers are too large' }),
+  REQUEST_TIMEOUT: entry({ category: 'request', status: 400, type: 'invalid_request_error', code: 'request_timeout', format: 'chat',
+    message: 'The request did not arrive in time (server.headers_timeout / server.body_timeout)' }),
+  BODY_MEMORY_FULL: entry({ category: 'transient', status: 503, type: 'overloaded_error', code: 'body_memory_exhausted', retryAfter: true,
+    message: 'The gateway is holding too many large request bodies (server.body_memory); retry shortly' }),
   UNAUTHORIZED_ADMIN: entry({ category: 'credential', status: 401, type: 'authentication_error', code: 'unauthorized', format: 'chat',
     message: 'Admin token required' }),
   INTERNAL: entry({ category: 'transient', status: 500, type: 'api_error', code: 'internal_error',

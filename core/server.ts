@@ -14,7 +14,7 @@ import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types
 import type { PluginRegistry, Outcome } from './plugin.js';
 import { RequestContext } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
-import { readBody } from './body.js';
+import { BodyMemory, readBody } from './body.js';
 import { runChain, runFinally } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
 import { Transport } from './transport.js';
@@ -30,7 +30,7 @@ import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
 import { adminHandler } from './handlers/admin.js';
-import { FailedRequestLog } from './failed-requests.js';
+import { FailedRequestLog, type Secrets } from './failed-requests.js';
 import { AccountPools } from './pool/index.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
@@ -74,6 +74,8 @@ export class Gateway implements UpstreamDeps {
   private closing = false;
   private onHup?: () => void;
   private failed?: FailedRequestLog;
+  /** Request bytes in flight (server.body_memory; fixed at start like the other server settings). */
+  private bodyMemory = new BodyMemory(Number.MAX_SAFE_INTEGER);
   url = '';
 
   private constructor(
@@ -128,28 +130,50 @@ export class Gateway implements UpstreamDeps {
 
   private keepFailedRequests(config: GatewayConfig): void {
     this.failed?.close();
-    const { dir, retentionMs } = config.failedRequests;
-    this.failed = dir ? new FailedRequestLog(dir, retentionMs, this.clock, this.log) : undefined;
+    const { dir, retentionMs, maxBytes } = config.failedRequests;
+    this.failed = dir ? new FailedRequestLog(dir, { retentionMs, maxBytes, secrets: () => this.secrets() }, this.clock, this.log) : undefined;
+  }
+
+  /** Every configured client key (by digest) and provider credential: never in a failed-request record. */
+  private secrets(): Secrets {
+    const c = this.runtime?.config;
+    if (!c) return { plain: [], digests: new Set() };
+    const plain: string[] = [];
+    for (const p of Object.values(c.providers)) {
+      if (p.apiKey) plain.push(p.apiKey);
+      for (const v of Object.values(p.headers)) plain.push(v);
+    }
+    if (c.server.adminToken) plain.push(c.server.adminToken);
+    return { plain: plain.filter((s) => s.length >= 6), digests: new Set(c.keysByDigest.keys()) };
   }
 
   private listen(config: GatewayConfig): Promise<void> {
-    this.server = http.createServer({ headersTimeout: config.server.headersTimeoutMs, requestTimeout: 0 }, (req, res) => {
+    const s = config.server;
+    this.bodyMemory = new BodyMemory(s.bodyMemory);
+    this.server = http.createServer({
+      headersTimeout: s.headersTimeoutMs,
+      // The whole request (headers, then body) must arrive within both limits; checked every 500 ms,
+      // so a slow sender is closed within its limit + 1 s. Expired requests come to clientError.
+      requestTimeout: s.headersTimeoutMs + s.bodyTimeoutMs,
+      connectionsCheckingInterval: 500,
+      // A missing Host gets our own JSON 400 (handle()), not Node's empty one.
+      requireHostHeader: false,
+    }, (req, res) => {
       void this.handle(req, res);
     });
+    // A client that half-closes after sending (shutdown(SHUT_WR)) still gets its response: Node
+    // would otherwise abort the request at the FIN. A client that left for good is found when its
+    // response is written (and billed as a disconnect then); a reset is found at once.
+    (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     this.server.keepAliveTimeout = 5_000;
+    this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      this.refuse(req, res, new GatewayError('MALFORMED_HTTP', { message: `Expect: ${String(req.headers.expect).slice(0, 64)} is not supported (only 100-continue)` }));
+    });
     this.server.on('connection', (s: Socket) => {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
     });
-    this.server.on('clientError', (err: Error & { code?: string }, socket: Socket) => {
-      // Malformed requests (bad header characters, oversized headers) never reach a route.
-      if (!socket.writable) return socket.destroy();
-      const id = newRequestId();
-      const r = renderError(new GatewayError(err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : 'MALFORMED_HTTP'), 'chat');
-      const body = JSON.stringify(r.body);
-      socket.end(`HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
-        `content-type: application/json\r\nx-request-id: ${id}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
-    });
+    this.server.on('clientError', (err: Error & { code?: string }, socket: Socket) => this.onClientError(err, socket));
     const host = this.opts.host ?? config.server.host;
     const port = this.opts.port ?? config.server.port;
     return new Promise((resolve, reject) => {
@@ -162,6 +186,43 @@ export class Gateway implements UpstreamDeps {
         resolve();
       });
     });
+  }
+
+  /**
+   * Malformed HTTP (bad header characters or chunking, oversized headers) and requests that did
+   * not arrive in time: a 400 or 413 in the Chat error shape with an X-Request-ID, then the
+   * connection closes. Before a request object exists the answer is written on the socket; once
+   * one does (bad chunking, a body too slow) it goes through that request's response.
+   */
+  private onClientError(err: Error & { code?: string }, socket: Socket): void {
+    if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
+    const id = err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'MALFORMED_HTTP';
+    const r = renderError(new GatewayError(id), 'chat');
+    const body = JSON.stringify(r.body);
+    const res = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
+    if (res) {
+      if (res.headersSent) return void socket.destroy();
+      res.setHeader('connection', 'close');
+      res.writeHead(r.status, { 'content-type': 'application/json' });
+      res.end(body);
+      res.once('finish', () => socket.destroy());
+      setTimeout(() => socket.destroy(), 1_000).unref();
+      return;
+    }
+    socket.end(`HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
+      `content-type: application/json\r\nx-request-id: ${newRequestId()}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    setTimeout(() => socket.destroy(), 1_000).unref();
+  }
+
+  /** Answers a request the routes never see (Expect, missing Host) and closes its connection. */
+  private refuse(req: IncomingMessage, res: ServerResponse, err: GatewayError): void {
+    const given = req.headers['x-request-id'];
+    const r = renderError(err, 'chat');
+    res.writeHead(r.status, {
+      'content-type': 'application/json', 'x-request-id': typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId(),
+      connection: 'close', ...r.headers,
+    });
+    res.end(JSON.stringify(r.body));
   }
 
   get port(): number {
@@ -211,7 +272,8 @@ export class Gateway implements UpstreamDeps {
       const old = this.runtime;
       this.runtime = next;
       this.pools.configure(next.config);
-      if (next.config.failedRequests.dir !== old.config.failedRequests.dir || next.config.failedRequests.retentionMs !== old.config.failedRequests.retentionMs) {
+      const fr = (c: GatewayConfig) => JSON.stringify(c.failedRequests);
+      if (fr(next.config) !== fr(old.config)) {
         this.keepFailedRequests(next.config);
       }
       this.metrics.configReloads.inc({ result: 'ok' });
@@ -229,6 +291,9 @@ export class Gateway implements UpstreamDeps {
   // ---- requests ----------------------------------------------------------------------------
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.headers.host === undefined && req.httpVersion === '1.1') {
+      return this.refuse(req, res, new GatewayError('MALFORMED_HTTP', { message: 'The Host header is required (HTTP/1.1)' }));
+    }
     const rt = this.runtime;
     rt.enter();
     const socket = req.socket;
@@ -300,7 +365,7 @@ export class Gateway implements UpstreamDeps {
     res.on('close', onClose);
     const log = this.log.child({ requestId: id });
     const ledgerId = newRequestId();
-    const ctx = new RequestContext(id, ledgerId, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, readBody);
+    const ctx = new RequestContext(id, ledgerId, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, (c) => readBody(c, this.bodyMemory));
     ctx.metrics = this.metrics;
     this.metrics.inFlight.inc({ route: route.info.name });
     const handler = route.info.handler ? HANDLERS[route.info.handler] : undefined;
@@ -331,7 +396,7 @@ export class Gateway implements UpstreamDeps {
       this.failed.record({
         requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,
         error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
-        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, body: ctx.rawBody,
+        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, body: ctx.rawBody ?? ctx.parsed?.text,
       });
     }
     log.info('request', {
@@ -348,9 +413,9 @@ export class Gateway implements UpstreamDeps {
   }
 
   private sendError(ctx: RequestContext, err: GatewayError): void {
+    if (ctx.res.headersSent) return; // answered by clientError (malformed or too slow a body)
     const r = renderError(toGatewayError(err), ctx.errorFormat);
     const headers: Record<string, string> = { 'content-type': 'application/json', ...r.headers };
-    if ((ctx.req as IncomingMessage & { gatewayCloseAfter?: boolean }).gatewayCloseAfter) headers.connection = 'close';
     ctx.committed = true;
     ctx.res.writeHead(r.status, headers);
     ctx.res.end(JSON.stringify(r.body));

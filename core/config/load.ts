@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import net from 'node:net';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
+import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
@@ -481,6 +482,8 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     bodyLimit: parseSize(s.body_limit ?? '256MiB'),
     trustedProxies: s.trusted_proxies ?? [],
     headersTimeoutMs: parseDuration(s.headers_timeout ?? '20s'),
+    bodyTimeoutMs: parseDuration(s.body_timeout ?? '30s'),
+    bodyMemory: s.body_memory === undefined ? defaultBodyMemory() : parseSize(s.body_memory),
     upstreamTimeoutMs: parseDuration(s.upstream_timeout ?? '600s'),
     upstreamIdleTimeoutMs: parseDuration(s.upstream_idle_timeout ?? '300s'),
     onClientAbort: s.on_client_abort ?? 'abort',
@@ -512,6 +515,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     failedRequests: {
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
+      maxBytes: parseSize(raw.failed_requests?.max_size ?? '1GiB'),
     },
     limits: { freeRpmAtZeroBalance: raw.limits?.free_rpm_at_zero_balance ?? 10 },
     providers,
@@ -640,4 +644,13 @@ export function deepFreeze<T>(o: T): T {
     Object.freeze(o);
   }
   return o;
+}
+
+/**
+ * Default `server.body_memory`: a quarter of the V8 heap limit. Bodies are counted as received
+ * bytes, and a body's parsed JSON costs a few times its size on the heap, so a quarter leaves the
+ * rest of the heap for everything else even when the budget is full.
+ */
+export function defaultBodyMemory(): number {
+  return Math.max(16 * 1024 * 1024, Math.floor(getHeapStatistics().heap_size_limit / 4));
 }

@@ -46,7 +46,9 @@ export const gatewaySchema = {
         port: { type: 'integer', minimum: 0, maximum: 65535, default: 8080 },
         body_limit: { anyOf: [{ type: 'string', pattern: SIZE_PATTERN }, { type: 'integer', minimum: 1 }], default: '256MiB' },
         trusted_proxies: { ...ipList, description: 'CIDRs whose X-Forwarded-For is believed; empty: the socket address is the client' },
-        headers_timeout: duration,
+        headers_timeout: { ...duration, description: 'Request headers must arrive within this (default 20s); a slow sender is closed within it + 1s' },
+        body_timeout: { ...duration, description: 'A request body must arrive within this once the headers did (default 30s); then 400 request_timeout and the connection closes' },
+        body_memory: { anyOf: [{ type: 'string', pattern: SIZE_PATTERN }, { type: 'integer', minimum: 1 }], description: 'Request bytes held in flight across all requests; past it a request waits up to 2s, then 503 body_memory_exhausted (default: a quarter of the heap limit)' },
         upstream_timeout: { ...duration, description: 'Whole upstream attempt, request to last byte (default 600s)' },
         upstream_idle_timeout: { ...duration, description: 'Longest upstream silence once it answers (default 300s)' },
         on_client_abort: { enum: ['abort'], description: 'abort: stop the upstream and bill what was generated (the only mode)' },
@@ -76,7 +78,11 @@ export const gatewaySchema = {
     failed_requests: {
       type: 'object',
       additionalProperties: false,
-      properties: { dir: { type: 'string' }, retention: duration },
+      properties: {
+        dir: { type: 'string', description: 'Where failed requests are kept (credentials removed); absent: not kept' },
+        retention: { ...duration, description: 'Day folders older than this are deleted (default 30d)' },
+        max_size: { anyOf: [{ type: 'string', pattern: SIZE_PATTERN }, { type: 'integer', minimum: 1 }], description: 'Most the folder may hold; the oldest files are deleted past it (default 1GiB)' },
+      },
     },
     limits: {
       type: 'object',

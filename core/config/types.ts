@@ -20,6 +20,10 @@ export interface ServerConfig {
   bodyLimit: number;
   trustedProxies: readonly string[];
   headersTimeoutMs: number;
+  /** A request's body must arrive within this once its headers did. */
+  bodyTimeoutMs: number;
+  /** Bytes of request bodies held in flight across all requests, at most. */
+  bodyMemory: number;
   /** Whole upstream attempt, from request to the last byte. */
   upstreamTimeoutMs: number;
   /** Longest silence allowed from the upstream once it has started answering. */
@@ -202,7 +206,7 @@ export interface GatewayConfig {
   server: Readonly<ServerConfig>;
   store: Readonly<StoreConfig>;
   metrics: Readonly<{ path: string | null }>;
-  failedRequests: Readonly<{ dir?: string; retentionMs: number }>;
+  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxBytes: number }>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;
   models: Readonly<Record<string, ModelConfig>>;

@@ -37,7 +37,7 @@ t.test('failed requests are kept, successes are not, credentials never', async (
   const json = kept.find((r) => r.status === 400 && r.body);
   t.equal(json.body, '{"model":"chat-model", broken', 'the body as received');
   t.equal(json.error.type, 'invalid_request_error');
-  t.notOk('authorization' in json.headers);
+  t.equal(json.headers.authorization, '[removed]', 'credential headers keep their name, not their value');
   const q = kept.find((r) => r.error?.code === 'api_key_in_query_deprecated');
   t.match(q.path, /api_key=%5Bremoved%5D/);
   const f502 = kept.find((r) => r.status === 502);
@@ -52,7 +52,7 @@ t.test('day folders past the retention are deleted', async (t) => {
     writeFileSync(path.join(dir, d, 'x.json'), '{}');
   }
   const clock = new ManualClock(Date.UTC(2026, 2, 12, 12)); // 2026-03-12
-  const log = new FailedRequestLog(dir, 30 * 86_400_000, clock, silentLogger);
+  const log = new FailedRequestLog(dir, { retentionMs: 30 * 86_400_000, maxBytes: 1 << 30, secrets: () => ({ plain: [], digests: new Set() }) }, clock, silentLogger);
   await log.cleanup();
   log.close();
   t.same(readdirSync(dir).sort(), ['2026-02-11', 'not-a-day'], 'older than 30 days gone, the rest kept');
