@@ -41,7 +41,7 @@ export function requestedMaxTokens(body: ParsedBody): number | undefined {
 }
 
 /** Choices a Chat request asks for (`n`); each may produce the full output cap. */
-function choices(body: ParsedBody): number {
+export function choices(body: ParsedBody): number {
   const n = body.json.n;
   return typeof n === 'number' && Number.isInteger(n) && n > 1 ? Math.min(n, 128) : 1;
 }

@@ -15,6 +15,7 @@ import type { PluginRegistry, Outcome } from './plugin.js';
 import { RequestContext } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
 import { BodyMemory, readBody } from './body.js';
+import { KEEPALIVE } from './sse.js';
 import { runChain, runFinally } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
 import { Transport } from './transport.js';
@@ -363,6 +364,22 @@ export class Gateway implements UpstreamDeps {
       if (!res.writableFinished) ac.abort();
     };
     res.on('close', onClose);
+    // The client's FIN: a half-close (it still reads) or gone for good. Interim 102s tell them apart
+    // without touching the response: a closed socket answers the first with a reset, which the next
+    // write reports (then `close` aborts the request); a half-closed one ignores them, as HTTP
+    // requires of 1xx (on a stream already committed the probe is an SSE comment, which clients
+    // ignore too). Probes at 20 ms, 200 ms, 2 s, then every 10 s until the response ends.
+    let probeTimer: NodeJS.Timeout | undefined;
+    const probe = (next: number) => {
+      if (res.writableEnded || res.destroyed) return;
+      if (!res.headersSent) res.writeProcessing();
+      else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
+      else return;
+      probeTimer = setTimeout(() => probe(Math.min(next * 10, 10_000)), next);
+      probeTimer.unref();
+    };
+    const onEnd = () => probe(20);
+    req.socket.once('end', onEnd);
     const log = this.log.child({ requestId: id });
     const ledgerId = newRequestId();
     const ctx = new RequestContext(id, ledgerId, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, (c) => readBody(c, this.bodyMemory));
@@ -392,6 +409,8 @@ export class Gateway implements UpstreamDeps {
     }
     this.metrics.inFlight.dec({ route: route.info.name });
     res.off('close', onClose);
+    req.socket.off('end', onEnd);
+    clearTimeout(probeTimer);
     if (this.failed && (outcome.status >= 400 || error)) {
       this.failed.record({
         requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,

@@ -23,7 +23,10 @@ export interface UpstreamRequest {
   url: string;
   headers: Record<string, string>;
   body: string;
-  /** Socket inactivity limit before the response starts. */
+  /**
+   * Longest silence once the upstream began answering (its response headers arrived). Waiting for
+   * the headers is bounded by the caller's whole-attempt timer (`upstream_timeout`) alone.
+   */
   idleTimeoutMs: number;
 }
 
@@ -40,7 +43,15 @@ export class TransportError extends Error {
   }
 }
 
-type Pending = { resolve: (r: UpstreamResponse) => void; reject: (e: Error) => void; proxyReq?: http.ClientRequest; timedOut?: boolean };
+type Pending = {
+  resolve: (r: UpstreamResponse) => void;
+  reject: (e: Error) => void;
+  idleMs: number;
+  proxyReq?: http.ClientRequest;
+  timedOut?: boolean;
+  /** The request was fully handed to the upstream's socket. */
+  sent?: boolean;
+};
 
 export class Transport {
   private readonly proxy = httpProxy.createProxyServer({});
@@ -55,14 +66,19 @@ export class Transport {
         return;
       }
       this.pending.delete(req);
+      // From now on, silence is the idle timeout's; before, only the whole-attempt timer runs.
+      const proxyReq = p.proxyReq;
+      proxyReq?.setTimeout(p.idleMs, () => {
+        p.timedOut = true;
+        proxyReq.destroy(new Error('upstream idle timeout'));
+      });
       p.resolve({ status: proxyRes.statusCode ?? 502, headers: proxyRes.headers, body: proxyRes });
     });
     this.proxy.on('proxyReq', (proxyReq, req) => {
       const p = this.pending.get(req);
       if (!p) return;
       p.proxyReq = proxyReq;
-      // proxyTimeout destroys the request on socket inactivity; mark it so the error reads as a timeout.
-      proxyReq.once('timeout', () => { p.timedOut = true; });
+      proxyReq.once('finish', () => { p.sent = true; });
     });
     // Errors are delivered to the per-call callback; this keeps an unhandled one from throwing.
     this.proxy.on('error', () => {});
@@ -86,13 +102,15 @@ export class Transport {
    * the caller must consume or destroy); rejects with a TransportError on connection failure or
    * when the upstream is silent past `idleTimeoutMs` before answering. `abort()` cancels.
    */
-  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void; idleTimedOut: () => boolean } {
+  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void; idleTimedOut: () => boolean; sent: () => boolean } {
     let pending!: Pending;
     const response = new Promise<UpstreamResponse>((resolve, reject) => {
-      pending = { resolve, reject };
+      pending = { resolve, reject, idleMs: u.idleTimeoutMs };
     });
-    this.pending.set(u.req, pending);
-    const body = Buffer.from(u.body, 'utf8');
+    const req = u.req;
+    this.pending.set(req, pending);
+    // The one encoded copy of the body; dropped once handed to the socket (not held for a stream's life).
+    let body: Buffer | undefined = Buffer.from(u.body, 'utf8');
     const headers: Record<string, string> = { ...u.headers, 'content-length': String(body.length) };
     const saved = u.req.headers;
     const savedMethod = u.req.method;
@@ -106,13 +124,18 @@ export class Transport {
         selfHandleResponse: true,
         // http-proxy-3 only calls `buffer.pipe(proxyReq)`: hand it the whole body in one end()
         // (headers and body in one write) instead of streaming a one-chunk Readable.
-        buffer: { pipe: (dest: NodeJS.WritableStream) => dest.end(body) } as unknown as Readable,
+        buffer: {
+          pipe: (dest: NodeJS.WritableStream) => {
+            const b = body;
+            body = undefined;
+            dest.end(b ?? Buffer.alloc(0));
+          },
+        } as unknown as Readable,
         agent: this.agentFor(u.provider, u.url, u.account),
-        proxyTimeout: u.idleTimeoutMs,
         xfwd: false,
       }, (err: Error & { code?: string }) => {
         // After the response began, errors surface on the body stream instead; a settled promise ignores this.
-        if (this.pending.get(u.req) === pending) this.pending.delete(u.req);
+        if (this.pending.get(req) === pending) this.pending.delete(req);
         pending.reject(new TransportError(pending.timedOut ? 'timeout' : 'connect', err.message, err.code));
       });
     } finally {
@@ -120,11 +143,11 @@ export class Transport {
       u.req.method = savedMethod;
     }
     const abort = () => {
-      this.pending.delete(u.req);
+      this.pending.delete(req);
       pending.proxyReq?.destroy();
       pending.reject(new TransportError('aborted', 'aborted'));
     };
-    return { response, abort, idleTimedOut: () => pending.timedOut === true };
+    return { response, abort, idleTimedOut: () => pending.timedOut === true, sent: () => pending.sent === true };
   }
 
   close(): void {

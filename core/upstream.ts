@@ -23,7 +23,9 @@ import type { ErrorInfo, ResponseTranslator } from './protocols/types.js';
 import { resolveModel, upstreamProtocol } from './routing.js';
 import { Transport, TransportError, type UpstreamResponse } from './transport.js';
 import { estimateTokens } from './protocols/usage.js';
-import type { Usage } from './money.js';
+import { isFree, priceUsage, type Usage } from './money.js';
+import { chargeRate, choices } from './billing.js';
+import { PassthroughCut } from './stream-cut.js';
 
 /** The largest non-stream upstream body the gateway buffers. */
 const MAX_JSON_BODY = 64 * 1024 * 1024;
@@ -271,6 +273,8 @@ async function tryAttempt(
     ctx.signal.removeEventListener('abort', onAbort);
     const te = e as TransportError;
     const timeout = totalTimedOut || te.kind === 'timeout';
+    // The client left after the upstream took the request: it processed the input, so that is billed.
+    if (ctx.signal.aborted && call.sent()) billInput(ctx, attempt);
     attempt.error = ctx.signal.aborted
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
       : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
@@ -309,6 +313,7 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   try {
     text = await readAll(up.body, MAX_JSON_BODY);
   } catch (e) {
+    if (ctx.signal.aborted) billInput(ctx, attempt); // it was answering when the client left
     attempt.error = ctx.signal.aborted
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
       : new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response was cut off' });
@@ -337,6 +342,16 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   writeHead(ctx, 200, { 'content-type': 'application/json', ...passHeaders(up.headers, false) });
   ctx.res.end(out.body);
   return true;
+}
+
+/**
+ * A non-streaming request whose client left once the upstream had the request: no answer to bill
+ * from, so the input it processed is billed, estimated from the request (docs/limits.md).
+ */
+function billInput(ctx: RequestContext, attempt: Attempt): void {
+  ctx.answeredModel = attempt.model;
+  ctx.usage = estimateUsage(ctx, 0);
+  ctx.usageEstimated = true;
 }
 
 /** Input estimated from the request size, output from generated characters. */
@@ -442,11 +457,33 @@ async function deliverStream(
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
     res.end(translator.fail({ type: attempt.error.type, message, code: attempt.error.code }));
   };
+  // Once the charge of what was streamed passes the request's reservation (input as reported, else
+  // estimated; output estimated from the streamed text, 4 characters a token), the stream ends as a
+  // length stop: no upstream can overspend a limit by more than a reservation. Reported output
+  // arrives with the terminal event, so a stream is never cut after its own end.
+  const body0 = ctx.parsed;
+  const reserve = ctx.admission.reserve;
+  const rate = chargeRate(ctx.user, ctx.group);
+  const guarded = reserve > 0 && !isFree(attempt.model.price);
+  const passCut = attempt.conversion!.passthrough ? new PassthroughCut(ctx.protocol!, {
+    choices: body0 ? choices(body0) : 1,
+    includeUsage: (body0?.json.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+  }) : undefined;
+  const overCap = (): boolean => {
+    const r = translator.usage();
+    const u = { input: r?.input ?? estimateTokens(ctx.requestChars), cacheRead: r?.cacheRead ?? 0, cacheWrite: r?.cacheWrite ?? 0, output: estimateTokens(translator.outputChars()) };
+    return priceUsage(u, attempt.model.price, rate).actual > reserve;
+  };
+  /** Set once the output passed the cap: the blocks after that one are dropped. */
+  let overflow = false;
   const handOut = (blocks: ReturnType<SseParser['feed']>): string => {
     let out = '';
     for (const b of blocks) {
+      if (overflow) break;
+      passCut?.observe(b);
       out += translator.block(b);
       if (b.data !== undefined) for (const p of hooks.onEvent) p.onEvent!(ctx, { event: b.event, data: b.data });
+      if (guarded && !translator.upstreamError && overCap()) overflow = true;
     }
     return out;
   };
@@ -475,9 +512,29 @@ async function deliverStream(
     }
   }, Math.max(10, Math.floor(keepaliveMs / 2)));
   keepalive.unref();
+  /** Past the reservation: stop the upstream, end the client's stream as a length stop, bill what came. */
+  const cut = async (pending: string): Promise<boolean> => {
+    body.destroy();
+    clearTimeout(holdTimer);
+    if (!firstSent) {
+      held += pending;
+      pending = '';
+      if (!(await commitHeld())) return notCommitted(false);
+    }
+    settleUsage(false);
+    ctx.usageEstimated = true;
+    const usage = ctx.usage ?? estimate();
+    const frames = translator.truncate ? translator.truncate(usage) : passCut ? passCut.frames(usage) : '';
+    ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
+      model: attempt.model.id, reserve, output: usage.output,
+    });
+    if (!ctx.signal.aborted) res.end(pending + frames);
+    return true;
+  };
   try {
     for await (const chunk of body) {
       const out = handOut(parser.feed(chunk as Buffer));
+      if (overflow) return await cut(out);
       if (!firstSent) {
         held += out;
         const upstreamErr = translator.upstreamError;

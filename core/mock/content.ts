@@ -278,7 +278,7 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
   }
   let rw = toolCalls.length > 0 ? [] : replyWords(ex.lastUserText, d.words);
   let truncated = false;
-  if (ex.maxTokens !== undefined && ex.maxTokens >= 0 && rw.length > ex.maxTokens) {
+  if (ex.maxTokens !== undefined && ex.maxTokens >= 0 && rw.length > ex.maxTokens && !d.ignoreMaxTokens) {
     rw = rw.slice(0, ex.maxTokens);
     truncated = true;
   }

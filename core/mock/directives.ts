@@ -29,6 +29,8 @@ export interface Directives {
   noUsage?: boolean;
   /** Chat stream: omit `data: [DONE]`. */
   noDone?: boolean;
+  /** Ignore the request's output limit (a dishonest upstream): the reply is never cut to it. */
+  ignoreMaxTokens?: boolean;
   /** Reply length in words. */
   words?: number;
   /** Usage overrides. */
@@ -120,6 +122,7 @@ export function fromRaw(raw: Record<string, string>): Directives {
   d.streamError = raw.stream_error === 'true' ? 0 : int(raw.stream_error);
   d.noUsage = bool(raw.no_usage) === true ? true : undefined;
   d.noDone = bool(raw.no_done) === true ? true : undefined;
+  d.ignoreMaxTokens = bool(raw.ignore_max_tokens) === true ? true : undefined;
   d.words = int(raw.words);
   d.inputTokens = int(raw.input_tokens);
   d.outputTokens = int(raw.output_tokens);

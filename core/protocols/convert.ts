@@ -107,6 +107,7 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
         end: () => ({ text: run(dec.end()), complete }),
         closing: () => '',
         fail: (err) => enc.fail(err),
+        truncate: (u) => enc.push({ type: 'usage', usage: u }) + enc.push({ type: 'finish', reason: 'max_tokens' }) + enc.push({ type: 'end' }),
         get upstreamError() {
           return upstreamError;
         },

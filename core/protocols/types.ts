@@ -157,6 +157,12 @@ export interface ResponseTranslator {
   readonly started: boolean;
   usage(): Usage | undefined;
   outputChars(): number;
+  /**
+   * Ends the stream now as the client protocol's length stop, reporting `usage` (the core cuts a
+   * stream whose output passes its reservation). Absent on passthrough, whose stream the core ends
+   * itself (core/stream-cut.ts).
+   */
+  truncate?(usage: Usage): string;
 }
 
 export interface Conversion {

@@ -157,6 +157,7 @@ t.test('an upstream that forgets usage or [DONE]: the client still gets both', a
 t.test('a request the upstream never answers times out as 502', async (t) => {
   const cfg = baseConfig();
   cfg.server.upstream_idle_timeout = '300ms';
+  cfg.server.upstream_timeout = '600ms'; // waiting for the headers is upstream_timeout's, not the idle timeout's
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
   const r = await call(g2.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: '[[mock: hang]]' }] }) });

@@ -31,6 +31,7 @@ const upstreams: Record<string, string> = {
 t.before(async () => {
   const cfg = baseConfig();
   cfg.server.upstream_idle_timeout = '400ms';
+  cfg.server.upstream_timeout = '2s'; // the hanging upstream never sends headers: this ends it
   cfg.providers.down = { kind: 'openai', base_url: 'http://127.0.0.1:9/v1', protocols: ['openai-chat', 'openai-responses'] };
   for (const [id, upstream] of Object.entries(upstreams)) cfg.models[id] = { provider: 'mock', upstream, price: { input: id === 'ok-b' ? 2 : 1, output: 4 } };
   cfg.models.unreachable = { provider: 'down', price: { input: 1, output: 1 } };

@@ -56,7 +56,7 @@ t.test('messages.create and stream().finalMessage(): text, tools, thinking', asy
 t.test('thinking signatures pass through byte for byte', async (t) => {
   const raw = await sseText(g.url + '/v1/messages', {
     method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
-    body: JSON.stringify(messagesBody({ stream: true, messages: [{ role: 'user', content: 'hi [[mock: replay=sse/anthropic/prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse]]' }] })),
+    body: JSON.stringify(messagesBody({ stream: true, max_tokens: 8192, messages: [{ role: 'user', content: 'hi [[mock: replay=sse/anthropic/prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse]]' }] })),
   });
   const m = /"signature_delta","signature":"([^"]+)"/.exec(raw.text);
   t.ok(m, 'signature_delta forwarded');
