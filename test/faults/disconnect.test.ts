@@ -90,8 +90,7 @@ t.test('a client that half-closes after sending (shutdown(SHUT_WR)) gets its res
   s.end(); // FIN after the request: still reading
   await closed;
   t.match(out, /^HTTP\/1\.1 200 OK/m, 'the final status (after any interim 1xx)');
-  const body = out.slice(out.indexOf('\r\n\r\n', out.indexOf('HTTP/1.1 200 OK')) + 4);
-  t.match(JSON.parse(body), { object: 'chat.completion', choices: [{ message: { role: 'assistant' } }] });
+  t.match(out, /"object":"chat\.completion".*"role":"assistant"/, 'the whole answer');
   t.ok(await until(async () => (await stats('half')).requests === 1));
   t.ok((await stats('half')).output > 0, 'billed the answer');
 });
