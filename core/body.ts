@@ -114,6 +114,7 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       req.off('end', onEnd);
       req.off('error', onError);
       req.off('aborted', onAborted);
+      req.socket?.off('close', onAborted);
       if (err) {
         release();
         return reject(err);
@@ -160,6 +161,8 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       req.on('end', onEnd);
       req.on('error', onError);
       req.on('aborted', onAborted);
+      // A parse error or a timeout answered by clientError closes the socket without ending `req`.
+      req.socket?.once('close', onAborted);
     };
     if (whole && memory) {
       // The declared size is taken up front, waiting for room like any other body.

@@ -1,0 +1,148 @@
+/**
+ * Every answer in the contract, and every answer delivered (issue 10, items 6 and 8): malformed
+ * HTTP gets 400 or 413 with a JSON error body and an X-Request-ID; over-limit bodies get their 413
+ * read by the client, 50 in a row per framing and protocol; slow headers and slow bodies are closed
+ * with a 400; waiting for upstream headers is upstream_timeout's, silence after them the idle one's.
+ */
+import t from 'tap';
+import http from 'node:http';
+import net from 'node:net';
+import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let g: TestGateway;
+t.before(async () => {
+  const cfg = baseConfig();
+  cfg.server.body_limit = '256KiB';
+  cfg.server.headers_timeout = '1s';
+  cfg.server.body_timeout = '1s';
+  g = await startGateway(cfg);
+});
+t.teardown(() => g.close());
+
+/** Sends bytes (optionally in timed pieces) and collects the answer until the server closes. */
+function exchange(pieces: Array<string | Buffer>, opts: { gapMs?: number; maxMs?: number } = {}): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const s = net.connect(g.gw.port, '127.0.0.1');
+    let text = '';
+    let closed = false;
+    s.on('data', (d) => { text += d.toString('latin1'); });
+    s.on('error', () => undefined);
+    s.on('close', () => { closed = true; clearTimeout(timer); resolve({ text, closed }); });
+    const timer = setTimeout(() => { s.destroy(); resolve({ text, closed }); }, opts.maxMs ?? 10_000);
+    void (async () => {
+      for (const p of pieces) {
+        if (s.destroyed) return;
+        s.write(p);
+        if (opts.gapMs) await sleep(opts.gapMs);
+      }
+    })();
+  });
+}
+
+function parse(raw: string): { status: number; headers: Record<string, string>; body: any } {
+  const head = raw.slice(0, raw.indexOf('\r\n\r\n'));
+  const [line, ...rest] = head.split('\r\n');
+  const headers: Record<string, string> = {};
+  for (const h of rest) headers[h.slice(0, h.indexOf(':')).toLowerCase()] = h.slice(h.indexOf(':') + 1).trim();
+  let body = raw.slice(head.length + 4);
+  if (headers['transfer-encoding'] === 'chunked') body = body.replace(/^[0-9a-f]+\r\n/, '').replace(/\r\n0\r\n\r\n$/, '');
+  let json: any;
+  try { json = JSON.parse(body); } catch { json = undefined; }
+  return { status: Number(line.split(' ')[1]), headers, body: json };
+}
+
+function inContract(t: any, raw: string, status: number, code: string, label: string) {
+  const r = parse(raw);
+  t.equal(r.status, status, `${label}: ${status}`);
+  t.match(r.headers['x-request-id'], /^\S+$/, `${label}: X-Request-ID`);
+  t.match(r.headers['content-type'], /application\/json/, `${label}: JSON`);
+  t.match(r.body, { error: { type: String, code, message: String } }, `${label}: documented error body`);
+}
+
+const chatReq = (extra: string, body = JSON.stringify(chatBody())) =>
+  `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${KEYS.chat}\r\nContent-Type: application/json\r\n${extra}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+
+t.test('malformed HTTP is answered in the contract', async (t) => {
+  inContract(t, (await exchange([chatReq('Expect: bogus\r\n')])).text, 400, 'bad_request', 'Expect other than 100-continue');
+  inContract(t, (await exchange(['GET /v1/models HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n'])).text, 400, 'bad_request', 'no Host');
+  inContract(t, (await exchange([chatReq(`X-Big: ${'a'.repeat(20_000)}\r\n`)])).text, 413, 'headers_too_large', 'headers over 16 KiB');
+  inContract(t, (await exchange([
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${KEYS.chat}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`,
+  ])).text, 400, 'bad_request', 'bad chunking');
+  inContract(t, (await exchange(['GET / HTTP/1.1\r\nHost: gw\r\nBad\u0001Header: x\r\n\r\n'])).text, 400, 'bad_request', 'bad header characters');
+  const ok = await call(`${g.url}/v1/models`, { headers: bearer(KEYS.chat) });
+  t.equal(ok.status, 200, 'still serving');
+});
+
+t.test('slowloris headers and a body slower than its Content-Length are answered 400 and closed', async (t) => {
+  const slow = 'GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Slow: '.split('');
+  const loris = await exchange([...slow, ...Array.from({ length: 100 }, () => 'a')], { gapMs: 100, maxMs: 15_000 });
+  t.ok(loris.closed, 'the slow sender is closed');
+  inContract(t, loris.text, 400, 'request_timeout', 'slow headers');
+
+  const body = JSON.stringify(chatBody());
+  const slowBody = await exchange([chatReq('', body).slice(0, -10)], { maxMs: 15_000 });
+  t.ok(slowBody.closed, 'a body that never completes is closed');
+  inContract(t, slowBody.text, 400, 'request_timeout', 'slow body');
+});
+
+/** One upload over a fresh connection; resolves with the status the client read, or the error it got. */
+function upload(path: string, headers: http.OutgoingHttpHeaders, size: number, chunked: boolean): Promise<number | string> {
+  return new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port: g.gw.port, path, method: 'POST', agent: false, headers: { ...headers, 'content-type': 'application/json', ...(chunked ? {} : { 'content-length': size }) } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+      res.on('error', (e) => resolve(`response ${e.message}`));
+    });
+    req.on('error', (e: NodeJS.ErrnoException) => resolve(`request ${e.code ?? e.message}`));
+    const piece = Buffer.alloc(64 * 1024, 'a');
+    let sent = 0;
+    const pump = () => {
+      while (sent < size) {
+        const n = Math.min(piece.length, size - sent);
+        sent += n;
+        if (!req.write(piece.subarray(0, n))) return void req.once('drain', pump);
+      }
+      req.end();
+    };
+    pump();
+  });
+}
+
+t.test('over-limit bodies: 50 uploads in a row per framing and protocol all read their 413', async (t) => {
+  const targets: Array<[string, http.OutgoingHttpHeaders]> = [
+    ['/v1/chat/completions', bearer(KEYS.chat)],
+    ['/v1/messages', { 'x-api-key': KEYS.messages, 'anthropic-version': '2023-06-01' }],
+    ['/v1/responses', bearer(KEYS.responses)],
+  ];
+  for (const [path, headers] of targets) {
+    for (const chunked of [false, true]) {
+      const got: Array<number | string> = [];
+      for (let i = 0; i < 50; i++) got.push(await upload(path, headers, 1024 * 1024, chunked));
+      const bad = got.filter((s) => s !== 413);
+      t.same(bad, [], `${path} ${chunked ? 'chunked' : 'Content-Length'}: 50 of 50 read 413`);
+    }
+  }
+  t.equal((await call(`${g.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'still serving');
+});
+
+t.test('upstream_timeout covers waiting for the headers; upstream_idle_timeout only silence after them', async (t) => {
+  const cfg = baseConfig();
+  cfg.server.upstream_idle_timeout = '300ms';
+  cfg.server.upstream_timeout = '5s';
+  const g2 = await startGateway(cfg);
+  t.teardown(() => g2.close());
+  const slowHeaders = await call(`${g2.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: delay=800]]' }] }) });
+  t.equal(slowHeaders.status, 200, 'headers after 800 ms with a 300 ms idle timeout: served');
+
+  const cfg3 = baseConfig();
+  cfg3.server.upstream_idle_timeout = '60s';
+  cfg3.server.upstream_timeout = '500ms';
+  const g3 = await startGateway(cfg3);
+  t.teardown(() => g3.close());
+  const never = await call(`${g3.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: hang]]' }] }) });
+  t.equal(never.status, 502, 'an upstream that never sends headers ends at upstream_timeout');
+  t.match(never.json.error.message, /timed out/);
+});
