@@ -146,3 +146,29 @@ t.test('upstream_timeout covers waiting for the headers; upstream_idle_timeout o
   t.equal(never.status, 502, 'an upstream that never sends headers ends at upstream_timeout');
   t.match(never.json.error.message, /timed out/);
 });
+
+t.test('server.body_memory: a body that does not fit waits, then gets 503 body_memory_exhausted; room comes back', async (t) => {
+  const cfg = baseConfig();
+  cfg.server.body_limit = '256KiB';
+  cfg.server.body_memory = '300KiB';
+  const g2 = await startGateway(cfg);
+  t.teardown(() => g2.close());
+  const big = JSON.stringify(chatBody({ messages: [{ role: 'user', content: 'x'.repeat(200 * 1024) }] }));
+  const head = `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${KEYS.chat}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(big)}\r\n\r\n`;
+  // A holds 200 KiB of the 300 KiB budget while its body is still arriving.
+  const a = net.connect(g2.gw.port, '127.0.0.1');
+  let aText = '';
+  a.on('data', (d) => { aText += d.toString('latin1'); });
+  const aDone = new Promise((r) => a.on('close', r));
+  a.write(head + big.slice(0, 1000));
+  await sleep(200);
+  const b = await call(`${g2.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), body: big, method: 'POST' });
+  t.equal(b.status, 503, 'no room: 503');
+  t.equal(b.json.error.code, 'body_memory_exhausted');
+  t.ok(b.headers.get('retry-after'), 'with Retry-After');
+  a.end(big.slice(1000));
+  await aDone;
+  t.match(aText, /^HTTP\/1\.1 200 /m, 'the body holding the budget is served');
+  const c = await call(`${g2.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), body: big, method: 'POST' });
+  t.equal(c.status, 200, 'its bytes were released');
+});
