@@ -143,6 +143,10 @@ export class Gateway implements UpstreamDeps {
     for (const p of Object.values(c.providers)) {
       if (p.apiKey) plain.push(p.apiKey);
       for (const v of Object.values(p.headers)) plain.push(v);
+      for (const a of p.accounts) {
+        if (a.apiKey) plain.push(a.apiKey);
+        for (const v of Object.values(a.headers)) plain.push(v);
+      }
     }
     if (c.server.adminToken) plain.push(c.server.adminToken);
     return { plain: plain.filter((s) => s.length >= 6), digests: new Set(c.keysByDigest.keys()) };
