@@ -14,6 +14,7 @@
  * - Slow bodies are Node's `requestTimeout` (server.ts): they never reach here as a hang.
  */
 import type { IncomingMessage } from 'node:http';
+import { isAscii } from 'node:buffer';
 import { GatewayError } from './errors.js';
 import type { ParsedBody, RequestContext } from './context.js';
 import { wireFor } from './protocols/index.js';
@@ -198,15 +199,28 @@ function memoryFull(): GatewayError {
 
 const bad = (message: string) => new GatewayError('INVALID_REQUEST', { message });
 
-/** The core's own rules for every model call: a JSON object, a string `model`, a boolean `stream`. */
-export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
+/** The body as text; ASCII (checked natively) is copied, anything else validated as UTF-8. */
+function decodeBody(buf: Buffer): string {
   if (buf.length === 0) throw bad('Request body is empty');
-  let text: string;
+  if (isAscii(buf)) return buf.toString('latin1');
   try {
-    text = decoder.decode(buf);
+    return decoder.decode(buf);
   } catch {
     throw bad('Request body is not valid UTF-8');
   }
+}
+
+/** Bodies above this yield to the event loop between decoding, parsing and sending. */
+export const LARGE_BODY = 1024 * 1024;
+/** Lets other requests run between the steps of a large body. */
+export const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** The core's own rules for every model call: a JSON object, a string `model`, a boolean `stream`. */
+export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
+  return parseText(decodeBody(buf), ctx);
+}
+
+function parseText(text: string, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
   if (text.trim() === '') throw bad('Request body is empty');
   let json: unknown;
   try {
@@ -240,7 +254,13 @@ export async function readBody(ctx: RequestContext, memory?: BodyMemory): Promis
   if (ctx.res.closed) release();
   else ctx.res.once('close', release);
   try {
-    return parseBody(buf, ctx);
+    // A large body is decoded and parsed in separate event-loop turns, so the small requests
+    // around it wait for one step, not for all of them (docs/limits.md "Request bodies").
+    if (buf.length <= LARGE_BODY) return parseBody(buf, ctx);
+    await yieldTurn();
+    const text = decodeBody(buf);
+    await yieldTurn();
+    return parseText(text, ctx);
   } catch (e) {
     // Kept only when it could not be parsed: the failed-request record shows what arrived.
     ctx.rawBody = buf;

@@ -110,7 +110,8 @@ export class Transport {
     const req = u.req;
     this.pending.set(req, pending);
     // The one encoded copy of the body; dropped once handed to the socket (not held for a stream's life).
-    let body: Buffer | undefined = Buffer.from(u.body, 'utf8');
+    // ASCII (most bodies; base64 images always) encodes as a copy: far cheaper than UTF-8 encoding.
+    let body: Buffer | undefined = Buffer.from(u.body, Buffer.byteLength(u.body, 'utf8') === u.body.length ? 'latin1' : 'utf8');
     const headers: Record<string, string> = { ...u.headers, 'content-length': String(body.length) };
     const saved = u.req.headers;
     const savedMethod = u.req.method;

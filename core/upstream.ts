@@ -26,6 +26,7 @@ import { estimateTokens } from './protocols/usage.js';
 import { isFree, priceUsage, type Usage } from './money.js';
 import { chargeRate, choices } from './billing.js';
 import { PassthroughCut } from './stream-cut.js';
+import { LARGE_BODY, yieldTurn } from './body.js';
 
 /** The largest non-stream upstream body the gateway buffers. */
 const MAX_JSON_BODY = 64 * 1024 * 1024;
@@ -245,6 +246,8 @@ async function tryAttempt(
   const { provider } = attempt;
   const conversion = attempt.conversion!;
   const { text, json } = attempt.request;
+  const large = ctx.requestChars > LARGE_BODY;
+  if (large) await yieldTurn();
   let requestBody: string;
   try {
     requestBody = conversion.requestBody({
@@ -255,12 +258,17 @@ async function tryAttempt(
     if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
     throw e;
   }
+  if (large) {
+    await yieldTurn();
+    if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+  }
   const url = accountBaseUrl(deps, provider, attempt.account) + upstreamPath(provider, attempt.upstreamProtocol);
   const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream, attempt.account), ...attempt.headers };
   const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
   const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
   const started = Date.now();
   const call = deps.transport.send({ req: ctx.req, res: ctx.res, provider, account: attempt.account?.name, url, headers, body: requestBody, idleTimeoutMs: idleMs });
+  requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
   let totalTimedOut = false;
   const totalTimer = setTimeout(() => { totalTimedOut = true; call.abort(); }, totalMs);
   const onAbort = () => call.abort();

@@ -26,15 +26,17 @@ function skipWs(s: string, i: number): number {
 }
 
 function skipString(s: string, i: number): number {
-  // s[i] is the opening quote
-  i++;
-  while (i < s.length) {
-    const c = s.charCodeAt(i);
-    if (c === 0x5c /* \ */) i += 2;
-    else if (c === 0x22 /* " */) return i + 1;
-    else i++;
+  // s[i] is the opening quote. indexOf finds the candidates at native speed (a 64 MiB base64 image
+  // is one string); a quote is the closing one when an even number of backslashes precede it.
+  let from = i + 1;
+  for (;;) {
+    const q = s.indexOf('"', from);
+    if (q < 0) throw new Error('unterminated string');
+    let k = q - 1;
+    while (k > i && s.charCodeAt(k) === 0x5c /* \ */) k--;
+    if ((q - 1 - k) % 2 === 0) return q + 1;
+    from = q + 1;
   }
-  throw new Error('unterminated string');
 }
 
 function skipValue(s: string, i: number): number {
