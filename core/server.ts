@@ -376,7 +376,10 @@ export class Gateway implements UpstreamDeps {
     let probeTimer: NodeJS.Timeout | undefined;
     const probe = (next: number) => {
       if (res.writableEnded || res.destroyed) return;
-      if (!res.headersSent) res.writeProcessing();
+      if (!res.headersSent) {
+        if (req.httpVersion === '1.0') return; // 1xx is not for HTTP/1.0 clients: served as a half-close
+        res.writeProcessing();
+      }
       else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
       else return;
       probeTimer = setTimeout(() => probe(Math.min(next * 10, 10_000)), next);
