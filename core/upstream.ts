@@ -245,13 +245,12 @@ async function tryAttempt(
 ): Promise<boolean> {
   const { provider } = attempt;
   const conversion = attempt.conversion!;
-  const { text, json } = attempt.request;
   const large = ctx.requestChars > LARGE_BODY;
   if (large) await yieldTurn();
   let requestBody: string;
   try {
     requestBody = conversion.requestBody({
-      text, json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
+      text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
     });
   } catch (e) {
     // Converting walks the body recursively: a pathologically nested one is the client's error.
@@ -362,6 +361,16 @@ function billInput(ctx: RequestContext, attempt: Attempt): void {
   ctx.usageEstimated = true;
 }
 
+/**
+ * Once a stream is committed no other attempt can follow, so the parsed request (a copy of the
+ * body as objects) is let go for the stream's life; the text stays for the failed-request record.
+ */
+function dropRequestJson(ctx: RequestContext): void {
+  const empty: Record<string, unknown> = {};
+  if (ctx.parsed) ctx.parsed.json = empty;
+  for (const a of ctx.attempts) a.request.json = empty;
+}
+
 /** Input estimated from the request size, output from generated characters. */
 function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars = 0): Usage {
   return { input: estimateTokens(ctx.requestChars), output: estimateTokens(outputChars || fallbackChars), cacheRead: 0, cacheWrite: 0 };
@@ -441,6 +450,7 @@ async function deliverStream(
       ...passHeaders(up.headers, false),
     });
     firstSent = true;
+    dropRequestJson(ctx);
     return true;
   };
   const failBeforeCommit = async (err: GatewayError, failure: 'connect' | 'event' = 'connect'): Promise<false> => {
