@@ -1,57 +1,124 @@
 /**
  * The `gateway` command — the wiring that joins core/ and plugins/ (core never imports plugins).
- *
- *   gateway start [--config FILE]        run a config (default: $GATEWAY_CONFIG or ./gateway.yaml)
- *   gateway check [FILE]                 validate a config; exit 1 listing every error
- * Environment: GATEWAY_CONFIG (config path), GATEWAY_LOG_LEVEL (debug|info|warn|error),
- * GATEWAY_WATCH_CONFIG=0 (reload only on SIGHUP, not on file change).
- *
- *   gateway reset-quota KEY_NAME         reset a key's used quota on a running gateway (admin API)
- *            [--url URL] [--token TOKEN]   (defaults: the config's address and server.admin_token)
+ * Options are strict (node:util parseArgs): an unknown or misspelt option is an error, never a
+ * silently taken argument. Exit codes: 0 done, 1 failed, 2 wrong usage.
  */
 import path from 'node:path';
-import { Gateway } from '../core/server.js';
+import { createHash, randomBytes } from 'node:crypto';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, formatIssue, loadConfigFile } from '../core/config/load.js';
-import { createLogger } from '../core/log.js';
+import { VERSION } from '../core/version.js';
 import { builtinPlugins } from '../plugins/index.js';
+import { serve } from './serve.js';
 
-function flag(args: string[], name: string): string | undefined {
-  const i = args.indexOf(name);
-  if (i === -1) return undefined;
-  const v = args[i + 1];
-  args.splice(i, 2);
-  return v;
+export const USAGE = `usage: gateway <command> [options]
+
+commands:
+  start [FILE] [--config FILE]      run a gateway (config: FILE, else $GATEWAY_CONFIG, else ./gateway.yaml)
+  check [FILE] [--config FILE]      validate a config; exit 1 listing every error with its line
+  keygen [--json]                   a new key (sk- + 64 hex) and its SHA-256 for key_sha256
+  usage KEY_NAME [--json]           a key's spend, limits, wallet or plan and usage, from the running gateway
+  reset-quota KEY_NAME              forget a key's used quota and spend windows, on the running gateway
+      usage and reset-quota call the admin API: [--config FILE] [--url URL] [--token TOKEN]
+      (default: the config's address and server.admin_token)
+
+options:
+  -h, --help                        this help
+  -v, --version                     the gateway's version
+
+environment: GATEWAY_CONFIG (config path), GATEWAY_LOG_LEVEL (debug|info|warn|error|silent),
+GATEWAY_WATCH_CONFIG=0 (reload only on SIGHUP, not on file change)`;
+
+class UsageError extends Error {}
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+const CONFIG: Options = { config: { type: 'string', short: 'c' } };
+const ADMIN: Options = { ...CONFIG, url: { type: 'string' }, token: { type: 'string' } };
+const HELP: Options = { help: { type: 'boolean', short: 'h' } };
+
+/** Strict parse: unknown options and missing values are usage errors. */
+function parse(args: string[], options: Options, positionals: number) {
+  let r;
+  try {
+    r = parseArgs({ args, options: { ...options, ...HELP }, allowPositionals: true, strict: true });
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  if (r.positionals.length > positionals) throw new UsageError(`unexpected argument '${r.positionals[positionals]}'`);
+  return { values: r.values as Record<string, string | boolean | undefined>, positionals: r.positionals };
 }
 
-function configPath(explicit?: string): string {
-  return path.resolve(explicit ?? process.env.GATEWAY_CONFIG ?? './gateway.yaml');
+function configPath(explicit?: string | boolean): string {
+  return path.resolve(typeof explicit === 'string' ? explicit : process.env.GATEWAY_CONFIG ?? './gateway.yaml');
 }
-
-const USAGE = `usage:
-  gateway start [--config FILE]
-  gateway check [FILE]
-  gateway reset-quota KEY_NAME [--config FILE] [--url URL] [--token TOKEN]`;
 
 export async function main(argv: string[]): Promise<number> {
-  const args = [...argv];
-  const cmd = args.shift();
-  switch (cmd) {
-    case 'start':
-      return start(configPath(flag(args, '--config') ?? args[0]));
-    case 'check':
-      return check(configPath(flag(args, '--config') ?? args[0]));
-    case 'reset-quota':
-      return resetQuota(args);
-    case undefined:
-    case '-h':
-    case '--help':
-    case 'help':
-      console.log(USAGE);
-      return cmd === undefined ? 1 : 0;
-    default:
-      console.error(`unknown command '${cmd}'\n${USAGE}`);
-      return 1;
+  try {
+    return await run(argv);
+  } catch (e) {
+    if (e instanceof UsageError) {
+      console.error(`gateway: ${e.message}\nRun 'gateway --help' for usage.`);
+      return 2;
+    }
+    throw e;
   }
+}
+
+async function run(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  if (cmd === undefined || cmd.startsWith('-')) {
+    const { values } = parse(argv, { version: { type: 'boolean', short: 'v' } }, 0);
+    if (values.version) {
+      console.log(VERSION);
+      return 0;
+    }
+    if (values.help) {
+      console.log(USAGE);
+      return 0;
+    }
+    throw new UsageError('no command given');
+  }
+  switch (cmd) {
+    case 'start': {
+      const { values, positionals } = parse(rest, CONFIG, 1);
+      if (values.help) return help();
+      if (values.config && positionals[0]) throw new UsageError('give the config as FILE or --config FILE, not both');
+      return serve(configPath(values.config ?? positionals[0]));
+    }
+    case 'check': {
+      const { values, positionals } = parse(rest, CONFIG, 1);
+      if (values.help) return help();
+      if (values.config && positionals[0]) throw new UsageError('give the config as FILE or --config FILE, not both');
+      return check(configPath(values.config ?? positionals[0]));
+    }
+    case 'keygen': {
+      const { values } = parse(rest, { json: { type: 'boolean' } }, 0);
+      if (values.help) return help();
+      return keygen(values.json === true);
+    }
+    case 'usage': {
+      const { values, positionals } = parse(rest, { ...ADMIN, json: { type: 'boolean' } }, 1);
+      if (values.help) return help();
+      if (!positionals[0]) throw new UsageError('usage needs a KEY_NAME');
+      return usage(positionals[0], values);
+    }
+    case 'reset-quota': {
+      const { values, positionals } = parse(rest, ADMIN, 1);
+      if (values.help) return help();
+      if (!positionals[0]) throw new UsageError('reset-quota needs a KEY_NAME');
+      return resetQuota(positionals[0], values);
+    }
+    case 'help':
+      parse(rest, {}, 1);
+      return help();
+    default:
+      throw new UsageError(`unknown command '${cmd}'`);
+  }
+}
+
+function help(): number {
+  console.log(USAGE);
+  return 0;
 }
 
 async function check(file: string): Promise<number> {
@@ -70,63 +137,102 @@ async function check(file: string): Promise<number> {
   }
 }
 
-async function start(file: string): Promise<number> {
-  const log = createLogger();
-  let gw: Gateway;
-  try {
-    gw = await Gateway.start({
-      configFile: file, registry: builtinPlugins, log, sighup: true, watch: process.env.GATEWAY_WATCH_CONFIG !== '0',
-    });
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      console.error(e.message);
-      return 1;
-    }
-    throw e;
+/** A new key from 32 random bytes; the digest lets the config hold `key_sha256` instead of the key. */
+function keygen(json: boolean): number {
+  const key = `sk-${randomBytes(32).toString('hex')}`;
+  const sha256 = createHash('sha256').update(key, 'utf8').digest('hex');
+  if (json) console.log(JSON.stringify({ key, key_sha256: sha256 }));
+  else {
+    console.log(`key:        ${key}`);
+    console.log(`key_sha256: ${sha256}`);
+    console.log('\nGive the key to its holder; put only `key_sha256:` in gateway.yaml (the key is shown once).');
   }
-  log.info(`gateway listening on ${gw.url}`, { config: file, store: gw.config.store.kind, storePath: gw.config.store.path ?? null });
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      log.info('shutting down', { signal });
-      process.off('SIGTERM', onTerm);
-      process.off('SIGINT', onInt);
-      void gw.close().then(resolve);
-    };
-    const onTerm = () => stop('SIGTERM');
-    const onInt = () => stop('SIGINT');
-    process.on('SIGTERM', onTerm);
-    process.on('SIGINT', onInt);
-  });
   return 0;
 }
 
-async function resetQuota(args: string[]): Promise<number> {
-  const file = configPath(flag(args, '--config'));
-  let url = flag(args, '--url');
-  let token = flag(args, '--token');
-  const name = args[0];
-  if (!name) {
-    console.error(USAGE);
-    return 1;
-  }
+interface AdminTarget { url: string; token: string }
+
+/** The running gateway's address and admin token: from the options, else from the config. */
+async function adminTarget(values: Record<string, string | boolean | undefined>): Promise<AdminTarget | undefined> {
+  let url = typeof values.url === 'string' ? values.url : undefined;
+  let token = typeof values.token === 'string' ? values.token : undefined;
   if (!url || !token) {
-    const { config } = await loadConfigFile(file, { registry: builtinPlugins });
-    url ??= `http://${config.server.host.includes(':') ? `[${config.server.host}]` : config.server.host}:${config.server.port}`;
+    const file = configPath(values.config);
+    let config;
+    try {
+      ({ config } = await loadConfigFile(file, { registry: builtinPlugins }));
+    } catch (e) {
+      if (e instanceof ConfigError) {
+        console.error(e.message);
+        return undefined;
+      }
+      throw e;
+    }
+    const host = config.server.host === '0.0.0.0' ? '127.0.0.1' : config.server.host === '::' ? '::1' : config.server.host;
+    url ??= `http://${host.includes(':') ? `[${host}]` : host}:${config.server.port}`;
     token ??= config.server.adminToken;
   }
   if (!token) {
     console.error('no admin token: set server.admin_token in the config, or pass --token');
-    return 1;
+    return undefined;
   }
-  const res = await fetch(`${url.replace(/\/$/, '')}/admin/keys/${encodeURIComponent(name)}/reset-quota`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${token}` },
-  });
-  const text = await res.text();
+  return { url: url.replace(/\/$/, ''), token };
+}
+
+async function adminCall(target: AdminTarget, method: string, path_: string): Promise<{ ok: boolean; status: number; text: string } | undefined> {
+  try {
+    const res = await fetch(target.url + path_, { method, headers: { authorization: `Bearer ${target.token}` } });
+    return { ok: res.ok, status: res.status, text: await res.text() };
+  } catch (e) {
+    console.error(`cannot reach the gateway at ${target.url}: ${(e as Error & { cause?: Error }).cause?.message ?? (e as Error).message}`);
+    return undefined;
+  }
+}
+
+async function resetQuota(name: string, values: Record<string, string | boolean | undefined>): Promise<number> {
+  const target = await adminTarget(values);
+  if (!target) return 1;
+  const res = await adminCall(target, 'POST', `/admin/keys/${encodeURIComponent(name)}/reset-quota`);
+  if (!res) return 1;
   if (!res.ok) {
-    console.error(`reset failed (${res.status}): ${text}`);
+    console.error(`reset failed (${res.status}): ${res.text}`);
     return 1;
   }
   console.log(`quota of key '${name}' reset`);
+  return 0;
+}
+
+const usd = (n: number) => `$${n.toFixed(6).replace(/0{1,4}$/, '')}`;
+
+async function usage(name: string, values: Record<string, string | boolean | undefined>): Promise<number> {
+  const target = await adminTarget(values);
+  if (!target) return 1;
+  const res = await adminCall(target, 'GET', `/admin/keys/${encodeURIComponent(name)}/usage`);
+  if (!res) return 1;
+  if (!res.ok) {
+    console.error(`usage failed (${res.status}): ${res.text}`);
+    return 1;
+  }
+  if (values.json) {
+    console.log(res.text);
+    return 0;
+  }
+  const u = JSON.parse(res.text);
+  const lines = [`key ${u.key} (user ${u.user}, group ${u.group ?? '—'}${u.enabled ? '' : ', disabled'}${u.expires_at ? `, expires ${u.expires_at}` : ''})`];
+  lines.push(`  quota      ${u.quota.limit > 0 ? `${usd(u.quota.used)} used of ${usd(u.quota.limit)}` : `unlimited (${usd(u.quota.used)} used)`}`);
+  for (const [w, s] of Object.entries<any>(u.windows)) {
+    lines.push(`  window ${w.padEnd(3)} ${usd(s.used)} used of ${usd(s.limit)}${s.reset_at ? `, resets ${s.reset_at}` : ''}`);
+  }
+  if (u.balance) lines.push(`  balance    ${usd(u.balance.remaining)} left of ${usd(u.balance.credit)} (user ${u.user})`);
+  if (u.plan) {
+    for (const p of ['daily', 'weekly', 'monthly'] as const) {
+      if (u.plan[p].limit > 0) lines.push(`  plan ${p.padEnd(7)} ${usd(u.plan[p].used)} used of ${usd(u.plan[p].limit)}`);
+    }
+  }
+  for (const span of ['today', 'total'] as const) {
+    const c = u.usage[span];
+    lines.push(`  ${span.padEnd(10)} ${c.requests} requests, ${c.input_tokens} input / ${c.output_tokens} output tokens, ${usd(c.actual_cost)} charged`);
+  }
+  console.log(lines.join('\n'));
   return 0;
 }

@@ -168,6 +168,10 @@ export class RequestContext {
   usageEstimated = false;
   /** The model that answered. */
   answeredModel?: ModelConfig;
+  /** Streams: milliseconds from the request to its first content event sent to the client. */
+  ttftMs?: number;
+  /** The settled charge (micro-USD, list price and charged), set by the plugin that settles it. */
+  billed?: { cost: number; actual: number };
   /** Characters in the request body (for usage estimates). */
   requestChars = 0;
   /** The body bytes as received, kept only when they could not be parsed (failed-request records). */

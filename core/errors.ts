@@ -174,10 +174,22 @@ export interface GatewayErrorOptions {
 }
 
 /**
+ * Marks gateway errors across copies of this package: a plugin installed with its own copy of
+ * `llm-gateway` throws that copy's GatewayError, which `instanceof` against ours would miss.
+ */
+const BRAND = Symbol.for('llm-gateway.GatewayError');
+
+/**
  * Thrown by plugins, handlers and the core to stop a request. Before commit the client gets the
  * rendered body; after commit (stream started) the client's protocol renders an in-stream error.
+ * Recognised by a brand, not by class identity: `isGatewayError(e)` and `e instanceof GatewayError`
+ * both hold for a GatewayError built by any copy of the package.
  */
 export class GatewayError extends Error {
+  static override [Symbol.hasInstance](v: unknown): boolean {
+    return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[BRAND] === true;
+  }
+
   readonly id: ErrorId;
   readonly entry: CatalogueEntry;
   readonly status: number;
@@ -185,6 +197,8 @@ export class GatewayError extends Error {
   readonly retryAfter?: number;
   readonly retryAfterMs?: number;
   readonly headers?: Record<string, string>;
+  /** The plugin instance whose hook threw the error this one stands for (INTERNAL), for the logs. */
+  plugin?: string;
 
   constructor(id: ErrorId, opts: GatewayErrorOptions = {}) {
     const e = CATALOGUE[id];
@@ -197,6 +211,7 @@ export class GatewayError extends Error {
     this.retryAfter = opts.retryAfter;
     this.retryAfterMs = opts.retryAfterMs;
     this.headers = opts.headers;
+    Object.defineProperty(this, BRAND, { value: true });
   }
 
   get code(): string {
@@ -208,9 +223,15 @@ export function isGatewayError(e: unknown): e is GatewayError {
   return e instanceof GatewayError;
 }
 
-/** Anything thrown that is not a GatewayError becomes INTERNAL (its message is not leaked). */
-export function toGatewayError(e: unknown): GatewayError {
-  return isGatewayError(e) ? e : new GatewayError('INTERNAL', { cause: e });
+/**
+ * Anything thrown that is not a GatewayError becomes INTERNAL (its message is not leaked; it is
+ * kept as the cause, with `plugin` naming the instance that threw it, for the logs).
+ */
+export function toGatewayError(e: unknown, plugin?: string): GatewayError {
+  if (isGatewayError(e)) return e;
+  const err = new GatewayError('INTERNAL', { cause: e });
+  if (plugin) err.plugin = plugin;
+  return err;
 }
 
 export interface RenderedError {

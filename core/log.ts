@@ -1,42 +1,86 @@
 /**
- * Structured logs: one JSON object per line on stderr. Keys, bodies and credential headers are
- * never logged; request URLs are logged without their query string (a key may sit there).
+ * Structured logs on pino: one JSON object per line on stderr (`level` as a word, `time` ISO 8601,
+ * `msg`), written asynchronously so a slow log consumer never blocks the event loop; pending lines
+ * are flushed on exit. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info).
+ *
+ * What is never logged: keys (only key names), request or response bodies, credential headers,
+ * query strings. Errors under `error` or `err` are written with their stack and their causes; a
+ * `GatewayError` also with its code and status.
+ *
+ * Plugins receive a `Logger` (deps.log, ctx.log): the same four methods whatever the backend.
  */
+import { pino, type DestinationStream, type Logger as Pino } from 'pino';
+
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
-const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
+const LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
 
 export interface Logger {
   debug(msg: string, fields?: Record<string, unknown>): void;
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
   error(msg: string, fields?: Record<string, unknown>): void;
+  /** A logger whose lines all carry `fields`. */
   child(fields: Record<string, unknown>): Logger;
+  /** Writes out lines still buffered (before exit). */
+  flush?(): void;
 }
 
+/** Receives each JSON line (without its newline): tests capture logs with one. */
 export type LogSink = (line: string) => void;
 
-export function createLogger(
-  level: LogLevel = (process.env.GATEWAY_LOG_LEVEL as LogLevel) || 'info',
-  sink: LogSink = (line) => process.stderr.write(line + '\n'),
-  base: Record<string, unknown> = {},
-): Logger {
-  const min = ORDER[level] ?? ORDER.info;
-  const write = (lvl: LogLevel, msg: string, fields?: Record<string, unknown>) => {
-    if (ORDER[lvl] < min) return;
-    const rec: Record<string, unknown> = { t: new Date().toISOString(), level: lvl, msg, ...base, ...fields };
-    for (const k of Object.keys(rec)) {
-      const v = rec[k];
-      if (v instanceof Error) rec[k] = { name: v.name, message: v.message };
-    }
-    sink(JSON.stringify(rec));
+export function logLevel(value: string | undefined = process.env.GATEWAY_LOG_LEVEL): LogLevel {
+  return LEVELS.includes(value as LogLevel) ? (value as LogLevel) : 'info';
+}
+
+/**
+ * Errors with their type, message, stack and causes; a GatewayError also with its catalogue code,
+ * status and the plugin that threw (own serializer: pino's walks every property, and would take
+ * the frozen catalogue entry for an error).
+ */
+function serializeError(v: unknown, depth = 0): unknown {
+  if (!(v instanceof Error)) return v;
+  const e = v as Error & { code?: unknown; status?: unknown; plugin?: unknown; errors?: unknown };
+  const out: Record<string, unknown> = { type: e.constructor?.name || e.name, message: e.message, stack: e.stack };
+  if (typeof e.code === 'string' || typeof e.code === 'number') out.code = e.code;
+  if (typeof e.status === 'number') out.status = e.status;
+  if (typeof e.plugin === 'string') out.plugin = e.plugin;
+  if (depth < 5 && Array.isArray(e.errors)) out.errors = e.errors.map((x) => serializeError(x, depth + 1));
+  if (depth < 5 && e.cause !== undefined) out.cause = e.cause instanceof Error ? serializeError(e.cause, depth + 1) : String(e.cause);
+  return out;
+}
+
+/**
+ * A logger at `level` writing to `sink` (default: stderr, asynchronously), every line carrying `base`.
+ */
+export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base: Record<string, unknown> = {}): Logger {
+  const destination: DestinationStream = sink
+    ? { write: (s: string) => sink(s.endsWith('\n') ? s.slice(0, -1) : s) }
+    : pino.destination({ dest: 2, sync: false });
+  const p = pino({
+    level,
+    base: Object.keys(base).length > 0 ? base : undefined,
+    messageKey: 'msg',
+    timestamp: pino.stdTimeFunctions.isoTime,
+    formatters: { level: (label) => ({ level: label }) },
+    serializers: { error: serializeError, err: serializeError },
+  }, destination);
+  return wrap(p);
+}
+
+function wrap(p: Pino): Logger {
+  const call = (fn: (this: Pino, obj: object, msg: string) => void) => (msg: string, fields?: Record<string, unknown>) => {
+    fn.call(p, fields ?? {}, msg);
   };
   return {
-    debug: (m, f) => write('debug', m, f),
-    info: (m, f) => write('info', m, f),
-    warn: (m, f) => write('warn', m, f),
-    error: (m, f) => write('error', m, f),
-    child: (f) => createLogger(level, sink, { ...base, ...f }),
+    debug: call(p.debug),
+    info: call(p.info),
+    warn: call(p.warn),
+    error: call(p.error),
+    child: (fields) => wrap(p.child(fields)),
+    flush: () => p.flush(),
   };
 }
 
-export const silentLogger: Logger = createLogger('silent');
+const noop = () => undefined;
+/** Logs nothing (tests, embedding). */
+export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop, child: () => silentLogger, flush: noop };

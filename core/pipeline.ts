@@ -9,6 +9,7 @@ import type { ChainHooks } from './upstream.js';
 
 export interface CompiledChain extends ChainHooks {
   names: readonly string[];
+  nameOf(p: PluginInstance): string | undefined;
   instances: readonly PluginInstance[];
   onRequest: PluginInstance[];
   onAccess: PluginInstance[];
@@ -21,8 +22,10 @@ export function compileChain(names: readonly string[], instances: ReadonlyMap<st
     return i;
   });
   const reversed = [...list].reverse();
+  const byInstance = new Map(list.map((p, i) => [p, names[i]]));
   return {
     names,
+    nameOf: (p) => byInstance.get(p),
     instances: list,
     onRequest: list.filter((p) => p.onRequest),
     onAccess: list.filter((p) => p.onAccess),
@@ -41,17 +44,24 @@ export interface ChainRun {
 /** onRequest → onAccess → admission → the route's terminal step. Throws nothing. */
 export async function runChain(ctx: RequestContext, chain: CompiledChain, terminal: () => Promise<void>): Promise<ChainRun> {
   let reached = 0;
+  let current: PluginInstance | undefined;
   try {
     for (const p of chain.instances) {
       reached++;
+      current = p;
       if (p.onRequest) await p.onRequest(ctx);
     }
-    for (const p of chain.onAccess) await p.onAccess!(ctx);
+    for (const p of chain.onAccess) {
+      current = p;
+      await p.onAccess!(ctx);
+    }
+    current = undefined;
     await ctx.admission.commit();
     await terminal();
     return { reached };
   } catch (e) {
-    return { error: toGatewayError(e), reached };
+    // A plugin's own exception names that plugin (upstream hooks name theirs where they run).
+    return { error: toGatewayError(e, current && chain.nameOf(current)), reached };
   }
 }
 

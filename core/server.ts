@@ -3,9 +3,13 @@
  * Owns what outlives a config load (store, transport, mock upstreams, metrics) and swaps the
  * Runtime on reload (file change, SIGHUP, or `reload()`): a valid config goes in atomically, an
  * invalid one is logged and the old one keeps serving. `close()` drains requests in flight.
+ *
+ * Probes need no key and stay out of the request metrics and the access log: `/healthz` (and `/`)
+ * answer while the process lives; `/readyz` answers 200 only while the config is loaded, the
+ * store says it is ready and not degraded, and shutdown has not begun.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { watch, type FSWatcher } from 'node:fs';
 import path from 'node:path';
 import type { Socket } from 'node:net';
@@ -24,7 +28,8 @@ import type { Store } from './store/types.js';
 import { openStore } from './store/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { createLogger, type Logger } from './log.js';
-import { createMetrics, type Metrics } from './metrics.js';
+import { createMetrics, instrumentStore, recordRequest, type Metrics } from './metrics.js';
+import { VERSION } from './version.js';
 import { startMockServer, type MockServer } from './mock/server.js';
 import type { Handler } from './handlers/types.js';
 import { modelsHandler } from './handlers/models.js';
@@ -59,13 +64,18 @@ export interface GatewayOptions {
   store?: Store;
 }
 
+const PROBE_HEADERS = { 'content-type': 'application/json', 'cache-control': 'no-store' };
+
 export class Gateway implements UpstreamDeps {
   readonly transport = new Transport();
-  readonly metrics: Metrics;
   readonly pools: AccountPools;
   readonly mocks = new Map<string, MockServer>();
   private runtime!: Runtime;
   private server!: http.Server;
+  /** The separate metrics listener (`metrics.listen`). */
+  private opsServer?: http.Server;
+  /** The metrics listener's URL, when there is one. */
+  metricsUrl?: string;
   private watcher?: FSWatcher;
   private reloadTimer?: NodeJS.Timeout;
   private reloading: Promise<unknown> = Promise.resolve();
@@ -73,6 +83,8 @@ export class Gateway implements UpstreamDeps {
   /** Sockets carrying a request right now; the others can be closed at shutdown. */
   private readonly busy = new Set<Socket>();
   private closing = false;
+  private closed?: Promise<void>;
+  private cutShutdownDelay?: () => void;
   private onHup?: () => void;
   private failed?: FailedRequestLog;
   /** Request bytes in flight (server.body_memory; fixed at start like the other server settings). */
@@ -84,9 +96,9 @@ export class Gateway implements UpstreamDeps {
     readonly store: Store,
     readonly clock: Clock,
     readonly log: Logger,
+    readonly metrics: Metrics,
   ) {
-    this.metrics = createMetrics({ defaultMetrics: false });
-    this.pools = new AccountPools({ store, clock, log, metrics: this.metrics });
+    this.pools = new AccountPools({ store, clock, log, metrics });
   }
 
   static async start(opts: GatewayOptions): Promise<Gateway> {
@@ -94,14 +106,16 @@ export class Gateway implements UpstreamDeps {
     const clock = opts.clock ?? systemClock;
     const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
     for (const w of loaded.warnings) log.warn('config warning', { path: w.path, line: w.line, message: w.message });
-    const store = opts.store ?? (await openStore(loaded.config.store, clock, log));
-    const gw = new Gateway(opts, store, clock, log);
+    const metrics = createMetrics({ version: VERSION });
+    const store = instrumentStore(opts.store ?? (await openStore(loaded.config.store, clock, log)), metrics);
+    const gw = new Gateway(opts, store, clock, log, metrics);
     try {
       await gw.startMocks(loaded.config);
-      gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics: gw.metrics });
+      gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics });
       gw.pools.configure(loaded.config);
       gw.keepFailedRequests(loaded.config);
       await gw.listen(loaded.config);
+      await gw.listenMetrics(loaded.config);
     } catch (e) {
       await gw.shutdownResources();
       throw e;
@@ -131,8 +145,8 @@ export class Gateway implements UpstreamDeps {
 
   private keepFailedRequests(config: GatewayConfig): void {
     this.failed?.close();
-    const { dir, retentionMs, maxBytes } = config.failedRequests;
-    this.failed = dir ? new FailedRequestLog(dir, { retentionMs, maxBytes, secrets: () => this.secrets() }, this.clock, this.log) : undefined;
+    const { dir, retentionMs, maxSize } = config.failedRequests;
+    this.failed = dir ? new FailedRequestLog(dir, { retentionMs, maxBytes: maxSize, secrets: () => this.secrets() }, this.clock, this.log) : undefined;
   }
 
   /** Every configured client key (by digest) and provider credential: never in a failed-request record. */
@@ -230,6 +244,32 @@ export class Gateway implements UpstreamDeps {
     res.end(JSON.stringify(r.body));
   }
 
+  /** `metrics.listen`: metrics and the probes on their own address (the API port then has neither metrics). */
+  private listenMetrics(config: GatewayConfig): Promise<void> {
+    const at = config.metrics.listen;
+    if (!at) return Promise.resolve();
+    const server = http.createServer((req, res) => {
+      void this.probe(req, res, true).then((served) => {
+        if (served) return;
+        req.resume();
+        const r = renderError(new GatewayError('ROUTE_NOT_FOUND', { message: 'Not found' }), 'chat');
+        res.writeHead(r.status, PROBE_HEADERS);
+        res.end(JSON.stringify(r.body));
+      }, () => res.destroy());
+    });
+    this.opsServer = server;
+    return new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(at.port, at.host, () => {
+        server.off('error', reject);
+        const addr = server.address();
+        const p = typeof addr === 'object' && addr ? addr.port : at.port;
+        this.metricsUrl = `http://${at.host.includes(':') ? `[${at.host}]` : at.host}:${p}`;
+        resolve();
+      });
+    });
+  }
+
   get port(): number {
     const addr = this.server.address();
     return typeof addr === 'object' && addr ? addr.port : 0;
@@ -272,6 +312,9 @@ export class Gateway implements UpstreamDeps {
       if (loaded.config.server.port !== this.runtime.config.server.port || loaded.config.server.host !== this.runtime.config.server.host) {
         this.log.warn('server address changed: it takes effect on restart');
       }
+      if (JSON.stringify(loaded.config.metrics.listen) !== JSON.stringify(this.runtime.config.metrics.listen)) {
+        this.log.warn('metrics.listen changed: it takes effect on restart');
+      }
       await this.startMocks(loaded.config);
       const next = await Runtime.create(loaded, { store: this.store, clock: this.clock, log: this.log, metrics: this.metrics });
       const old = this.runtime;
@@ -308,7 +351,12 @@ export class Gateway implements UpstreamDeps {
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
     res.setHeader('x-request-id', id);
     let routeLabel = 'unmatched';
+    let probe = false;
     try {
+      if (await this.probe(req, res, !this.opsServer)) {
+        probe = true;
+        return;
+      }
       let pathname: string;
       try {
         pathname = new URL(req.url ?? '/', 'http://gateway').pathname;
@@ -316,20 +364,6 @@ export class Gateway implements UpstreamDeps {
         pathname = '';
       }
       const method = req.method ?? 'GET';
-      if ((method === 'GET' || method === 'HEAD') && (pathname === '/' || pathname === '/healthz')) {
-        routeLabel = 'health';
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(method === 'HEAD' ? undefined : JSON.stringify({ status: 'ok' }));
-        return;
-      }
-      const metricsPath = rt.config.metrics.path;
-      if (metricsPath && pathname === metricsPath && method === 'GET') {
-        routeLabel = 'metrics';
-        const text = await this.metrics.registry.metrics();
-        res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
-        res.end(text);
-        return;
-      }
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
         await adminHandler(req, res, { config: rt.config, store: this.store, pools: this.pools, reload: () => this.reload() });
@@ -355,11 +389,73 @@ export class Gateway implements UpstreamDeps {
         res.end(JSON.stringify(r.body));
       } else res.destroy();
     } finally {
-      this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
-      this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
+      if (!probe) {
+        this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
+        this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
+        // Routed requests write their own, richer access line.
+        if (routeLabel === 'unmatched' || routeLabel === 'admin') {
+          this.log.info('request', { requestId: id, method: req.method, route: routeLabel, status: res.statusCode, durationMs: Date.now() - started });
+        }
+      }
       this.busy.delete(socket);
       rt.leave();
     }
+  }
+
+  /**
+   * Health, readiness and (when `metrics` is true) the metrics path. True when it answered.
+   * None needs an API key; metrics may need `metrics.token`.
+   */
+  private async probe(req: IncomingMessage, res: ServerResponse, metrics: boolean): Promise<boolean> {
+    const method = req.method ?? 'GET';
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const pathname = q === -1 ? url : url.slice(0, q);
+    if (method !== 'GET' && method !== 'HEAD') return false;
+    const head = method === 'HEAD';
+    if (pathname === '/' || pathname === '/healthz') {
+      req.resume();
+      res.writeHead(200, PROBE_HEADERS);
+      res.end(head ? undefined : JSON.stringify({ status: 'ok' }));
+      return true;
+    }
+    if (pathname === '/readyz') {
+      req.resume();
+      const r = await this.readiness();
+      res.writeHead(r.ready ? 200 : 503, PROBE_HEADERS);
+      res.end(head ? undefined : JSON.stringify(r.body));
+      return true;
+    }
+    const config = this.runtime.config.metrics;
+    if (metrics && config.path && pathname === config.path && !head) {
+      req.resume();
+      if (config.token && !bearerIs(req, config.token)) {
+        const r = renderError(new GatewayError('UNAUTHORIZED_ADMIN', { message: 'Metrics token required' }), 'chat');
+        res.writeHead(r.status, { ...PROBE_HEADERS, 'www-authenticate': 'Bearer' });
+        res.end(JSON.stringify(r.body));
+        return true;
+      }
+      const text = await this.metrics.scrape();
+      res.writeHead(200, { 'content-type': this.metrics.contentType, 'cache-control': 'no-store' });
+      res.end(text);
+      return true;
+    }
+    return false;
+  }
+
+  /** Ready: config loaded (always, once listening), store ready and not degraded, not shutting down. */
+  private async readiness(): Promise<{ ready: boolean; body: Record<string, unknown> }> {
+    if (this.closing) return { ready: false, body: { status: 'draining' } };
+    let health;
+    try {
+      health = await this.store.health();
+    } catch (e) {
+      this.log.warn('store health check failed', { error: e as Error });
+      return { ready: false, body: { status: 'unavailable', store: this.store.kind, reason: 'the store did not answer' } };
+    }
+    if (!health.ready) return { ready: false, body: { status: 'unavailable', store: this.store.kind, reason: health.degraded ?? 'the store is not ready' } };
+    if (health.degraded) return { ready: false, body: { status: 'degraded', store: this.store.kind, reason: health.degraded } };
+    return { ready: true, body: { status: 'ready', store: this.store.kind } };
   }
 
   private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -425,17 +521,15 @@ export class Gateway implements UpstreamDeps {
         key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, body: ctx.rawBody ?? ctx.parsed?.text,
       });
     }
-    log.info('request', {
-      route: route.info.name,
-      status: outcome.status,
-      ms: Date.now() - ctx.startedAt,
-      key: ctx.key?.id,
-      model: ctx.answeredModel?.id,
-      account: ctx.attempts[ctx.attempts.length - 1]?.account?.id,
-      attempts: ctx.attempts.length,
-      ...(error ? { error: error.code, errorMessage: error.message } : {}),
-      ...(ctx.usage ? { usage: ctx.usage, estimated: ctx.usageEstimated || undefined } : {}),
-    });
+    recordRequest(this.metrics, ctx, outcome, rt.config.metrics.keyLabels);
+    if (error?.id === 'INTERNAL') {
+      // A bug (the gateway's or a plugin's): its stack, and the plugin that threw when it was one.
+      if (error.plugin) this.metrics.pluginErrors.inc({ plugin: error.plugin });
+      log.error(error.plugin ? `plugin '${error.plugin}' threw` : 'internal error', {
+        route: route.info.name, plugin: error.plugin, error: (error.cause as Error | undefined) ?? error,
+      });
+    }
+    log.info('request', accessLine(ctx, route.info.name, outcome, error));
   }
 
   private sendError(ctx: RequestContext, err: GatewayError): void {
@@ -451,12 +545,36 @@ export class Gateway implements UpstreamDeps {
   // ---- shutdown ----------------------------------------------------------------------------
 
   /** Stops accepting, lets requests in flight finish (up to drain_timeout), then releases everything. */
-  async close(): Promise<void> {
-    if (this.closing) return;
+  /**
+   * Shutdown: /readyz turns 503 at once; for `server.shutdown_delay` everything is still served (so
+   * load balancers see the 503 and stop sending traffic); then the listener stops accepting and
+   * requests in flight get up to `drain_timeout` to finish. Calling it again while the delay runs
+   * cuts the delay short (a second SIGTERM); every call resolves when the gateway is closed.
+   */
+  close(): Promise<void> {
+    if (this.closed) {
+      this.cutShutdownDelay?.();
+      return this.closed;
+    }
     this.closing = true;
+    this.closed = this.shutdown();
+    return this.closed;
+  }
+
+  private async shutdown(): Promise<void> {
     if (this.onHup) process.off('SIGHUP', this.onHup);
     this.watcher?.close();
     clearTimeout(this.reloadTimer);
+    const delay = this.runtime.config.server.shutdownDelayMs;
+    if (delay > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delay);
+        this.cutShutdownDelay = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
     await this.reloading;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     // Connections not carrying a request (keep-alive between requests, or opened and unused) are
@@ -475,6 +593,13 @@ export class Gateway implements UpstreamDeps {
   }
 
   private async shutdownResources(): Promise<void> {
+    if (this.opsServer) {
+      const ops = this.opsServer;
+      await new Promise<void>((resolve) => {
+        ops.close(() => resolve());
+        ops.closeAllConnections();
+      });
+    }
     this.failed?.close();
     this.transport.close();
     for (const m of this.mocks.values()) await m.close();
@@ -490,4 +615,41 @@ let idCounter = 0;
 function newRequestId(): string {
   idCounter = (idCounter + 1) % 0x1000000000000;
   return `req_${ID_PREFIX}${idCounter.toString(16).padStart(12, '0')}`;
+}
+
+function bearerIs(req: IncomingMessage, token: string): boolean {
+  const m = /^bearer\s+(.+)$/i.exec(req.headers.authorization ?? '');
+  if (!m) return false;
+  const a = createHash('sha256').update(m[1].trim()).digest();
+  return timingSafeEqual(a, createHash('sha256').update(token).digest());
+}
+
+/**
+ * The access log line: who, what, how it ended, what it cost. Key names only (never a key), no
+ * bodies, no query strings; the upstream account as `<provider>/<name>`, never its key.
+ */
+function accessLine(ctx: RequestContext, route: string, outcome: Outcome, error: GatewayError | undefined): Record<string, unknown> {
+  const answered = ctx.answeredModel;
+  const usage = ctx.usage;
+  return {
+    route,
+    method: ctx.req.method,
+    status: outcome.status,
+    durationMs: ctx.clock.now() - ctx.startedAt,
+    ttftMs: ctx.ttftMs,
+    key: ctx.key?.id,
+    user: ctx.key?.user,
+    group: ctx.group?.name,
+    model: answered?.id ?? ctx.attempts[0]?.model.id,
+    provider: answered?.provider ?? ctx.attempts[0]?.provider.name,
+    account: ctx.attempts[ctx.attempts.length - 1]?.account?.id,
+    attempts: ctx.attempts.length,
+    errorCode: error?.code,
+    errorMessage: error?.message,
+    tokens: usage ? { input: usage.input, output: usage.output, cacheRead: usage.cacheRead, cacheWrite: usage.cacheWrite } : undefined,
+    estimated: ctx.usageEstimated || undefined,
+    costMicroUsd: ctx.billed?.actual,
+    listCostMicroUsd: ctx.billed?.cost,
+    clientAborted: outcome.clientAborted || undefined,
+  };
 }

@@ -13,7 +13,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Attempt, RequestContext, ResolvedModel } from './context.js';
-import { GatewayError, type ErrorId } from './errors.js';
+import { GatewayError, toGatewayError, type ErrorId } from './errors.js';
 import type { AccountConfig, ProtocolName, ProviderConfig } from './config/types.js';
 import type { AccountPools } from './pool/index.js';
 import type { PluginInstance } from './plugin.js';
@@ -154,6 +154,8 @@ export interface ChainHooks {
   onResponse: PluginInstance[];
   /** Reverse chain order. */
   onEvent: PluginInstance[];
+  /** The instance name of a plugin in the chain (for logs). */
+  nameOf?(p: PluginInstance): string | undefined;
 }
 
 /**
@@ -210,7 +212,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       let ok = false;
       let failover = false;
       try {
-        for (const p of hooks.onAttempt) await p.onAttempt!(ctx, attempt);
+        for (const p of hooks.onAttempt) await hook(hooks, p, () => p.onAttempt!(ctx, attempt!));
         if (!attempt.conversion) {
           if (attempt.upstreamProtocol !== ctx.protocol) {
             throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
@@ -236,7 +238,16 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
 }
 
 async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
-  for (const p of hooks.onResponse) await p.onResponse!(ctx, attempt);
+  for (const p of hooks.onResponse) await hook(hooks, p, () => p.onResponse!(ctx, attempt));
+}
+
+/** Runs a hook; an exception that is not a GatewayError becomes INTERNAL naming the plugin. */
+async function hook(hooks: ChainHooks, p: PluginInstance, run: () => unknown): Promise<void> {
+  try {
+    await run();
+  } catch (e) {
+    throw toGatewayError(e, hooks.nameOf?.(p));
+  }
 }
 
 /** One attempt. True when it answered the client (successfully or with a committed stream). */
@@ -286,11 +297,11 @@ async function tryAttempt(
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
       : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
     attempt.failure = timeout ? 'timeout' : 'connect';
-    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: timeout ? 'timeout' : 'connect_error' });
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: timeout ? 'timeout' : 'connect_error' });
     await runOnResponse(ctx, attempt, hooks);
     return false;
   }
-  ctx.metrics?.upstreamLatency.observe({ provider: provider.name }, (Date.now() - started) / 1000);
+  ctx.metrics?.upstreamLatency.observe({ provider: provider.name, model: attempt.model.id }, (Date.now() - started) / 1000);
   attempt.status = up.status;
   attempt.responseHeaders = up.headers;
   const cleanup = () => {
@@ -303,11 +314,11 @@ async function tryAttempt(
       try { errText = await readAll(up.body, MAX_ERROR_BODY); } catch { /* message unknown */ }
       attempt.error = mapUpstreamStatus(up.status, up.headers, errText);
       attempt.failure = 'status';
-      ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: String(up.status) });
+      ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: String(up.status) });
       await runOnResponse(ctx, attempt, hooks);
       return false;
     }
-    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, outcome: 'ok' });
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: 'ok' });
     if (stream) return await deliverStream(ctx, attempt, up, hooks, () => totalTimedOut, call.idleTimedOut);
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {
@@ -450,6 +461,7 @@ async function deliverStream(
       ...passHeaders(up.headers, false),
     });
     firstSent = true;
+    ctx.ttftMs = ctx.clock.now() - ctx.startedAt;
     dropRequestJson(ctx);
     return true;
   };

@@ -11,7 +11,7 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
 import { gatewaySchema } from './schema.js';
 import type {
@@ -148,8 +148,10 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     throw new ConfigError(file, [{ path: '', message: 'the config must be a YAML mapping' }]);
   }
 
+  // The config schema's defaults are documentation (this loader applies its own below); plugins'
+  // option defaults are applied by ajv.
+  const validate = configValidator();
   const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: true });
-  const validate = ajv.compile<any>(gatewaySchema as object);
   if (!validate(raw)) {
     for (const e of dedupeAjv(validate.errors ?? [])) fail(ajvSegs(e), ajvMessage(e));
     state.schemaFailed = true;
@@ -490,6 +492,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     workers: s.workers ?? 1,
     adminToken: s.admin_token || undefined,
     drainTimeoutMs: parseDuration(s.drain_timeout ?? '30s'),
+    shutdownDelayMs: parseDuration(s.shutdown_delay ?? '0s'),
     preambleHoldMs: parseDuration(s.preamble_hold ?? '10s'),
     streamKeepaliveMs: parseDuration(s.stream_keepalive ?? '15s'),
   } as const;
@@ -504,6 +507,13 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     flushIntervalMs: parseDuration(st.flush_interval ?? '1s'),
   } as const;
 
+  let metricsListen: { host: string; port: number } | undefined;
+  if (typeof raw.metrics?.listen === 'string') {
+    const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(raw.metrics.listen);
+    if (!m || Number(m[3]) > 65535) fail(['metrics', 'listen'], `'${raw.metrics.listen}' is not host:port (e.g. 127.0.0.1:9464)`);
+    else metricsListen = { host: m[1] ?? m[2], port: Number(m[3]) };
+  }
+
   if (issues.length) throw new ConfigError(file, issues);
 
   const config: GatewayConfig = {
@@ -511,11 +521,16 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     file,
     server,
     store,
-    metrics: { path: raw.metrics?.path === undefined ? '/metrics' : raw.metrics.path },
+    metrics: {
+      path: raw.metrics?.path === undefined ? '/metrics' : raw.metrics.path,
+      listen: metricsListen,
+      token: raw.metrics?.token || undefined,
+      keyLabels: raw.metrics?.key_labels ?? false,
+    },
     failedRequests: {
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
-      maxBytes: parseSize(raw.failed_requests?.max_size ?? '1GiB'),
+      maxSize: parseSize(raw.failed_requests?.max_size ?? '1GiB'),
     },
     limits: { freeRpmAtZeroBalance: raw.limits?.free_rpm_at_zero_balance ?? 10 },
     providers,
@@ -577,6 +592,11 @@ function segsOf(pathNodes: readonly unknown[], target: unknown): Seg[] {
     }
   }
   return segs;
+}
+
+let compiled: ValidateFunction | undefined;
+function configValidator(): ValidateFunction {
+  return (compiled ??= new Ajv({ allErrors: true, strict: false }).compile(gatewaySchema as object));
 }
 
 function ajvSegs(e: ErrorObject): Seg[] {

@@ -14,6 +14,17 @@ export type Window = '5h' | '1d' | '7d';
 export const WINDOWS: readonly Window[] = ['5h', '1d', '7d'];
 export const WINDOW_MS: Readonly<Record<Window, number>> = { '5h': 5 * 3_600_000, '1d': 86_400_000, '7d': 7 * 86_400_000 };
 
+export interface MetricsConfig {
+  /** Where the Prometheus text is served; null: nowhere. */
+  path: string | null;
+  /** A separate `host:port` for metrics (and health); the API port then does not serve them. */
+  listen?: { host: string; port: number };
+  /** Bearer token a scrape must present. */
+  token?: string;
+  /** Per-key series (key and user names as labels). */
+  keyLabels: boolean;
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -34,6 +45,8 @@ export interface ServerConfig {
   adminToken?: string;
   /** Grace period for in-flight requests on shutdown. */
   drainTimeoutMs: number;
+  /** On shutdown, how long /readyz answers 503 while everything is still served, before the listener closes. */
+  shutdownDelayMs: number;
   /** Longest a stream's preamble is held back waiting for content (fallback stays possible meanwhile). */
   preambleHoldMs: number;
   /** Client-side silence on a committed stream bridged by an SSE comment. */
@@ -205,8 +218,8 @@ export interface GatewayConfig {
   file: string;
   server: Readonly<ServerConfig>;
   store: Readonly<StoreConfig>;
-  metrics: Readonly<{ path: string | null }>;
-  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxBytes: number }>;
+  metrics: Readonly<MetricsConfig>;
+  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;
   models: Readonly<Record<string, ModelConfig>>;

@@ -19,7 +19,8 @@ export const WALLET_PLAN_NAME = '钱包余额';
 const DAY = 86_400_000;
 const DATE = /^\d{4}-\d{2}-\d{2}$/;
 
-function counters(c: UsageCounters) {
+/** Usage counters as /v1/usage shows them (tokens, USD). */
+export function counters(c: UsageCounters) {
   const total = c.input + c.output + c.cacheRead + c.cacheWrite;
   return {
     requests: c.requests,

@@ -5,5 +5,5 @@ export interface FallbackOptions {
 export const fallbackSchema = {
   type: 'object',
   additionalProperties: false,
-  properties: { max_attempts: { type: 'integer', minimum: 1, maximum: 5, default: 5 } },
+  properties: { max_attempts: { type: 'integer', minimum: 1, maximum: 5, default: 5, description: "Attempts in total, the requested model included, over the request's `models` list" } },
 } as const;

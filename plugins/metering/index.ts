@@ -16,7 +16,7 @@ export default definePlugin<MeteringOptions>({
   description: 'Usage records and settlement of the charge',
   schema: meteringSchema,
   requires: ['auth'],
-  create(_o, { metrics, log }) {
+  create(_o, { log }) {
     return {
       async onFinally(ctx) {
         const { key, user, group, usage, answeredModel: model } = ctx;
@@ -37,15 +37,11 @@ export default definePlugin<MeteringOptions>({
             estimated: ctx.usageEstimated || undefined,
           });
           ctx.admission.markSettled();
+          // The core's token and cost metrics and the access log line read it.
+          ctx.billed = { cost: charge.cost, actual: charge.actual };
         } catch (e) {
           log.error('settlement failed', { requestId: ctx.id, error: e as Error });
-          return;
         }
-        metrics.tokens.inc({ model: model.id, bucket: 'input' }, usage.input);
-        metrics.tokens.inc({ model: model.id, bucket: 'output' }, usage.output);
-        metrics.tokens.inc({ model: model.id, bucket: 'cache_read' }, usage.cacheRead);
-        metrics.tokens.inc({ model: model.id, bucket: 'cache_write' }, usage.cacheWrite);
-        metrics.costMicros.inc({ model: model.id }, charge.actual);
       },
     };
   },

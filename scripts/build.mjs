@@ -1,0 +1,90 @@
+/**
+ * Build on demand, so one `npm start` serves both a fresh clone (no dist/ yet, dev dependencies
+ * installed: it compiles once) and a production copy (dist/ shipped, no TypeScript: it never
+ * compiles). `node scripts/build.mjs` compiles unconditionally (`npm run build`).
+ *
+ * A successful build writes dist/.build-stamp; the build is stale when a runtime source (cli/,
+ * core/, plugins/, tsconfig.json, package.json) is newer than that stamp. tsc's own incremental
+ * state is no guide here: it leaves dist untouched when a file's mtime changed but not its content,
+ * which would make every later start look stale.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const STAMP = path.join(ROOT, 'dist', '.build-stamp');
+const ENTRY = path.join(ROOT, 'dist', 'cli', 'main.js');
+const SOURCES = ['cli', 'core', 'plugins'];
+
+/** The TypeScript compiler, when dev dependencies are installed. */
+export function findTsc() {
+  try {
+    return createRequire(path.join(ROOT, 'package.json')).resolve('typescript/bin/tsc');
+  } catch {
+    return undefined;
+  }
+}
+
+function newestSource() {
+  let newest = 0;
+  const walk = (dir) => {
+    let entries;
+    try { entries = readdirSync(dir, { withFileTypes: true }); } catch { return; }
+    for (const e of entries) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith('.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
+    }
+  };
+  for (const d of SOURCES) walk(path.join(ROOT, d));
+  for (const f of ['tsconfig.json', 'package.json']) {
+    try { newest = Math.max(newest, statSync(path.join(ROOT, f)).mtimeMs); } catch { /* absent */ }
+  }
+  return newest;
+}
+
+/** 'missing' (no dist), 'stale' (sources changed since the last build) or 'fresh'. */
+export function buildState() {
+  if (!existsSync(ENTRY)) return 'missing';
+  let stamp;
+  try { stamp = statSync(STAMP).mtimeMs; } catch { return 'stale'; }
+  return newestSource() > stamp ? 'stale' : 'fresh';
+}
+
+/** Compiles with tsc; true on success. Output goes to stderr (stdout may be a command's answer). */
+export function build(tsc = findTsc()) {
+  if (!tsc) return false;
+  const r = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tsconfig.json')], { cwd: ROOT, stdio: ['ignore', 2, 2] });
+  if (r.status !== 0) return false;
+  writeFileSync(STAMP, `${new Date().toISOString()}\n`);
+  return true;
+}
+
+/**
+ * Before running dist/: build when it is missing, or stale and tsc is at hand. Without tsc a stale
+ * build runs as it is (a production copy has fresh mtimes on every file). Throws when there is
+ * nothing to run.
+ */
+export function ensureBuilt() {
+  const state = buildState();
+  if (state === 'fresh') return;
+  const tsc = findTsc();
+  if (!tsc) {
+    if (state === 'stale') return;
+    throw new Error('The gateway is not built and TypeScript is not installed: run `npm ci && npm run build` ' +
+      'where dev dependencies are installed, then copy the tree (with dist/) and run `npm ci --omit=dev && npm start`.');
+  }
+  process.stderr.write(state === 'missing' ? 'building the gateway (first start)…\n' : 'sources changed since the last build: rebuilding…\n');
+  if (!build(tsc)) throw new Error('the build failed (see the errors above)');
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  if (!findTsc()) {
+    console.error('TypeScript is not installed: `npm run build` needs the dev dependencies (npm ci).');
+    process.exit(1);
+  }
+  process.exit(build() ? 0 : 1);
+}

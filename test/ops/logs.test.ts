@@ -1,0 +1,146 @@
+/**
+ * Logs: JSON lines with a level and a time; exactly one access line per request with who, what,
+ * how it ended and what it cost; a plugin's exception logged with the plugin's name and its stack
+ * (the client gets a plain 500); never a key, a body or a query string.
+ */
+import t from 'tap';
+import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
+import { bodyFor, directive } from '../limits/helpers.js';
+import { builtinPlugins } from '../../plugins/index.js';
+import { definePlugin } from '../../core/plugin.js';
+import { createLogger, logLevel } from '../../core/log.js';
+import { GatewayError } from '../../core/errors.js';
+
+const SECRET_WORD = 'zebra-marker-4711';
+const boom = definePlugin({
+  name: 'boom',
+  schema: { type: 'object' },
+  create: () => ({
+    onAccess() {
+      throw new TypeError('kaboom in the plugin');
+    },
+  }),
+});
+/** Throws in onAttempt: a hook run by the upstream loop, not by the chain runner. */
+const late = definePlugin({
+  name: 'late',
+  schema: { type: 'object' },
+  create: () => ({
+    onAttempt() {
+      throw new RangeError('late failure');
+    },
+  }),
+});
+
+const lines: string[] = [];
+let g: TestGateway;
+const records = () => lines.map((l) => JSON.parse(l) as Record<string, any>);
+const access = (id: string | null) => records().filter((r) => r.msg === 'request' && r.requestId === id);
+
+t.before(async () => {
+  const cfg = baseConfig();
+  cfg.models['broken-model'] = { provider: 'mock', upstream: 'broken#status=503', price: { input: 1, output: 2 } };
+  cfg.groups.chat.models.push('broken-model');
+  cfg.plugins.boom = { use: 'boom' };
+  cfg.plugins.late = { use: 'late' };
+  cfg.routes.push({ path: '/boom/v1/chat/completions', protocol: 'openai-chat', chain: ['auth', 'boom'] });
+  cfg.routes.push({ path: '/late/v1/chat/completions', protocol: 'openai-chat', chain: ['auth', 'late'] });
+  g = await startGateway(cfg, {
+    registry: new Map([...builtinPlugins, ['boom', boom], ['late', late]]),
+    log: createLogger('info', (l) => lines.push(l)),
+  });
+});
+t.teardown(() => g.close());
+
+t.test('one access line per request: request id, route, group, model, status, tokens, cost, duration, attempts', async (t) => {
+  const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: bodyFor('chat', 'chat-model', `${directive({ input: 10, output: 20 })} ${SECRET_WORD}`) });
+  t.equal(r.status, 200);
+  const mine = access(r.headers.get('x-request-id'));
+  t.equal(mine.length, 1, 'exactly one');
+  const a = mine[0];
+  t.equal(a.level, 'info');
+  t.match(a.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  t.match(a, {
+    route: 'openai-chat', method: 'POST', status: 200, key: 'chat', user: 'alice', group: 'chat', model: 'chat-model', provider: 'mock',
+    attempts: 1, tokens: { input: 10, output: 20, cacheRead: 0, cacheWrite: 0 }, costMicroUsd: 50, listCostMicroUsd: 50,
+  });
+  t.type(a.durationMs, 'number');
+  t.equal(a.ttftMs, undefined, 'no time to first token without a stream');
+  t.equal(a.errorCode, undefined);
+});
+
+t.test('a stream has its time to first token; a fallback its attempts', async (t) => {
+  const s = await fetch(g.url + '/v1/messages', {
+    method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
+    body: JSON.stringify(bodyFor('messages', 'claude-model', directive({ input: 10, output: 20 }), { stream: true })),
+  });
+  await s.text();
+  const [sa] = access(s.headers.get('x-request-id'));
+  t.match(sa, { route: 'anthropic-messages', status: 200, group: 'messages', model: 'claude-model', costMicroUsd: 330 });
+  t.type(sa.ttftMs, 'number');
+  t.ok(sa.ttftMs >= 0 && sa.ttftMs <= sa.durationMs, 'first token within the request');
+
+  const fb = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: { ...chatBody({ model: 'broken-model' }), models: ['chat-model'] } });
+  t.equal(fb.status, 200);
+  const [fa] = access(fb.headers.get('x-request-id'));
+  t.match(fa, { status: 200, model: 'chat-model', attempts: 2 });
+});
+
+t.test('refusals carry the error code; unrouted requests get a line too; probes do not', async (t) => {
+  const bad = await call(g.url + '/v1/chat/completions?key=abc', { headers: bearer(`sk-${'9'.repeat(64)}`), json: chatBody() });
+  t.equal(bad.status, 400);
+  const [ba] = access(bad.headers.get('x-request-id'));
+  t.match(ba, { status: 400, errorCode: 'api_key_in_query_deprecated' });
+  const nope = await call(g.url + '/nowhere');
+  t.equal(nope.status, 404);
+  t.match(access(nope.headers.get('x-request-id'))[0], { route: 'unmatched', status: 404 });
+  const before = records().filter((r) => r.msg === 'request').length;
+  await call(g.url + '/healthz');
+  await call(g.url + '/readyz');
+  await call(g.url + '/metrics');
+  t.equal(records().filter((r) => r.msg === 'request').length, before, 'no access lines for probes and scrapes');
+});
+
+t.test('a plugin exception: 500 to the client, the plugin and its stack in the log', async (t) => {
+  for (const [route, plugin, message, type] of [['boom', 'boom', 'kaboom in the plugin', 'TypeError'], ['late', 'late', 'late failure', 'RangeError']] as const) {
+    const r = await call(`${g.url}/${route}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody() });
+    t.equal(r.status, 500, route);
+    t.same(r.json.error.code, 'internal_error');
+    t.notMatch(r.text, message, 'the message is not leaked to the client');
+    const id = r.headers.get('x-request-id');
+    const err = records().find((x) => x.level === 'error' && x.requestId === id);
+    t.ok(err, `an error line for ${route}`);
+    t.equal(err!.plugin, plugin, 'names the plugin instance');
+    t.equal(err!.msg, `plugin '${plugin}' threw`);
+    t.equal(err!.error.type, type);
+    t.equal(err!.error.message, message);
+    t.match(err!.error.stack, /\n\s+at /, 'with its stack');
+    t.match(access(id)[0], { status: 500, errorCode: 'internal_error' });
+  }
+});
+
+t.test('never a key, a body or a query string', async (t) => {
+  const all = lines.join('\n');
+  for (const k of Object.values(KEYS)) t.notOk(all.includes(k), 'no key');
+  t.notOk(all.includes('9'.repeat(64)), 'not even an unknown key');
+  t.notOk(all.includes(SECRET_WORD), 'no body text');
+  t.notOk(all.includes('Hello there'), 'no prompt');
+  t.notOk(all.includes('key=abc'), 'no query string');
+  t.notOk(all.includes('mock reply'), 'no response text');
+});
+
+t.test('levels, errors with causes, GatewayErrors with their code', async (t) => {
+  const out: string[] = [];
+  const log = createLogger('warn', (l) => out.push(l)).child({ component: 'test' });
+  log.info('dropped');
+  log.warn('kept', { n: 1 });
+  log.error('failed', { error: new GatewayError('INTERNAL', { cause: new Error('root cause') }) });
+  t.equal(out.length, 2, 'below the level is dropped');
+  const [w, e] = out.map((l) => JSON.parse(l));
+  t.match(w, { level: 'warn', msg: 'kept', n: 1, component: 'test' });
+  t.match(e, { level: 'error', error: { type: 'GatewayError', code: 'internal_error', status: 500, message: 'Internal gateway error' } });
+  t.match(e.error.cause, { type: 'Error', message: 'root cause' }, 'with its cause');
+  t.match(e.error.cause.stack, /\n\s+at /);
+  t.equal(logLevel('debug'), 'debug');
+  t.equal(logLevel('loud'), 'info', 'an unknown level falls back to info');
+});
