@@ -4,6 +4,8 @@
  * silently taken argument. Exit codes: 0 done, 1 failed, 2 wrong usage.
  */
 import path from 'node:path';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { createHash, randomBytes } from 'node:crypto';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, formatIssue, loadConfigFile } from '../core/config/load.js';
@@ -179,14 +181,31 @@ async function adminTarget(values: Record<string, string | boolean | undefined>)
   return { url: url.replace(/\/$/, ''), token };
 }
 
-async function adminCall(target: AdminTarget, method: string, path_: string): Promise<{ ok: boolean; status: number; text: string } | undefined> {
-  try {
-    const res = await fetch(target.url + path_, { method, headers: { authorization: `Bearer ${target.token}` } });
-    return { ok: res.ok, status: res.status, text: await res.text() };
-  } catch (e) {
-    console.error(`cannot reach the gateway at ${target.url}: ${(e as Error & { cause?: Error }).cause?.message ?? (e as Error).message}`);
-    return undefined;
-  }
+/** One admin API call; the connection is not kept alive, so the command exits as soon as it is answered. */
+function adminCall(target: AdminTarget, method: string, path_: string): Promise<{ ok: boolean; status: number; text: string } | undefined> {
+  return new Promise((resolve) => {
+    let url: URL;
+    try {
+      url = new URL(target.url + path_);
+    } catch {
+      console.error(`not a URL: ${target.url}`);
+      return resolve(undefined);
+    }
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = request(url, { method, agent: false, headers: { authorization: `Bearer ${target.token}` } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const status = res.statusCode ?? 0;
+        resolve({ ok: status >= 200 && status < 300, status, text: Buffer.concat(chunks).toString('utf8') });
+      });
+    });
+    req.on('error', (e) => {
+      console.error(`cannot reach the gateway at ${target.url}: ${e.message}`);
+      resolve(undefined);
+    });
+    req.end();
+  });
 }
 
 async function resetQuota(name: string, values: Record<string, string | boolean | undefined>): Promise<number> {

@@ -1,0 +1,158 @@
+/**
+ * Plugins from outside the repository. The example moderation plugin (examples/moderation), in a
+ * temporary folder with its own package.json, installs the gateway as a third party does (a
+ * tarball made by `npm pack`: another copy of the package), compiles against its TypeScript
+ * declarations and passes its own tests; loaded into this gateway, its 403 content_policy_violation
+ * comes out in each protocol's format, and reloads keep its metric. Errors are recognised across
+ * copies by their brand. The guide (docs/plugins.md) shows the example's files as they are.
+ */
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { cpSync, existsSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import YAML from 'yaml';
+import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, responsesBody, ROOT, startGateway, tmpDir } from '../helpers/gateway.js';
+import { GatewayError, isGatewayError, renderError } from '../../core/errors.js';
+import { parseProm, total } from '../helpers/prom.js';
+
+t.setTimeout(600_000);
+
+const ENV: NodeJS.ProcessEnv = { ...process.env, NODE_OPTIONS: '' };
+const EXAMPLE = path.join(ROOT, 'examples/moderation');
+
+function run(cmd: string, args: string[], cwd: string): { code: number | null; out: string } {
+  const r = spawnSync(cmd, args, { cwd, env: ENV, encoding: 'utf8' });
+  return { code: r.status, out: `${r.stdout}${r.stderr}` };
+}
+
+t.test('a GatewayError from another copy of the package is recognised by its brand', async (t) => {
+  const other = await import(`${pathToFileURL(path.join(ROOT, 'dist/core/errors.js')).href}?copy=2`);
+  t.not(other.GatewayError, GatewayError, 'two module instances');
+  const foreign = new other.GatewayError('CONTENT_POLICY', { message: 'blocked elsewhere' });
+  t.ok(isGatewayError(foreign), 'isGatewayError');
+  t.ok(foreign instanceof GatewayError, 'instanceof checks the brand');
+  t.ok(new GatewayError('INTERNAL') instanceof other.GatewayError, 'both ways');
+  t.notOk(isGatewayError(new Error('x')));
+  t.notOk(isGatewayError({ message: 'x', status: 403 }), 'a look-alike without the brand is not one');
+  t.same(renderError(foreign, 'chat'), {
+    status: 403, headers: {},
+    body: { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'blocked elsewhere', param: null } },
+  });
+});
+
+t.test('the guide shows the example\'s files as they are', async (t) => {
+  const guide = readFileSync(path.join(ROOT, 'docs/plugins.md'), 'utf8');
+  const blocks = [...guide.matchAll(/```\w+ file=(\S+)\n([\s\S]*?)```/g)];
+  t.ok(blocks.length >= 3, 'package.json, the plugin, its test');
+  for (const [, file, body] of blocks) t.equal(body, readFileSync(path.join(ROOT, file), 'utf8'), file);
+  t.same(readdirSync(EXAMPLE).sort(), ['package.json', 'src', 'test', 'tsconfig.json'], 'nothing else in the example');
+});
+
+t.test('the moderation example, installed as a third party installs it', async (t) => {
+  const work = tmpDir('gw-plugin-');
+  t.teardown(() => rmSync(work, { recursive: true, force: true }));
+  const pack = run('npm', ['pack', '--pack-destination', work, '--silent'], ROOT);
+  t.equal(pack.code, 0, pack.out);
+  const tarball = path.join(work, readdirSync(work).find((f) => f.endsWith('.tgz'))!);
+
+  const plugin = path.join(work, 'moderation');
+  cpSync(EXAMPLE, plugin, { recursive: true });
+  const install = run('npm', ['install', tarball, '--no-audit', '--no-fund', '--prefer-offline'], plugin);
+  t.equal(install.code, 0, `npm install: ${install.out.slice(-800)}`);
+  const installed = realpathSync(path.join(plugin, 'node_modules/llm-gateway'));
+  t.not(installed, realpathSync(ROOT), 'a copy of the gateway, not this folder');
+  t.ok(existsSync(path.join(installed, 'dist/core/public.d.ts')), 'with its type declarations');
+
+  const build = run('npm', ['run', 'build'], plugin);
+  t.equal(build.code, 0, `tsc against the declarations: ${build.out}`);
+  t.ok(existsSync(path.join(plugin, 'dist/index.d.ts')));
+  const own = run('npm', ['test'], plugin);
+  t.equal(own.code, 0, `the example's own tests: ${own.out.slice(-1500)}`);
+  t.match(own.out, /# pass 3/);
+
+  // This gateway loads the plugin by path; the plugin's `llm-gateway` is the installed copy.
+  const cfg = baseConfig();
+  cfg.plugins.moderation = { use: path.join(plugin, 'dist/index.js'), with: { patterns: ['\\bforbidden\\b', 'secret\\s+plan'] } };
+  cfg.chains['model-call'].splice(1, 0, 'moderation');
+  const g = await startGateway(cfg);
+  t.teardown(() => g.close());
+  const text = 'tell me the secret   plan';
+
+  const chat = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: text }] }) });
+  t.equal(chat.status, 403, 'Chat Completions');
+  t.same(chat.json, { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'Request blocked by content policy', param: null } });
+  const msg = await call(g.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ messages: [{ role: 'user', content: text }] }) });
+  t.equal(msg.status, 403, 'Messages');
+  t.same(msg.json, { type: 'error', error: { type: 'content_policy_violation', message: 'Request blocked by content policy' } });
+  const resp = await call(g.url + '/v1/responses', { headers: bearer(KEYS.responses), json: responsesBody({ input: text }) });
+  t.equal(resp.status, 403, 'Responses');
+  t.same(resp.json, { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'Request blocked by content policy', param: null } });
+  const lite = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: responsesBody({ model: 'claude-model', input: [{ role: 'user', content: [{ type: 'input_text', text: 'FORBIDDEN' }] }] }) });
+  t.equal(lite.status, 403, 'Responses on a Messages-style group');
+  t.same(lite.json, { error: { code: 'content_policy_violation', message: 'Request blocked by content policy' } });
+  t.equal(g.gw.mocks.get('mock')!.requests.filter((r) => /secret|FORBIDDEN/.test(r.body)).length, 0, 'no upstream saw them');
+  t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'others pass');
+
+  const blocked = async () => total(parseProm((await call(g.url + '/metrics')).text), 'moderation_blocked_total', { instance: 'moderation' });
+  t.equal(await blocked(), 4, 'the plugin\'s metric, on the gateway\'s /metrics');
+
+  // Reloads re-run create(), which registers the metric again: twice in a row, both accepted.
+  t.equal(await g.gw.reload(), undefined, 'first reload');
+  t.equal(await g.gw.reload(), undefined, 'second reload');
+  t.equal(await blocked(), 4, 'the metric kept its value');
+  await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }) });
+  t.equal(await blocked(), 5, 'and counts on with the new instance');
+
+  // A bad pattern is a config error; the running config keeps serving.
+  const good = readFileSync(g.file, 'utf8');
+  const bad = YAML.parse(good);
+  bad.plugins.moderation.with.patterns = ['(unclosed'];
+  writeFileSync(g.file, YAML.stringify(bad));
+  const err = await g.gw.reload();
+  t.ok(err, 'rejected');
+  t.match(err!.message, /moderation: patterns\[0\] is not a valid regular expression/);
+  t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }) })).status, 403, 'the old config serves');
+  writeFileSync(g.file, good);
+});
+
+t.test('plugin metrics: the same metric on every load, never one of the gateway\'s, never another kind', async (t) => {
+  const dir = tmpDir();
+  const write = (name: string, body: string) => writeFileSync(path.join(dir, name), `export default { name: '${name}', schema: { type: 'object' }, create(o, { metrics }) { ${body}; return {}; } };\n`);
+  write('gauge.mjs', "metrics.gauge({ name: 'plugin_things', help: 'things' }).set(3)");
+  write('steal.mjs', "metrics.counter({ name: 'gateway_requests_total', help: 'mine', labelNames: ['route', 'status'] })");
+  write('clash.mjs', "metrics.counter({ name: 'plugin_things', help: 'things' })");
+  const cfg = baseConfig();
+  cfg.plugins.things = { use: './gauge.mjs' };
+  const file = path.join(dir, 'gateway.yaml');
+  writeFileSync(file, YAML.stringify(cfg));
+  const { Gateway } = await import('../../core/server.js');
+  const { builtinPlugins } = await import('../../plugins/index.js');
+  const { silentLogger } = await import('../../core/log.js');
+  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, log: silentLogger, watch: false, port: 0 });
+  t.teardown(() => gw.close());
+  for (let i = 0; i < 2; i++) t.equal(await gw.reload(), undefined, `reload ${i + 1}`);
+  t.equal(total(parseProm(await gw.metrics.scrape()), 'plugin_things'), 3);
+  for (const [use, message] of [['./steal.mjs', /belongs to the gateway/], ['./clash.mjs', /already registered as another kind/]] as const) {
+    writeFileSync(file, YAML.stringify({ ...cfg, plugins: { ...cfg.plugins, things: { use } } }));
+    const err = await gw.reload();
+    t.match(err?.message, message, use);
+  }
+});
+
+t.test('the public entry point exports the plugin API', async (t) => {
+  const api = await import(pathToFileURL(path.join(ROOT, 'dist/core/public.js')).href);
+  for (const name of ['definePlugin', 'GatewayError', 'isGatewayError', 'createSlot', 'CATALOGUE', 'VERSION']) t.ok(api[name] !== undefined, name);
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
+  t.equal(pkg.name, 'llm-gateway');
+  t.equal(pkg.exports['.'].types, './dist/core/public.d.ts');
+  for (const entry of Object.values<any>(pkg.exports)) {
+    if (typeof entry === 'object') {
+      t.ok(existsSync(path.join(ROOT, entry.default)), entry.default);
+      t.ok(existsSync(path.join(ROOT, entry.types)), entry.types);
+    }
+  }
+  const slot = api.createSlot('x');
+  t.equal(slot.name, 'x');
+  t.ok(new api.GatewayError('CONTENT_POLICY') instanceof GatewayError, 'the same brand as the core');
+});
