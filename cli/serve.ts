@@ -45,7 +45,7 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
     }
     throw e;
   }
-  log.info('gateway listening', {
+  log.info(`gateway listening on ${gw.url}`, {
     url: gw.url, metricsUrl: gw.metricsUrl, config: file, store: gw.config.store.kind, storePath: gw.config.store.path ?? null, pid: process.pid,
   });
   opts.onListening?.(gw);

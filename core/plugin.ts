@@ -38,6 +38,8 @@
  *
  * Third-party plugins: `use: ./plugins-local/my-plugin.js` loads a module (path relative to
  * gateway.yaml) whose default export is a `PluginDefinition`; it goes through this same contract.
+ * Such a plugin imports the public API by package name (`llm-gateway`, core/public.ts), possibly
+ * from its own copy of the package: nothing here may depend on class identity across copies.
  */
 import type { Attempt, RequestContext } from './context.js';
 import type { GatewayConfig } from './config/types.js';
@@ -53,6 +55,11 @@ export interface PluginDeps {
   store: Store;
   clock: Clock;
   log: Logger;
+  /**
+   * The gateway's metrics. A plugin's own: `metrics.counter({ name, help, labelNames })` (also
+   * `gauge`, `histogram`) — the metric already registered under that name when there is one, so
+   * creating it in `create()` survives reloads.
+   */
   metrics: Metrics;
   /** The instance's name in gateway.yaml. */
   instanceName: string;

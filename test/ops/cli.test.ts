@@ -187,7 +187,7 @@ t.test('start: serves until SIGTERM or SIGINT, drains, exits 0; a bad config exi
     const url = await new Promise<string>((resolve, reject) => {
       child.stderr.on('data', (d) => {
         stderr += d;
-        const line = stderr.split('\n').find((l) => l.includes('"gateway listening"'));
+        const line = stderr.split('\n').find((l) => l.includes('"msg":"gateway listening on '));
         if (line) resolve(JSON.parse(line).url);
       });
       child.on('exit', () => reject(new Error(`exited early: ${stderr}`)));

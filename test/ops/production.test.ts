@@ -39,7 +39,7 @@ function run(cmd: string, args: string[], cwd: string): { code: number | null; o
 function listening(child: ChildProcess, stderr: () => string): Promise<string> {
   return new Promise((resolve, reject) => {
     const look = () => {
-      const line = stderr().split('\n').find((l) => l.includes('"gateway listening"'));
+      const line = stderr().split('\n').find((l) => l.includes('"msg":"gateway listening on '));
       if (line) resolve(JSON.parse(line).url);
     };
     child.stderr!.on('data', look);
