@@ -29,6 +29,10 @@ function config(): Record<string, any> {
   cfg.groups.chat.models.push('broken-model');
   cfg.users.limited = { balance: 10, rpm: 1 };
   cfg.keys.push({ key: LIMITED, name: 'limited', user: 'limited', group: 'chat' });
+  // An account pool: account `first` fails once (503), the request fails over to `second`.
+  cfg.providers.pool = { kind: 'mock', accounts: [{ name: 'first', api_key: 'key-pool-first', priority: 0 }, { name: 'second', api_key: 'key-pool-second', priority: 1 }] };
+  cfg.models['pool-model'] = { provider: 'pool', price: { input: 1, output: 2 } };
+  cfg.groups.chat.models.push('pool-model');
   cfg.plugins.boom = { use: 'boom' };
   cfg.routes.push({ path: '/boom/v1/chat/completions', protocol: 'openai-chat', chain: ['auth', 'boom'] });
   return cfg;
@@ -39,7 +43,7 @@ let g: TestGateway;
 let samples: Sample[];
 let scrapeText: string;
 const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
-const expected = { chatCost: 0, claudeCost: 0 };
+const expected = { chatCost: 0, claudeCost: 0, poolCost: 0 };
 
 t.before(async () => {
   g = await startGateway(config(), { registry });
@@ -61,6 +65,11 @@ t.before(async () => {
   });
   if (fb.status !== 200 || fb.json.model !== 'chat-model') throw new Error(`fallback failed: ${fb.status} ${fb.text}`);
   expected.chatCost += 50;
+  // account failover inside one model: `first` answers 503, `second` answers
+  g.gw.mocks.get('pool')!.script('key-pool-first', { next: ['status=503'] });
+  const pooled = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: bodyFor('chat', 'pool-model', directive({ input: 10, output: 20 })) });
+  if (pooled.status !== 200) throw new Error(`pool failed: ${pooled.status} ${pooled.text}`);
+  expected.poolCost = 50;
   // rejections: an unknown key, and the second request of a user limited to 1 per minute
   if ((await chat({}, `sk-${'9'.repeat(64)}`)).status !== 401) throw new Error('expected 401');
   if ((await chat({}, LIMITED)).status !== 200) throw new Error('expected 200');
@@ -90,7 +99,7 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 t.test('requests by route and status; probes are not counted', async (t) => {
-  t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '200' }), 4, 'two plain calls, the fallback, the limited user\'s first');
+  t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '200' }), 5, 'two plain calls, the fallback, the pool, the limited user\'s first');
   t.equal(total(samples, 'gateway_requests_total', { route: 'anthropic-messages', status: '200' }), 1);
   t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '401' }), 1);
   t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '429' }), 1);
@@ -99,7 +108,7 @@ t.test('requests by route and status; probes are not counted', async (t) => {
   t.equal(total(samples, 'gateway_requests_total', { route: 'usage', status: '200' }), 1);
   const routes = new Set(find(samples, 'gateway_requests_total').map((s) => s.labels.route));
   t.notOk(routes.has('health') || routes.has('metrics') || routes.has('readyz') || routes.has('unmatched'), 'no probe series');
-  t.equal(total(samples, 'gateway_request_duration_seconds_count'), 10, 'one duration per counted request');
+  t.equal(total(samples, 'gateway_request_duration_seconds_count'), 11, 'one duration per counted request');
   t.equal(total(samples, 'gateway_requests_in_flight'), 0, 'nothing in flight');
 });
 
@@ -115,7 +124,21 @@ t.test('upstream attempts and latency by provider and model; the fallback', asyn
   t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'mock', model: 'claude-model', outcome: 'ok' }), 1);
   t.equal(total(samples, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'chat-model' }), 4);
   t.equal(total(samples, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'broken-model' }), 1);
-  t.same(find(samples, 'gateway_fallback_attempts_total').map((s) => [s.labels, s.value]), [[{ model: 'chat-model', reason: '503' }, 1]]);
+  t.same(find(samples, 'gateway_fallback_attempts_total').map((s) => [s.labels, s.value]), [[{ model: 'chat-model', reason: '503' }, 1]],
+    'the account failover is not a model fallback');
+  t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'pool', model: 'pool-model', outcome: '503' }), 1);
+  t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'pool', model: 'pool-model', outcome: 'ok' }), 1);
+});
+
+t.test('per-account series: requests by outcome, the failover, the cooldown, state', async (t) => {
+  t.equal(total(samples, 'gateway_account_requests_total', { provider: 'pool', account: 'first', outcome: 'server_error' }), 1);
+  t.equal(total(samples, 'gateway_account_requests_total', { provider: 'pool', account: 'second', outcome: 'ok' }), 1);
+  t.equal(total(samples, 'gateway_account_failovers_total', { provider: 'pool' }), 1);
+  t.equal(total(samples, 'gateway_account_cooldowns_total', { provider: 'pool', account: 'first' }), 1);
+  t.equal(total(samples, 'gateway_account_state', { provider: 'pool', account: 'first', state: 'cooling' }), 1);
+  t.equal(total(samples, 'gateway_account_state', { provider: 'pool', account: 'second', state: 'available' }), 1);
+  t.equal(total(samples, 'gateway_account_in_flight', { provider: 'pool' }), 0);
+  t.equal(total(samples, 'gateway_account_ttft_seconds_count', { provider: 'pool', account: 'second' }), 1);
 });
 
 t.test('tokens and cost by provider, model and group, equal to the store\'s records', async (t) => {
@@ -129,7 +152,9 @@ t.test('tokens and cost by provider, model and group, equal to the store\'s reco
   t.equal(total(samples, 'gateway_charged_micro_usd_total', claude), expected.claudeCost);
   t.equal(total(samples, 'gateway_tokens_total', { model: 'broken-model' }), 0, 'the failed attempt is not billed');
   const usage = (await usageOf(g, KEYS.chat)).usage.total;
-  t.equal(usage.actual_cost * 1e6 + (await usageOf(g, LIMITED)).usage.total.actual_cost * 1e6, expected.chatCost, 'the store agrees');
+  t.equal(Math.round(usage.actual_cost * 1e6 + (await usageOf(g, LIMITED)).usage.total.actual_cost * 1e6), expected.chatCost + expected.poolCost, 'the store agrees');
+  t.equal(total(samples, 'gateway_tokens_total', { provider: 'pool', model: 'pool-model', group: 'chat', bucket: 'output' }), 20);
+  t.equal(total(samples, 'gateway_charged_micro_usd_total', { provider: 'pool', model: 'pool-model', group: 'chat' }), expected.poolCost);
 });
 
 t.test('rejections by code, plugin exceptions by plugin, store errors and latency by operation', async (t) => {
@@ -138,7 +163,7 @@ t.test('rejections by code, plugin exceptions by plugin, store errors and latenc
   t.same(find(samples, 'gateway_plugin_errors_total').map((s) => [s.labels.plugin, s.value]), [['boom', 1]]);
   t.same(find(samples, 'gateway_store_errors_total').map((s) => [s.labels, s.value]), [[{ store: 'memory', op: 'admit' }, 1]]);
   t.equal(total(samples, 'gateway_store_operation_seconds_count', { store: 'memory', op: 'health' }), 3, 'one per /readyz');
-  t.equal(total(samples, 'gateway_store_operation_seconds_count', { op: 'settle' }), 5, 'one settlement per answered model call');
+  t.equal(total(samples, 'gateway_store_operation_seconds_count', { op: 'settle' }), 6, 'one settlement per answered model call');
   t.ok(total(samples, 'gateway_store_operation_seconds_count', { op: 'admit' }) >= 6);
   t.equal(total(samples, 'gateway_concurrency_queue_waiting'), 0);
 });
@@ -154,8 +179,10 @@ t.test('reloads by result, build info, Node.js and process metrics', async (t) =
 
 t.test('label sets are bounded: no key or user names, no request ids', async (t) => {
   const labelNames = new Set(samples.filter((s) => s.name.startsWith('gateway_')).flatMap((s) => Object.keys(s.labels)));
-  for (const l of labelNames) t.ok(['route', 'status', 'provider', 'model', 'outcome', 'reason', 'group', 'bucket', 'code', 'plugin', 'store', 'op', 'result', 'le', 'version', 'node'].includes(l), `label ${l}`);
-  t.notMatch(scrapeText, /alice|limited|sk-/, 'no user, key name or key');
+  for (const l of labelNames) t.ok(['route', 'status', 'provider', 'account', 'state', 'model', 'outcome', 'reason', 'group', 'bucket', 'code', 'plugin', 'store', 'op', 'result', 'le', 'version', 'node'].includes(l), `label ${l}`);
+  const values = samples.flatMap((s) => Object.values(s.labels));
+  t.notOk(values.some((v) => v === 'alice' || v === 'limited' || v.startsWith('sk-')), 'no user, key name or key as a label value');
+  t.notMatch(scrapeText, /sk-[0-9a-f]/, 'no key anywhere');
 });
 
 t.test('the Grafana dashboard parses and every metric it queries is in the scrape', async (t) => {
