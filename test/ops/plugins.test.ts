@@ -46,7 +46,8 @@ t.test('the guide shows the example\'s files as they are', async (t) => {
   const blocks = [...guide.matchAll(/```\w+ file=(\S+)\n([\s\S]*?)```/g)];
   t.ok(blocks.length >= 3, 'package.json, the plugin, its test');
   for (const [, file, body] of blocks) t.equal(body, readFileSync(path.join(ROOT, file), 'utf8'), file);
-  t.same(readdirSync(EXAMPLE).sort(), ['package.json', 'src', 'test', 'tsconfig.json'], 'nothing else in the example');
+  const files = readdirSync(EXAMPLE).filter((f) => f !== 'node_modules' && f !== 'dist' && f !== 'package-lock.json').sort();
+  t.same(files, ['package.json', 'src', 'test', 'tsconfig.json'], 'the guide shows every file of the example');
 });
 
 t.test('the moderation example, installed as a third party installs it', async (t) => {
@@ -57,7 +58,8 @@ t.test('the moderation example, installed as a third party installs it', async (
   const tarball = path.join(work, readdirSync(work).find((f) => f.endsWith('.tgz'))!);
 
   const plugin = path.join(work, 'moderation');
-  cpSync(EXAMPLE, plugin, { recursive: true });
+  // As published: the sources, not a build or an install someone made in the repository's copy.
+  cpSync(EXAMPLE, plugin, { recursive: true, filter: (src) => !/[\\/](node_modules|dist)$/.test(src) });
   const install = run('npm', ['install', tarball, '--no-audit', '--no-fund', '--prefer-offline'], plugin);
   t.equal(install.code, 0, `npm install: ${install.out.slice(-800)}`);
   const installed = realpathSync(path.join(plugin, 'node_modules/llm-gateway'));
