@@ -36,7 +36,7 @@ t.test('a GatewayError from another copy of the package is recognised by its bra
   t.notOk(isGatewayError(new Error('x')));
   t.notOk(isGatewayError({ message: 'x', status: 403 }), 'a look-alike without the brand is not one');
   t.same(renderError(foreign, 'chat'), {
-    status: 403, headers: {},
+    status: 403, headers: { 'x-should-retry': 'false' },
     body: { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'blocked elsewhere', param: null } },
   });
 });
