@@ -1,0 +1,1040 @@
+/**
+ * The Redis store: several gateway instances (processes, machines) share limits and money through
+ * one Redis (or Redis Cluster). Same behaviour as the memory store (the contract is in ../types.ts);
+ * the decisions that differ:
+ *
+ * - Atomicity: admission and settlement are each one Lua script (EVALSHA) — on a single Redis one
+ *   call for the whole request. On a cluster one call per hash slot the request touches (its key,
+ *   its user, its group's RPM; see keys.ts), run in parallel: each limit is checked and reserved
+ *   atomically in its own slot, so overspend stays bounded as on one node; a request refused in
+ *   one slot has its other slots' reservations and counts taken back right after (compensation),
+ *   so a concurrent request may meanwhile be refused by a reservation that is about to vanish.
+ * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
+ *   (`clock`) replaces it for the money periods only.
+ * - Crash recovery: each admission is listed under its instance (an index in Redis) with its
+ *   `recovery` settlement. Instances renew a lease in a registry (heartbeat every lease/3); the
+ *   reaper of any live instance resolves the admissions of an instance whose lease expired: the
+ *   `recovery` settlement (settle semantics, once, `recovered`), or a release without charge when
+ *   there is none. It waits one lease after its own (re)connection before judging others, so an
+ *   outage of Redis itself kills nobody. A live instance cut off from Redis for longer than the
+ *   lease is taken for dead: its late settlements find the request resolved and are dropped
+ *   (logged); the recovered charge stands.
+ * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
+ * - Faults: every call is bounded by `timeoutMs`, and ioredis keeps no offline queue. A timeout or
+ *   lost connection marks Redis away until a probe succeeds. While away: admissions with a money
+ *   claim fail closed (503 billing_service_error); RPM-only admissions and slots run on a local
+ *   memory store at each limit's per-instance share (limit / `instancesHint`, rounded up); reads
+ *   fail closed; settlements and cancels wait in an in-memory queue sent in order once Redis is
+ *   back (idempotent per request id, so nothing counts twice). An admission whose outcome is
+ *   unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the admission
+ *   if it arrives later still. The queue does not survive the process: an admission of a process
+ *   that dies with its settlement queued is resolved by the reaper's rule.
+ */
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { Cluster, Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
+import type { Clock } from '../../clock.js';
+import { silentLogger, type Logger } from '../../log.js';
+import { GatewayError } from '../../errors.js';
+import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
+import { MemoryStore } from '../memory.js';
+import {
+  type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage, type Settlement,
+  type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
+} from '../types.js';
+import { Keys } from './keys.js';
+import { loadScripts, SCRIPT_NAMES, type ScriptName } from './scripts.js';
+
+const DAY = 86_400_000;
+/** An admission record outlives any request; an instance index lives as long. */
+const RECORD_TTL_MS = 7 * DAY;
+/** Done markers make settlement idempotent for a day (as the memory store). */
+const DONE_TTL_MS = DAY;
+const RECENT_MAX = 100_000;
+const PROBE_MS = 250;
+const WAITER_POLL_MS = 1_000;
+const PENDING_MAX = 100_000;
+const CLOSE_DRAIN_MS = 2_000;
+const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
+const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
+
+export interface RedisStoreOptions {
+  /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
+  url: string;
+  cluster?: boolean;
+  /** Prefix of every key (default `gw:`); several gateways can share one Redis with different ones. */
+  prefix?: string;
+  /** Divides RPM and concurrency limits while Redis is away (instances × workers). Default 1. */
+  instancesHint?: number;
+  /** Longest wait for any Redis call (default 500 ms). */
+  timeoutMs?: number;
+  /** Instance and slot lease (default 15 s, at most 30 s). */
+  leaseMs?: number;
+  /** How long open() waits for a first connection before serving degraded (default 2 s). */
+  connectWaitMs?: number;
+  /** Tests: fixed time for periods, windows and minutes instead of Redis TIME. */
+  clock?: Clock;
+  log?: Logger;
+  /** Called when Redis goes away or comes back. */
+  onHealth?: (h: StoreHealth) => void;
+}
+
+interface Part {
+  tag: string;
+  claims: { index: number; claim: Claim }[];
+}
+
+interface LiveAdmission {
+  /** Slot tags holding this admission's records (one on a single Redis). */
+  tags: string[];
+  /** Admitted by the local fallback while Redis was away. */
+  local?: boolean;
+}
+
+type PendingOp =
+  | { op: 'settle'; id: string; s: Settlement; tags?: string[] }
+  /** undo: 0 keep the counts, 1 take RPM counts back, 2 also unstart the windows it started (compensation). */
+  | { op: 'cancel'; id: string; undo: 0 | 1 | 2; tags: string[] };
+
+interface Waiter {
+  id: string;
+  scope: string;
+  req: SlotRequest;
+  deadline: number;
+  done: boolean;
+  /** It was answered with a slot. */
+  ok?: boolean;
+  resolve: (r: SlotResult) => void;
+  timer: NodeJS.Timeout;
+  poll: NodeJS.Timeout;
+  onAbort: () => void;
+}
+
+type Client = Redis | Cluster;
+type Reply = string | number | null | Reply[];
+
+/** Redis is unreachable or did not answer in time: the outcome of the call is unknown. */
+class Unavailable extends Error {}
+
+const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
+const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
+
+function assertMoney(name: string, v: number): void {
+  if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
+}
+
+function int(v: number): string {
+  if (!Number.isSafeInteger(v)) throw new TypeError(`expected an integer, got ${v}`);
+  return String(v);
+}
+
+/** Replies that mean "Redis cannot serve right now" rather than a bug in the call. */
+const BUSY_REPLY = /^(LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|OOM|NOREPLICAS)\b/;
+
+export class RedisStore implements Store {
+  readonly kind = 'redis' as const;
+  readonly instanceId: string;
+
+  private readonly keys: Keys;
+  private readonly client: Client;
+  private readonly sub: Client;
+  private readonly log: Logger;
+  private readonly timeoutMs: number;
+  private readonly leaseMs: number;
+  private readonly divisor: number;
+  private readonly clock?: Clock;
+  private readonly onHealth?: (h: StoreHealth) => void;
+  private readonly cluster: boolean;
+  private readonly local: MemoryStore;
+
+  private state: 'down' | 'up' = 'down';
+  private upSince = 0;
+  /** Set once "degraded" has been logged for the current outage. */
+  private downLogged = false;
+  private probing: Promise<void> | undefined;
+  /** While open() waits for the first connection, failures are expected and not logged. */
+  private starting = true;
+  private closed = false;
+
+  private readonly live = new Map<string, LiveAdmission>();
+  private readonly recent = new LRUCache<string, true>({ max: RECENT_MAX });
+  private pending: PendingOp[] = [];
+  private draining: Promise<void> | undefined;
+
+  /** scope → lease ids held by this instance */
+  private readonly held = new Map<string, Set<string>>();
+  private readonly waiters = new Map<string, Waiter>();
+  private slotSeq = 0;
+
+  private readonly timers: NodeJS.Timeout[] = [];
+
+  private constructor(opts: RedisStoreOptions, local: MemoryStore) {
+    this.keys = new Keys(opts.prefix ?? 'gw:');
+    this.log = opts.log ?? silentLogger;
+    this.timeoutMs = opts.timeoutMs ?? 500;
+    this.leaseMs = Math.min(opts.leaseMs ?? 15_000, 30_000);
+    this.divisor = Math.max(1, Math.floor(opts.instancesHint ?? 1));
+    this.clock = opts.clock;
+    this.onHealth = opts.onHealth;
+    this.cluster = opts.cluster ?? false;
+    this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
+    this.local = local;
+
+    const base = {
+      commandTimeout: this.timeoutMs,
+      connectTimeout: Math.max(this.timeoutMs, 1_000),
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      autoResendUnfulfilledCommands: false,
+      retryStrategy: (times: number) => Math.min(50 * times, 1_000),
+      lazyConnect: false,
+    };
+    if (this.cluster) {
+      const nodes = opts.url.split(',').map((u) => u.trim()).filter(Boolean).map((u) => {
+        const url = new URL(u.includes('://') ? u : `redis://${u}`);
+        return { host: url.hostname, port: Number(url.port || 6379) };
+      });
+      const first = new URL(opts.url.split(',')[0].includes('://') ? opts.url.split(',')[0] : `redis://${opts.url.split(',')[0]}`);
+      const redisOptions = {
+        commandTimeout: this.timeoutMs,
+        connectTimeout: base.connectTimeout,
+        maxRetriesPerRequest: 0,
+        autoResendUnfulfilledCommands: false,
+        username: first.username ? decodeURIComponent(first.username) : undefined,
+        password: first.password ? decodeURIComponent(first.password) : undefined,
+      };
+      this.client = new Cluster(nodes, {
+        redisOptions,
+        enableOfflineQueue: false,
+        clusterRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
+        slotsRefreshTimeout: Math.max(this.timeoutMs, 1_000),
+        maxRedirections: 8,
+      });
+      this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
+    } else {
+      this.client = new Redis(opts.url, base);
+      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null });
+    }
+    const scripts = loadScripts();
+    // Prefixed: a command named `slots` would replace the cluster client's slot table.
+    for (const name of SCRIPT_NAMES) this.client.defineCommand(`gw_${name}`, { lua: scripts[name] });
+
+    this.client.on('error', () => undefined); // reported through fault() by the calls that fail
+    this.client.on('close', () => this.fault(new Unavailable('connection to Redis closed')));
+    this.client.on('ready', () => void this.probe());
+    this.sub.on('error', () => undefined);
+    this.sub.on('message', (_ch: string, id: string) => this.onWake(id));
+    this.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
+  }
+
+  static async open(opts: RedisStoreOptions): Promise<RedisStore> {
+    const store = new RedisStore(opts, await MemoryStore.open({ clock: opts.clock }));
+    store.startTimers();
+    const deadline = Date.now() + (opts.connectWaitMs ?? 2_000);
+    while (!store.isUp() && Date.now() < deadline) {
+      await store.probe();
+      if (!store.isUp()) await new Promise((r) => setTimeout(r, 50));
+    }
+    store.starting = false;
+    if (!store.isUp()) store.logDown(new Unavailable('no connection to Redis at start'));
+    return store;
+  }
+
+  // ---- connection state -------------------------------------------------------------------
+
+  isUp(): boolean {
+    return this.state === 'up';
+  }
+
+  private startTimers(): void {
+    const every = (ms: number, fn: () => Promise<void> | void) => {
+      const t = setInterval(() => {
+        Promise.resolve(fn()).catch((e) => this.log.error('store timer failed', { error: e as Error }));
+      }, ms);
+      t.unref();
+      this.timers.push(t);
+    };
+    every(Math.max(50, Math.floor(this.leaseMs / 3)), () => this.heartbeat());
+    every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reap());
+    every(PROBE_MS, () => (this.state === 'down' ? this.probe() : undefined));
+  }
+
+  /** Records a failed call: Redis is away until a probe succeeds. */
+  private fault(e: unknown): void {
+    if (this.closed) return;
+    if (this.state === 'up') {
+      this.state = 'down';
+      this.logDown(e);
+    }
+  }
+
+  private logDown(e: unknown): void {
+    if (this.downLogged || this.starting || this.closed) return;
+    this.downLogged = true;
+    this.log.warn('store degraded: Redis unreachable; money paths refused (503), RPM and concurrency per instance', {
+      error: (e as Error)?.message, share: `1/${this.divisor}`,
+    });
+    this.onHealth?.({ ready: false, degraded: this.degradedText() });
+  }
+
+  private degradedText(): string {
+    return `redis unreachable: money paths refused, RPM and concurrency at 1/${this.divisor} of each limit per instance`;
+  }
+
+  /** One heartbeat; success brings the store back up and sends what waited. */
+  private probe(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.probing ??= (async () => {
+      try {
+        const wasKnown = await this.beat();
+        if (this.state === 'down') {
+          this.state = 'up';
+          this.upSince = Date.now();
+          const hadLogged = this.downLogged;
+          this.downLogged = false;
+          if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.pending.length });
+          if (!wasKnown && !this.starting) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+          this.onHealth?.({ ready: true });
+          void this.drain();
+        }
+      } catch (e) {
+        if (!this.isUnavailable(e)) this.log.error('store probe failed', { error: e as Error });
+        if (this.state === 'down') this.logDown(e);
+      } finally {
+        this.probing = undefined;
+      }
+    })();
+    return this.probing;
+  }
+
+  private async beat(): Promise<boolean> {
+    // Not before the client is ready: a cluster client without its slot table sends commands to
+    // random nodes and follows the redirections, out of order.
+    if (this.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.client.status}`);
+    // A cluster client connects to each node on first use, and retries that first command on a
+    // random node (out of order): connect them all before serving.
+    if (this.client instanceof Cluster) await Promise.all(this.client.nodes('master').map((n) => n.ping()));
+    const r = await this.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
+    return r === 1;
+  }
+
+  private isUnavailable(e: unknown): boolean {
+    if (e instanceof Unavailable) return true;
+    const msg = (e as Error)?.message ?? '';
+    if ((e as Error)?.name === 'ReplyError') return BUSY_REPLY.test(msg);
+    return true; // connection errors, timeouts, cluster failures
+  }
+
+  /** Runs a script; failures that mean "Redis away" become Unavailable and mark the store down. */
+  private async run(name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
+    try {
+      const fn = (this.client as unknown as Record<string, (n: number, ...a: string[]) => Promise<Reply>>)[`gw_${name}`];
+      return await fn.call(this.client, keys.length, ...keys, ...args);
+    } catch (e) {
+      throw this.classify(e);
+    }
+  }
+
+  private async cmd<T>(f: (c: Client) => Promise<T>): Promise<T> {
+    try {
+      return await f(this.client);
+    } catch (e) {
+      throw this.classify(e);
+    }
+  }
+
+  private classify(e: unknown): Error {
+    if (!this.isUnavailable(e)) return e as Error;
+    const busy = (e as Error)?.name === 'ReplyError';
+    // A busy reply (out of memory, loading) did not run the call; only lost answers mark Redis away.
+    if (!busy) this.fault(e);
+    return new Unavailable((e as Error)?.message ?? String(e), { cause: e });
+  }
+
+  private refuse(e?: unknown): GatewayError {
+    return new GatewayError('BILLING_SERVICE', { cause: e });
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error('store is closed');
+  }
+
+  private now(): string {
+    return this.clock ? int(this.clock.now()) : '0';
+  }
+
+  private share(limit: number): number {
+    return limit > 0 ? Math.max(1, Math.ceil(limit / this.divisor)) : limit;
+  }
+
+  // ---- admission --------------------------------------------------------------------------
+
+  private tagOf(c: Claim): string {
+    switch (c.kind) {
+      case 'balance':
+      case 'plan':
+      case 'spend-cap':
+        return this.keys.user(c.user);
+      case 'key-quota':
+      case 'key-window':
+        return this.keys.apiKey(c.key);
+      case 'rpm':
+        return c.scope === 'user' ? this.keys.user(c.id) : this.keys.group(c.id);
+    }
+  }
+
+  /** Claims grouped by hash slot (cluster), or one part for everything (single Redis). */
+  private partition(req: AdmitRequest): Part[] {
+    if (!this.cluster) return [{ tag: this.keys.request(req.requestId), claims: req.claims.map((claim, index) => ({ index, claim })) }];
+    const parts = new Map<string, Part>();
+    const partFor = (tag: string) => {
+      let p = parts.get(tag);
+      if (!p) parts.set(tag, (p = { tag, claims: [] }));
+      return p;
+    };
+    req.claims.forEach((claim, index) => partFor(this.tagOf(claim)).claims.push({ index, claim }));
+    // Recovery settles the key's and the user's counters: both need a record to act on.
+    if (req.recovery) {
+      partFor(this.keys.apiKey(req.recovery.keyId));
+      partFor(this.keys.user(req.recovery.user));
+    }
+    return [...parts.values()];
+  }
+
+  private claimArgs(c: Claim): { keys: [string, string]; args: string[] } {
+    const k = this.keys;
+    switch (c.kind) {
+      case 'balance':
+        return { keys: [k.wallet(c.user), k.free(c.user)], args: ['b', int(c.credit), c.free ? '1' : '0', int(c.freeRpm), ''] };
+      case 'plan': {
+        const p = k.plan(c.user, c.group);
+        return { keys: [p, p], args: ['p', int(c.limits.daily), int(c.limits.weekly), int(c.limits.monthly), ''] };
+      }
+      case 'key-quota': {
+        const kc = k.counters(c.key);
+        return { keys: [kc, kc], args: ['q', int(c.limit), '', '', ''] };
+      }
+      case 'key-window': {
+        const kc = k.counters(c.key);
+        return { keys: [kc, kc], args: ['w', c.window, int(c.limit), int(WINDOW_MS[c.window]), ''] };
+      }
+      case 'spend-cap': {
+        const cp = k.caps(c.user);
+        return { keys: [cp, cp], args: ['c', c.period === 'weekly' ? 'w' : 'm', int(c.limit), '', ''] };
+      }
+      case 'rpm': {
+        const r = k.rpm(c.scope, c.id);
+        return { keys: [r, r], args: ['r', int(c.limit), '', '', ''] };
+      }
+    }
+  }
+
+  /** Runs one part's admission; the index entry goes with it on a single Redis. */
+  private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
+    const rec = this.keys.record(part.tag, req.requestId);
+    const keys = [rec, this.keys.done(part.tag, req.requestId), this.cluster ? rec : this.keys.index(this.instanceId)];
+    const args = [this.now(), int(req.reserve), int(RECORD_TTL_MS), req.requestId, this.cluster ? '' : indexEntry, String(part.claims.length)];
+    for (const { index, claim } of part.claims) {
+      const a = this.claimArgs(claim);
+      keys.push(...a.keys);
+      args.push(String(index), ...a.args.slice(0, 5));
+    }
+    return (await this.run('admit', keys, args)) as number[];
+  }
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    this.assertOpen();
+    assertMoney('reserve', req.reserve);
+    if (this.live.has(req.requestId) || this.recent.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
+    if (req.recovery) {
+      assertMoney('recovery.actual', req.recovery.actual);
+      assertMoney('recovery.cost', req.recovery.cost);
+    }
+    if (this.state !== 'up') return this.admitLocally(req);
+
+    const parts = this.partition(req);
+    const tags = parts.map((p) => p.tag);
+    const entry = JSON.stringify({ p: tags, r: req.recovery ?? null });
+    const calls: Promise<unknown>[] = parts.map((p) => this.admitPart(req, p, entry));
+    if (this.cluster) calls.push(this.indexAdd(req.requestId, entry));
+    const results = await Promise.allSettled(calls);
+    const reply = (i: number) => (results[i].status === 'fulfilled' ? (results[i] as PromiseFulfilledResult<number[]>).value : undefined);
+    const admittedTags = tags.filter((_t, i) => reply(i)?.[0] === 1);
+
+    const failures = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
+    if (failures.length > 0) {
+      // Take back what got applied — and, where the answer was lost, what may have been (its
+      // cancel marker also refuses an admission that reaches Redis later). Now, or once Redis answers.
+      const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && (results[i] as PromiseRejectedResult).reason instanceof Unavailable);
+      const lostIndex = this.cluster && results[parts.length].status === 'rejected';
+      const undo = [...admittedTags, ...unknown];
+      if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
+      const e = failures.find((f) => f instanceof Unavailable) ?? failures[0];
+      throw e instanceof Unavailable ? this.refuse(e) : e;
+    }
+
+    // The parts combine as one check in claim order: the first claim refused outright wins, else the first held.
+    let failIndex = -1;
+    let retry = -1;
+    let heldIndex = -1;
+    for (let i = 0; i < parts.length; i++) {
+      const r = reply(i)!;
+      if (r[0] === 1) continue;
+      if (r[1] >= 0 && (failIndex < 0 || r[1] < failIndex)) {
+        failIndex = r[1];
+        retry = r[2];
+      }
+      if (r[3] >= 0 && (heldIndex < 0 || r[3] < heldIndex)) heldIndex = r[3];
+    }
+    if (failIndex < 0 && heldIndex < 0) {
+      this.live.set(req.requestId, { tags });
+      return { ok: true };
+    }
+    if (this.cluster) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: admittedTags });
+    if (failIndex >= 0) return retry >= 0 ? { ok: false, index: failIndex, retryAfterMs: retry } : { ok: false, index: failIndex };
+    return { ok: false, index: heldIndex, held: true };
+  }
+
+  /** Redis away: RPM-only admissions run locally at the per-instance share; money fails closed. */
+  private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
+    if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw this.refuse(new Unavailable('Redis unreachable'));
+    const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
+    const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims });
+    if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
+    return r;
+  }
+
+  private async indexAdd(id: string, entry: string): Promise<void> {
+    const index = this.keys.index(this.instanceId);
+    await this.cmd((c) => c.multi().hset(index, id, entry).pexpire(index, RECORD_TTL_MS).exec().then(check));
+  }
+
+  private async indexDel(instance: string, id: string): Promise<void> {
+    await this.cmd((c) => c.hdel(this.keys.index(instance), id));
+  }
+
+  // ---- settlement and cancel ----------------------------------------------------------------
+
+  async settle(requestId: string, s: Settlement): Promise<void> {
+    this.assertOpen();
+    assertMoney('actual', s.actual);
+    assertMoney('cost', s.cost);
+    for (const v of [s.usage.input, s.usage.output, s.usage.cacheRead, s.usage.cacheWrite]) assertMoney('usage tokens', v);
+    if (this.recent.has(requestId)) return;
+    const adm = this.live.get(requestId);
+    this.live.delete(requestId);
+    if (adm?.local) await this.local.cancel(requestId, { keepCounts: true });
+    await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
+    this.recent.set(requestId, true);
+  }
+
+  async cancel(requestId: string, opts: { keepCounts?: boolean } = {}): Promise<void> {
+    const adm = this.live.get(requestId);
+    if (!adm) return;
+    this.live.delete(requestId);
+    if (adm.local) return this.local.cancel(requestId, opts);
+    await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
+  }
+
+  /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
+  private async runOrQueue(op: PendingOp): Promise<void> {
+    if (this.state === 'up' && this.pending.length === 0) {
+      try {
+        await this.apply(op, this.instanceId);
+        return;
+      } catch (e) {
+        if (!(e instanceof Unavailable)) throw e;
+      }
+    }
+    this.enqueue(op);
+  }
+
+  private enqueue(op: PendingOp): void {
+    if (this.pending.length >= PENDING_MAX) {
+      const dropped = this.pending.shift()!;
+      this.log.error('store: pending queue full; dropping the oldest operation', { operation: dropped });
+    }
+    this.pending.push(op);
+    if (this.state === 'up') void this.drain();
+  }
+
+  /** Sends queued settlements and cancels in order while Redis answers. */
+  private drain(): Promise<void> {
+    this.draining ??= (async () => {
+      try {
+        while (this.pending.length > 0 && this.state === 'up') {
+          const op = this.pending[0];
+          try {
+            await this.apply(op, this.instanceId);
+          } catch (e) {
+            if (e instanceof Unavailable) return;
+            this.log.error('store: a queued operation failed and is dropped', { operation: op, error: e as Error });
+          }
+          this.pending.shift();
+        }
+      } finally {
+        this.draining = undefined;
+      }
+    })();
+    return this.draining;
+  }
+
+  /** Applies a settlement or cancel of an admission listed under `instance`. */
+  private async apply(op: PendingOp, instance: string): Promise<void> {
+    if (op.op === 'cancel') {
+      await Promise.all(this.cancelTags(op.id, op.tags).map((tag) => this.cancelPart(op.id, tag, op.undo, instance)));
+      if (this.cluster) await this.indexDel(instance, op.id);
+      return;
+    }
+    const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, 's', instance)));
+    if (this.cluster) await this.indexDel(instance, op.id);
+    if (codes.includes(2)) {
+      this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
+    }
+  }
+
+  private cancelTags(id: string, tags: string[]): string[] {
+    return this.cluster ? tags : [this.keys.request(id)];
+  }
+
+  private settleTags(id: string, s: Settlement, tags?: string[]): string[] {
+    if (!this.cluster) return [this.keys.request(id)];
+    return [...new Set([...(tags ?? []), this.keys.apiKey(s.keyId), this.keys.user(s.user)])];
+  }
+
+  private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
+    const rec = this.keys.record(tag, id);
+    await this.run('cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), int(DONE_TTL_MS), id]);
+  }
+
+  /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis). */
+  private async settlePart(id: string, tag: string, s: Settlement, mode: 's' | 'r', instance: string): Promise<number> {
+    const k = this.keys;
+    const rec = k.record(tag, id);
+    const doKey = !this.cluster || tag === k.apiKey(s.keyId);
+    const doUser = !this.cluster || tag === k.user(s.user);
+    const keys = [
+      rec, k.done(tag, id), this.cluster ? rec : k.index(instance),
+      doKey ? k.counters(s.keyId) : rec, doKey ? k.totals(s.keyId) : rec, doKey ? k.days(s.keyId) : rec, doKey ? k.ring(s.keyId) : rec,
+      doUser ? k.wallet(s.user) : rec, doUser ? k.caps(s.user) : rec, doUser ? k.plan(s.user, s.group) : rec,
+      this.cluster ? rec : k.registry(),
+    ];
+    const windows = s.windows.filter((w) => WINDOW_MS[w] !== undefined).map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
+    const u = s.usage;
+    const args = [
+      this.now(), mode, doKey ? '1' : '0', doUser ? '1' : '0', int(s.actual), int(s.cost), s.billing, windows,
+      int(u.input), int(u.output), int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), s.model,
+      k.dayPrefix(s.keyId), s.estimated ? '1' : '0', int(DONE_TTL_MS), id, instance,
+    ];
+    return (await this.run('settle', keys, args)) as number;
+  }
+
+  // ---- crash recovery ---------------------------------------------------------------------------
+
+  /** Resolves the admissions of instances whose lease expired (see the header). */
+  private async reap(): Promise<void> {
+    if (this.state !== 'up' || this.closed || Date.now() - this.upSince < this.leaseMs) return;
+    let dead: string[];
+    try {
+      dead = ((await this.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
+    } catch (e) {
+      if (e instanceof Unavailable) return;
+      throw e;
+    }
+    for (const instance of dead) {
+      try {
+        await this.reapInstance(instance);
+      } catch (e) {
+        if (e instanceof Unavailable) return;
+        this.log.error('store: crash recovery failed', { instance, error: e as Error });
+      }
+    }
+  }
+
+  private async reapInstance(instance: string): Promise<void> {
+    const index = this.keys.index(instance);
+    const entries = await this.cmd((c) => c.hgetall(index));
+    for (const [id, text] of Object.entries(entries)) {
+      let entry: { p: string[]; r: Settlement | null };
+      try {
+        entry = JSON.parse(text) as typeof entry;
+      } catch {
+        this.log.error('store: unreadable admission entry dropped', { instance, requestId: id });
+        await this.indexDel(instance, id);
+        continue;
+      }
+      if (this.cluster && (await this.isAlive(instance))) return;
+      if (entry.r) {
+        const s: Settlement = { ...entry.r, recovered: true, estimated: true };
+        const tags = this.cluster ? this.settleTags(id, s, entry.p) : [this.keys.request(id)];
+        const codes = await Promise.all(tags.map((tag) => this.settlePart(id, tag, s, 'r', instance)));
+        if (codes.includes(4)) return; // it renewed its lease: alive after all
+        if (codes.includes(1)) this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
+      } else {
+        await Promise.all(this.cancelTags(id, entry.p).map((tag) => this.cancelPart(id, tag, 0, instance)));
+      }
+      if (this.cluster) await this.indexDel(instance, id);
+    }
+    if ((await this.cmd((c) => c.hlen(index))) === 0) {
+      await this.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
+    }
+  }
+
+  private async isAlive(instance: string): Promise<boolean> {
+    const [score, time] = await Promise.all([
+      this.cmd((c) => c.zscore(this.keys.registry(), instance)),
+      this.cmd((c) => c.time()),
+    ]);
+    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
+    return score !== null && Number(score) > now;
+  }
+
+  /** Renews this instance's lease and its slot leases and waiters. */
+  private async heartbeat(): Promise<void> {
+    if (this.state !== 'up' || this.closed) return;
+    try {
+      const known = await this.beat();
+      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+      const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
+      await Promise.all([...scopes].map(async (scope) => {
+        const held = [...(this.held.get(scope) ?? [])];
+        const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
+        if (held.length === 0 && waiting.length === 0) return;
+        const lost = (await this.run('slots', this.keys.slots(scope), ['renew', int(this.leaseMs), this.keys.wakeChannel(), String(held.length), ...held, ...waiting])) as string[];
+        for (const id of lost) {
+          if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
+        }
+      }));
+    } catch (e) {
+      if (!(e instanceof Unavailable)) throw e;
+    }
+  }
+
+  // ---- concurrency slots ----------------------------------------------------------------------
+
+  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    if (req.signal.aborted) return { ok: false, reason: 'aborted' };
+    if (req.limit <= 0) return { ok: true, release: () => {} };
+    if (this.state !== 'up') return this.acquireLocally(req, req.maxWaitMs);
+    const id = `${this.instanceId}/${++this.slotSeq}`;
+    let r: number;
+    try {
+      r = (await this.slotOp(req.scope, 'acquire', id, int(req.limit), int(Math.max(0, req.queueSize)))) as number;
+    } catch (e) {
+      if (e instanceof Unavailable) return this.acquireLocally(req, req.maxWaitMs);
+      throw e;
+    }
+    if (r === 1) return this.granted(req.scope, id);
+    if (r === 2) return { ok: false, reason: 'queue_full' };
+    return this.wait(req, id);
+  }
+
+  private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
+    return this.run('slots', this.keys.slots(scope), [op, int(this.leaseMs), this.keys.wakeChannel(), ...args]);
+  }
+
+  private acquireLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
+    return this.local.acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs });
+  }
+
+  private granted(scope: string, id: string): SlotResult {
+    let set = this.held.get(scope);
+    if (!set) this.held.set(scope, (set = new Set()));
+    set.add(id);
+    let released = false;
+    return {
+      ok: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.releaseRemote(scope, id);
+      },
+    };
+  }
+
+  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
+  private releaseRemote(scope: string, id: string): void {
+    const set = this.held.get(scope);
+    set?.delete(id);
+    if (set?.size === 0) this.held.delete(scope);
+    if (this.state !== 'up') return;
+    this.slotOp(scope, 'release', id).catch(() => undefined);
+  }
+
+  private wait(req: SlotRequest, id: string): Promise<SlotResult> {
+    return new Promise<SlotResult>((resolve) => {
+      const w: Waiter = {
+        id, scope: req.scope, req, resolve, done: false,
+        deadline: Date.now() + Math.max(0, req.maxWaitMs),
+        timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
+        poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
+        onAbort: () => void this.giveUp(w, 'aborted'),
+      };
+      req.signal.addEventListener('abort', w.onAbort, { once: true });
+      this.waiters.set(id, w);
+    });
+  }
+
+  private finish(w: Waiter, r: SlotResult): void {
+    if (w.done) {
+      if (r.ok) r.release();
+      return;
+    }
+    w.done = true;
+    w.ok = r.ok;
+    clearTimeout(w.timer);
+    clearInterval(w.poll);
+    w.req.signal.removeEventListener('abort', w.onAbort);
+    this.waiters.delete(w.id);
+    w.resolve(r);
+  }
+
+  /** A grant published by the instance that freed the slot (or found by a poll). */
+  private onWake(id: string): void {
+    const w = this.waiters.get(id);
+    if (w) return this.finish(w, this.granted(w.scope, w.id));
+    // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
+    if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
+      const scope = this.scopeOfOrphan(id);
+      if (scope) this.releaseRemote(scope, id);
+    }
+  }
+
+  private readonly goneWaiters = new LRUCache<string, string>({ max: 10_000 });
+
+  private scopeOfOrphan(id: string): string | undefined {
+    return this.goneWaiters.get(id);
+  }
+
+  private isHeld(id: string): boolean {
+    for (const set of this.held.values()) if (set.has(id)) return true;
+    return false;
+  }
+
+  private async pollWaiter(w: Waiter): Promise<void> {
+    if (w.done) return;
+    try {
+      const r = (await this.slotOp(w.scope, 'poll', w.id)) as number;
+      if (w.done) {
+        if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
+        return;
+      }
+      if (r === 1) this.finish(w, this.granted(w.scope, w.id));
+      else if (r === 3) {
+        // Its place expired (this instance could not renew it): queue again.
+        const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
+        if (again === 1) this.finish(w, this.granted(w.scope, w.id));
+        else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
+      }
+    } catch (e) {
+      if (!(e instanceof Unavailable) || w.done) return;
+      // Redis went away while waiting: wait for a local slot for the rest of max_wait.
+      this.goneWaiters.set(w.id, w.scope);
+      const rest = Math.max(0, w.deadline - Date.now());
+      clearInterval(w.poll);
+      clearTimeout(w.timer);
+      w.req.signal.removeEventListener('abort', w.onAbort);
+      this.waiters.delete(w.id);
+      w.done = true;
+      const r = await this.acquireLocally(w.req, rest);
+      w.ok = r.ok;
+      w.resolve(r);
+    }
+  }
+
+  private async giveUp(w: Waiter, reason: 'timeout' | 'aborted'): Promise<void> {
+    if (w.done) return;
+    this.goneWaiters.set(w.id, w.scope);
+    if (reason === 'aborted') this.finish(w, { ok: false, reason });
+    let r = 3;
+    try {
+      r = (await this.slotOp(w.scope, 'leave', w.id)) as number;
+    } catch {
+      // unreachable: the waiter expires with its lease
+    }
+    if (r === 1) {
+      // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
+      if (!w.done) return this.finish(w, this.granted(w.scope, w.id));
+      if (!w.ok) this.releaseRemote(w.scope, w.id);
+      return;
+    }
+    this.finish(w, { ok: false, reason });
+  }
+
+  // ---- reads ----------------------------------------------------------------------------------
+
+  private async read<T>(f: () => Promise<T>): Promise<T> {
+    if (this.state !== 'up') throw this.refuse(new Unavailable('Redis unreachable'));
+    try {
+      return await f();
+    } catch (e) {
+      if (e instanceof Unavailable) throw this.refuse(e);
+      throw e;
+    }
+  }
+
+  async balanceSpent(user: string): Promise<number> {
+    return this.read(async () => Number((await this.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
+  }
+
+  async keyState(keyId: string): Promise<KeyState> {
+    return this.read(async () => {
+      const r = (await this.run('read', [this.keys.counters(keyId)], [this.now(), 'key', WINDOW_SPEC])) as number[];
+      const windows = {} as Record<Window, WindowState>;
+      WINDOWS.forEach((w, i) => {
+        const [start, used, reserved] = r.slice(2 + 3 * i, 5 + 3 * i);
+        windows[w] = start < 0 ? { used, reserved } : { start, used, reserved };
+      });
+      return { used: r[0], reserved: r[1], windows };
+    });
+  }
+
+  async planUsage(user: string, group: string): Promise<PeriodUsage> {
+    return this.read(async () => {
+      const r = (await this.run('read', [this.keys.plan(user, group)], [this.now(), 'plan'])) as number[];
+      return { daily: r[0], weekly: r[1], monthly: r[2] };
+    });
+  }
+
+  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+    return this.read(async () => {
+      const r = (await this.run('read', [this.keys.caps(user)], [this.now(), 'cap'])) as number[];
+      return { weekly: r[0], monthly: r[1] };
+    });
+  }
+
+  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+    return this.read(async () => {
+      const k = this.keys;
+      const r = (await this.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [this.now(), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
+      const total = zeroCounters();
+      const flat = r[0] as string[];
+      for (let i = 0; i < flat.length; i += 2) {
+        const f = flat[i] as keyof UsageCounters;
+        if (COUNTER_NAMES.includes(f)) total[f] = Number(flat[i + 1]);
+      }
+      const today = zeroCounters();
+      for (const [, c] of Object.entries(byModel(r[1] as string[]))) addCounters(today, c);
+      const models: Record<string, UsageCounters> = {};
+      for (let i = 4; i < r.length; i += 2) {
+        for (const [model, c] of Object.entries(byModel(r[i + 1] as string[]))) addCounters((models[model] ??= zeroCounters()), c);
+      }
+      return { today, total, byModel: models, rpm: r[2] as number, tpm: r[3] as number };
+    });
+  }
+
+  async resetKeyQuota(keyId: string): Promise<void> {
+    this.assertOpen();
+    const kc = this.keys.counters(keyId);
+    const fields: string[] = ['used', '0'];
+    for (const w of WINDOWS) fields.push(`${w}:u`, '0');
+    await this.read(() => this.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
+  }
+
+  // ---- remembered items -------------------------------------------------------------------------
+
+  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+    if (this.state !== 'up' || entries.length === 0) return;
+    try {
+      await this.cmd((c) => {
+        const m = c.multi();
+        for (const [id, value] of entries) m.set(this.keys.remembered(namespace, id), value, 'PX', Math.max(1, Math.round(ttlMs)));
+        return m.exec().then(check);
+      });
+    } catch (e) {
+      // A cache: what cannot be kept now is simply not found later.
+      if (!(e instanceof Unavailable)) this.log.warn('store: remember failed', { error: e as Error });
+    }
+  }
+
+  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+    if (this.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
+    try {
+      const values = await this.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
+      return values.map((v) => v ?? undefined);
+    } catch {
+      return ids.map(() => undefined);
+    }
+  }
+
+  async health(): Promise<StoreHealth> {
+    if (this.closed) return { ready: false };
+    return this.state === 'up' ? { ready: true } : { ready: false, degraded: this.degradedText() };
+  }
+
+  /** Queued settlements not yet in Redis. */
+  get pendingCount(): number {
+    return this.pending.length;
+  }
+
+  /** Tries once to send what is queued. */
+  async flush(): Promise<void> {
+    if (this.state === 'up') await this.drain();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of this.timers) clearInterval(t);
+    for (const w of [...this.waiters.values()]) this.finish(w, { ok: false, reason: 'aborted' });
+    const deadline = Date.now() + CLOSE_DRAIN_MS;
+    while (this.pending.length > 0 && Date.now() < deadline) {
+      if (this.state === 'up') await this.drain();
+      if (this.pending.length > 0) {
+        await new Promise((r) => setTimeout(r, PROBE_MS));
+        await this.probe().catch(() => undefined);
+      }
+    }
+    for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
+    for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
+    this.held.clear();
+    if (this.state === 'up') {
+      // Leave the registry only with nothing left for a reaper to resolve.
+      try {
+        if ((await this.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
+          await this.cmd((c) => c.zrem(this.keys.registry(), this.instanceId));
+        }
+      } catch {
+        // the lease runs out by itself
+      }
+    }
+    await this.local.close();
+    this.client.disconnect();
+    this.sub.disconnect();
+  }
+
+  /** Tests: dies like a killed process — no goodbye, no pending sent, leases left to expire. */
+  crash(): void {
+    this.closed = true;
+    for (const t of this.timers) clearInterval(t);
+    for (const w of this.waiters.values()) {
+      clearTimeout(w.timer);
+      clearInterval(w.poll);
+    }
+    this.client.disconnect();
+    this.sub.disconnect();
+  }
+}
+
+function check(results: [Error | null, unknown][] | null): void {
+  if (!results) throw new Unavailable('transaction aborted');
+  for (const [err] of results) if (err) throw err;
+}
+
+function addCounters(into: UsageCounters, c: UsageCounters): void {
+  for (const n of COUNTER_NAMES) into[n] += c[n];
+}
+
+/** `<model>|<counter>` fields of a day record → counters per model. */
+function byModel(flat: string[]): Record<string, UsageCounters> {
+  const out: Record<string, UsageCounters> = {};
+  for (let i = 0; i < flat.length; i += 2) {
+    const sep = flat[i].lastIndexOf('|');
+    const model = flat[i].slice(0, sep);
+    const f = flat[i].slice(sep + 1) as keyof UsageCounters;
+    if (!COUNTER_NAMES.includes(f)) continue;
+    (out[model] ??= zeroCounters())[f] = Number(flat[i + 1]);
+  }
+  return out;
+}
