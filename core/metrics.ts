@@ -42,6 +42,8 @@ export interface Metrics {
   storeErrors: Counter<'store' | 'op'>;
   queueWaiting: Gauge;
   configReloads: Counter<'result'>;
+  /** 1 while the shared store (Redis) is unreachable. */
+  storeDegraded: Gauge;
 
   // ---- upstream account pools (core/pool) -------------------------------------------------
   // Labels: provider and account names from the config, outcome/reason/state from fixed lists.
@@ -131,6 +133,7 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
     storeErrors: own(new Counter({ name: 'gateway_store_errors_total', help: 'Store calls that failed, by store kind and operation', labelNames: ['store', 'op'], registers })),
     queueWaiting: own(new Gauge({ name: 'gateway_concurrency_queue_waiting', help: 'Requests waiting for a concurrency slot', registers })),
     configReloads: own(new Counter({ name: 'gateway_config_reloads_total', help: 'Config reloads by result (ok, rejected)', labelNames: ['result'], registers })),
+    storeDegraded: own(new Gauge({ name: 'gateway_store_degraded', help: '1 while the shared store (Redis) is unreachable: money paths refused, RPM and concurrency per instance', registers })),
 
     // ---- upstream account pools (core/pool) -------------------------------------------------
     accountRequests: own(new Counter({

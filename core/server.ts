@@ -107,7 +107,11 @@ export class Gateway implements UpstreamDeps {
     const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
     for (const w of loaded.warnings) log.warn('config warning', { path: w.path, line: w.line, message: w.message });
     const metrics = createMetrics({ version: VERSION });
-    const store = instrumentStore(opts.store ?? (await openStore(loaded.config.store, clock, log)), metrics);
+    const store = instrumentStore(opts.store ?? (await openStore(loaded.config.store, clock, log, {
+      workers: loaded.config.server.workers,
+      onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
+    })), metrics);
+    metrics.storeDegraded.set((await store.health()).degraded ? 1 : 0);
     const gw = new Gateway(opts, store, clock, log, metrics);
     try {
       await gw.startMocks(loaded.config);
@@ -306,7 +310,7 @@ export class Gateway implements UpstreamDeps {
     let loaded: LoadedConfig;
     try {
       loaded = await loadConfigFile(this.opts.configFile, { registry: this.opts.registry, env: this.opts.env });
-      if (loaded.config.store.kind !== this.runtime.config.store.kind || loaded.config.store.path !== this.runtime.config.store.path) {
+      if (JSON.stringify(loaded.config.store) !== JSON.stringify(this.runtime.config.store)) {
         this.log.warn('store settings changed: they take effect on restart');
       }
       if (loaded.config.server.port !== this.runtime.config.server.port || loaded.config.server.host !== this.runtime.config.server.host) {

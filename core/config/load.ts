@@ -497,15 +497,23 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     streamKeepaliveMs: parseDuration(s.stream_keepalive ?? '15s'),
   } as const;
   const storeKind = st.kind ?? 'memory';
-  if (storeKind === 'redis') fail(['store', 'kind'], "the redis store is not available in this version; use kind: memory");
-  if (server.workers > 1 && storeKind !== 'redis') fail(['server', 'workers'], 'more than 1 worker requires store.kind: redis');
+  if (server.workers > 1 && storeKind !== 'redis') {
+    fail(['server', 'workers'], `workers: ${server.workers} needs store.kind: redis (the memory store lives in one process; the workers would not share limits and money)`);
+  }
+  if (storeKind === 'redis' && !st.url) fail(['store', 'url'], 'store.kind: redis needs store.url (redis://host:6379)');
   const store = {
     kind: storeKind,
-    path: st.path === undefined ? path.resolve(baseDir, './data') : st.path === '' ? undefined : path.resolve(baseDir, st.path),
+    path: storeKind !== 'memory' ? undefined : st.path === undefined ? path.resolve(baseDir, './data') : st.path === '' ? undefined : path.resolve(baseDir, st.path),
     url: st.url,
+    cluster: st.cluster ?? false,
     prefix: st.prefix ?? 'gw:',
     flushIntervalMs: parseDuration(st.flush_interval ?? '1s'),
+    instancesHint: st.instances_hint ?? 1,
+    timeoutMs: parseDuration(st.timeout ?? '500ms'),
+    leaseMs: parseDuration(st.lease ?? '15s'),
   } as const;
+  if (store.leaseMs > 30_000 || store.leaseMs < 1_000) fail(['store', 'lease'], 'lease must be between 1s and 30s');
+  if (store.timeoutMs <= 0) fail(['store', 'timeout'], 'timeout must be more than 0');
 
   let metricsListen: { host: string; port: number } | undefined;
   if (typeof raw.metrics?.listen === 'string') {

@@ -108,9 +108,19 @@ export const gatewaySchema = {
       properties: {
         kind: { enum: ['memory', 'redis'], default: 'memory', description: 'memory: the embedded store (one process); redis: the shared store for several processes or instances' },
         path: { type: 'string', default: './data', description: 'memory: where state persists (relative to this file); "" keeps nothing on disk' },
-        url: { type: 'string', description: 'redis: the server, e.g. redis://127.0.0.1:6379/0' },
-        prefix: { type: 'string', default: 'gw:', description: 'redis: prefix of every key the gateway writes' },
+        url: { type: 'string', description: 'redis (required): redis://[user:password@]host:port[/db]; with cluster: true, seed nodes separated by commas' },
+        cluster: { type: 'boolean', default: false, description: 'redis: a Redis Cluster rather than one server' },
+        prefix: { type: 'string', pattern: '^[^{}]*$', default: 'gw:', description: 'redis: prefix of every key the gateway writes (no { or }); gateways with other prefixes can share one Redis' },
         flush_interval: { ...duration, default: '1s', description: 'memory: journal fsync interval, the most a power loss can lose (a kill -9 loses nothing settled: the journal reaches the OS every event-loop turn)' },
+        instances_hint: {
+          type: 'integer', minimum: 1, default: 1,
+          description: 'redis: gateway instances (machines, pods) sharing the Redis; while it is unreachable each process enforces 1/(instances_hint × server.workers) of every RPM and concurrency limit, rounded up',
+        },
+        timeout: { ...duration, default: '500ms', description: 'redis: longest wait for one Redis call; a money check that cannot complete in time gets 503 billing_service_error' },
+        lease: {
+          ...duration, default: '15s',
+          description: "redis: lease of an instance and of its concurrency slots, renewed every third of it; within it a dead instance's slots come back and its reservations are resolved (1s to 30s)",
+        },
       },
     },
     metrics: {

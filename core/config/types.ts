@@ -56,10 +56,19 @@ export interface ServerConfig {
 export interface StoreConfig {
   kind: 'memory' | 'redis';
   path?: string;
+  /** Redis: `redis://…`; with `cluster`, seed nodes separated by commas. */
   url?: string;
+  /** Redis: a Redis Cluster rather than one server. */
+  cluster: boolean;
   prefix: string;
   /** Memory store: how often the journal is fsynced (the most that a kill -9 can lose). */
   flushIntervalMs: number;
+  /** Redis: gateway instances sharing the Redis; while it is away each serves 1/(this × workers) of each RPM and concurrency limit. */
+  instancesHint: number;
+  /** Redis: longest wait for one call. */
+  timeoutMs: number;
+  /** Redis: lease of an instance and of its concurrency slots (≤ 30 s). */
+  leaseMs: number;
 }
 
 /**

@@ -179,3 +179,30 @@ t.test('gateway check: exit 0 for a valid file, 1 with every error listed', asyn
   t.match(bad.stderr, /gateway\.yaml:\d+:\d+ groups\.chat\.models\[2\]: model 'ghost' is not defined/);
   t.match(bad.stderr, /keys\[0\]\.group: group 'nowhere' is not defined/);
 });
+
+t.test('store: redis settings, and workers only with a shared store', async (t) => {
+  const cfg = baseConfig();
+  cfg.server.workers = 3;
+  cfg.store = { kind: 'redis', url: 'redis://10.0.0.5:6379/2', prefix: 'gw1:', instances_hint: 2, timeout: '300ms', lease: '20s' };
+  const { config } = await load(YAML.stringify(cfg));
+  t.same(config.store, {
+    kind: 'redis', path: undefined, url: 'redis://10.0.0.5:6379/2', cluster: false, prefix: 'gw1:', flushIntervalMs: 1000,
+    instancesHint: 2, timeoutMs: 300, leaseMs: 20_000,
+  });
+  t.equal(config.server.workers, 3);
+
+  const memory = baseConfig();
+  memory.server.workers = 2;
+  const refused = await issues(YAML.stringify(memory));
+  t.match(refused, [{ path: 'server.workers', message: /workers: 2 needs store\.kind: redis/ }], 'the memory store refuses workers > 1, saying why');
+
+  const bad = baseConfig();
+  bad.store = { kind: 'redis', lease: '1m', prefix: 'a{b}' };
+  const found = (await issues(YAML.stringify(bad))).map((i) => `${i.path}: ${i.message}`).join('\n');
+  t.match(found, /store\.prefix/, 'braces would break the hash tags');
+  const bad2 = baseConfig();
+  bad2.store = { kind: 'redis', lease: '1m' };
+  const found2 = (await issues(YAML.stringify(bad2))).map((i) => `${i.path}: ${i.message}`).join('\n');
+  t.match(found2, /store\.url: .*needs store\.url/);
+  t.match(found2, /store\.lease: lease must be between 1s and 30s/);
+});
