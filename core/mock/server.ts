@@ -36,6 +36,12 @@ export interface MockServer {
    * after the request's own directives (so they win). Directive syntax: docs/mock.md.
    */
   script(key: string, script: CredentialScript): void;
+    },
+  /** POSTs to a known endpoint being answered now (from arrival until the response ends or the client goes). */
+  readonly inFlight: number;
+  /** The most `inFlight` has been since start or the last `resetPeak()`. */
+  readonly peakInFlight: number;
+  resetPeak(): void;
   close(): Promise<void>;
 }
 
@@ -354,6 +360,8 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
   const controllers = new Set<AbortController>();
   let counter = 0;
   let closing: Promise<void> | undefined;
+  let inFlight = 0;
+  let peakInFlight = 0;
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const ac = new AbortController();
@@ -419,6 +427,10 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
       return fail(ctx, 404, `mock: unknown path ${method} ${url.split('?')[0]}`);
     }
     if (method !== 'POST') return fail(ctx, 405, `mock: ${method} is not allowed on ${url.split('?')[0]}`);
+    inFlight++;
+    peakInFlight = Math.max(peakInFlight, inFlight);
+    if (res.closed) inFlight--;
+    else res.once('close', () => inFlight--);
     await answer(ctx, opts.fixturesDir);
   }
 
@@ -461,6 +473,15 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
     script(key: string, sc: CredentialScript): void {
       credential(key);
       scripts.set(key, { always: sc.always, next: [...(sc.next ?? [])] });
+    },
+    get inFlight() {
+      return inFlight;
+    },
+    get peakInFlight() {
+      return peakInFlight;
+    },
+    resetPeak() {
+      peakInFlight = inFlight;
     },
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {

@@ -448,3 +448,26 @@ t.test('ids are unique per request, content deterministic', async (t) => {
   const c = JSON.parse((await post(`${mock.url}/v1/chat/completions`, chatReq({ model: 'c#created=1700000000' }))).text);
   t.equal(c.created, 1700000000);
 });
+
+t.test('in-flight gauge: requests being answered now, the peak, a client that leaves', async (t) => {
+  const m = await startMockServer();
+  t.teardown(() => m.close());
+  t.same([m.inFlight, m.peakInFlight], [0, 0]);
+  const slow = (i: number) => post(`${m.url}/v1/chat/completions`, chatReq({ model: 'chat-model#delay=300', n: i }));
+  const running = [slow(1), slow(2), slow(3)];
+  while (m.inFlight < 3) await new Promise((r) => setTimeout(r, 5));
+  t.equal(m.inFlight, 3, 'three answered at once');
+  await Promise.all(running);
+  t.same([m.inFlight, m.peakInFlight], [0, 3], 'back to 0; the peak stays');
+  await fetch(`${m.url}/`).then((r) => r.text());
+  t.equal(m.peakInFlight, 3, 'GET / is not a model call');
+  m.resetPeak();
+  t.equal(m.peakInFlight, 0);
+  const ac = new AbortController();
+  const gone = fetch(`${m.url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(chatReq({ model: 'chat-model#hang' })), signal: ac.signal }).catch(() => undefined);
+  while (m.inFlight < 1) await new Promise((r) => setTimeout(r, 5));
+  ac.abort();
+  await gone;
+  while (m.inFlight > 0) await new Promise((r) => setTimeout(r, 5));
+  t.same([m.inFlight, m.peakInFlight], [0, 1], 'a client that went away no longer counts');
+});
