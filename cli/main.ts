@@ -11,7 +11,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, formatIssue, loadConfigFile } from '../core/config/load.js';
 import { VERSION } from '../core/version.js';
 import { builtinPlugins } from '../plugins/index.js';
-import { serve } from './serve.js';
+import { start } from './workers.js';
 
 export const USAGE = `usage: gateway <command> [options]
 
@@ -85,7 +85,7 @@ async function run(argv: string[]): Promise<number> {
       const { values, positionals } = parse(rest, CONFIG, 1);
       if (values.help) return help();
       if (values.config && positionals[0]) throw new UsageError('give the config as FILE or --config FILE, not both');
-      return serve(configPath(values.config ?? positionals[0]));
+      return start(configPath(values.config ?? positionals[0]));
     }
     case 'check': {
       const { values, positionals } = parse(rest, CONFIG, 1);

@@ -17,6 +17,10 @@ export interface ServeOptions {
   watch?: boolean;
   /** Called once listening (a supervisor learns the address). */
   onListening?(gw: Gateway): void;
+  /** After a successful reload through the admin API (a worker tells the others). */
+  onAdminReload?(): void;
+  /** Receives the function that shuts this gateway down as a signal would (a worker whose supervisor is gone). */
+  onStopHandle?(stop: (reason: string) => void): void;
 }
 
 /** Starts a gateway on `file` and serves until SIGTERM or SIGINT; resolves with the exit code. */
@@ -35,6 +39,7 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
   try {
     gw = await Gateway.start({
       configFile: file, registry: builtinPlugins, log, sighup: true, watch: opts.watch ?? process.env.GATEWAY_WATCH_CONFIG !== '0',
+      onAdminReload: opts.onAdminReload,
     });
   } catch (e) {
     process.off('uncaughtException', onUncaught);
@@ -50,7 +55,8 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
   });
   opts.onListening?.(gw);
   await new Promise<void>((resolve) => {
-    const stop = (signal: NodeJS.Signals) => {
+    // A second call (a second SIGTERM) cuts the shutdown delay short (Gateway.close).
+    const stop = (signal: string) => {
       log.info(gw.config.server.shutdownDelayMs > 0 ? 'shutting down: not ready, then draining' : 'shutting down: draining', { signal });
       void gw.close().then(() => {
         process.off('SIGTERM', stop);
@@ -60,6 +66,7 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
     };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
+    opts.onStopHandle?.(stop);
   });
   log.info('gateway stopped');
   log.flush?.();

@@ -62,6 +62,8 @@ export interface GatewayOptions {
   env?: NodeJS.ProcessEnv;
   /** Use this store instead of opening the configured one (tests). */
   store?: Store;
+  /** After a successful reload through the admin API (workers: the others reload too). */
+  onAdminReload?: () => void;
 }
 
 const PROBE_HEADERS = { 'content-type': 'application/json', 'cache-control': 'no-store' };
@@ -370,7 +372,16 @@ export class Gateway implements UpstreamDeps {
       const method = req.method ?? 'GET';
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
-        await adminHandler(req, res, { config: rt.config, store: this.store, pools: this.pools, reload: () => this.reload() });
+        await adminHandler(req, res, {
+          config: rt.config,
+          store: this.store,
+          pools: this.pools,
+          reload: async () => {
+            const err = await this.reload();
+            if (!err) this.opts.onAdminReload?.();
+            return err;
+          },
+        });
         return;
       }
       const route = rt.match(method, pathname);

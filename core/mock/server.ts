@@ -457,7 +457,9 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+    // exclusive: in a node:cluster worker (server.workers > 1) each worker keeps its own mock
+    // upstream; a shared port would hand one worker's upstream calls to another worker's mock.
+    server.listen({ port: opts.port ?? 0, host: opts.host ?? '127.0.0.1', exclusive: true }, () => {
       server.off('error', reject);
       resolve();
     });

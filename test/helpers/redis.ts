@@ -23,6 +23,32 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** Servers of this process, killed when it exits however the test ended (a timeout, a throw). */
+const running = new Set<ChildProcess>();
+let exitHook = false;
+function track(p: ChildProcess): void {
+  running.add(p);
+  p.once('exit', () => running.delete(p));
+  if (exitHook) return;
+  exitHook = true;
+  const killAll = () => {
+    for (const proc of running) {
+      try {
+        proc.kill('SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  };
+  process.once('exit', killAll);
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      killAll();
+      process.exit(1);
+    });
+  }
+}
+
 export interface RedisServerOptions {
   /** appendonly yes, appendfsync always: what the operations guide asks for (survives a restart). */
   persist?: boolean;
@@ -67,6 +93,7 @@ export class RedisServer {
     let stderr = '';
     proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
     this.proc = proc;
+    track(proc);
     this.exited = new Promise((resolve) => proc.once('exit', () => resolve()));
     const failed = new Promise<never>((_, reject) => {
       proc.once('error', (e) => reject(new Error(`cannot start redis-server (run scripts/ensure-redis.sh): ${e.message}`)));
