@@ -286,6 +286,7 @@ export class RedisStore implements Store {
   private probe(): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.probing ??= (async () => {
+      await null; // see drain()
       try {
         const wasKnown = await this.beat();
         if (this.state === 'down') {
@@ -562,13 +563,18 @@ export class RedisStore implements Store {
   /** Sends queued settlements and cancels in order while Redis answers. */
   private drain(): Promise<void> {
     this.draining ??= (async () => {
+      // Yield first, so that the finally below never runs before this promise is stored.
+      await null;
       try {
         while (this.pending.length > 0 && this.state === 'up') {
           const op = this.pending[0];
           try {
             await this.apply(op, this.instanceId);
           } catch (e) {
-            if (e instanceof Unavailable) return;
+            if (e instanceof Unavailable) {
+              this.log.debug('store: queued operations wait for Redis', { pending: this.pending.length, error: e.message });
+              return;
+            }
             this.log.error('store: a queued operation failed and is dropped', { operation: op, error: e as Error });
           }
           this.pending.shift();
@@ -693,6 +699,7 @@ export class RedisStore implements Store {
   /** Renews this instance's lease and its slot leases and waiters. */
   private async heartbeat(): Promise<void> {
     if (this.state !== 'up' || this.closed) return;
+    if (this.pending.length > 0) void this.drain();
     try {
       const known = await this.beat();
       if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
