@@ -399,7 +399,8 @@ export class Gateway implements UpstreamDeps {
     } catch (e) {
       this.log.error('request failed outside the pipeline', { error: e as Error, requestId: id });
       if (!res.headersSent) {
-        const r = renderError(new GatewayError('INTERNAL'), 'chat');
+        // A known error keeps its answer (e.g. the admin API's store call: 503 while Redis is away).
+        const r = renderError(toGatewayError(e), 'chat');
         res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
         res.end(JSON.stringify(r.body));
       } else res.destroy();

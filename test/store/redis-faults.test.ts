@@ -15,6 +15,7 @@ const OPEN_KEY = `sk-${'0e'.repeat(32)}`;
 function config(url: string, prefix: string) {
   const cfg = baseConfig();
   cfg.store = { kind: 'redis', url, prefix, instances_hint: 2, timeout: '300ms', lease: '2s' };
+  cfg.server.admin_token = 'admin-secret';
   // A plan group without allowances and a key without quota: its requests carry no money claim,
   // only the group RPM — served while Redis is away, at the per-instance share.
   cfg.groups.open = { kind: 'chat', passthrough: true, billing: 'plan', models: ['chat-model'], rpm: 10 };
@@ -68,6 +69,8 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   t.ok(lines.some((l) => l.level === 'warn' && /store degraded/.test(l.msg)), 'a log line says degraded');
   t.same(await g.gw.store.health(), { ready: false, degraded: 'redis unreachable: money paths refused, RPM and concurrency at 1/2 of each limit per instance' });
   t.equal((await call(`${g.url}/v1/usage`, { headers: bearer(OPEN_KEY) })).status, 503, 'usage reads fail closed too');
+  const reset = await call(`${g.url}/admin/keys/chat/reset-quota`, { method: 'POST', headers: bearer('admin-secret') });
+  t.same([reset.status, reset.json.error.type], [503, 'billing_service_error'], 'an admin quota reset too');
 
   // Group RPM 10 over instances_hint 2: this instance alone admits 5 in the minute.
   const open = await Promise.all(Array.from({ length: 7 }, () => chat(g, OPEN_KEY)));
