@@ -4,7 +4,7 @@
  * Every figure is read from Redis itself and from what the clients received.
  */
 import t from 'tap';
-import { rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Redis } from 'ioredis';
@@ -37,20 +37,24 @@ interface Limits {
   rpm?: number;
   concurrency?: number;
   queue?: { size: number; max_wait: string };
+  windows?: Record<string, number>;
 }
 
-/** Starts `n` gateway processes sharing one config (one key prefix per test). */
-async function instances(t: Tap, prefix: string, n: number, limits: Limits): Promise<GatewayProcess[]> {
+/** Starts `n` gateway processes sharing one config file (one key prefix per test). */
+async function instances(t: Tap, prefix: string, n: number, limits: Limits): Promise<GatewayProcess[] & { file: string }> {
   const base = baseConfig();
   const cfg = {
     version: 1,
-    server: { host: '127.0.0.1', port: 0, drain_timeout: '5s' },
-    store: { kind: 'redis', url: redis.url, prefix, instances_hint: n, lease: `${LEASE_MS / 1000}s`, timeout: '300ms' },
+    server: { host: '127.0.0.1', port: 0, drain_timeout: '5s', admin_token: 'adm' },
+    store: { kind: 'redis', url: redis.url, prefix, instances_hint: n, lease: `${LEASE_MS / 1000}s`, timeout: '1s' },
     providers: { up: { kind: 'openai', base_url: `${mock.url}/v1`, api_key: 'sk-upstream' } },
     models: { m: { provider: 'up', price: { input: PRICE, output: PRICE } } },
     groups: { g: { kind: 'chat', passthrough: true, models: ['m'], rpm: limits.rpm ?? 0 } },
-    users: { u: { balance: 100_000, concurrency: limits.concurrency ?? 0, ...(limits.queue ? { queue: limits.queue } : {}) } },
-    keys: [{ key: KEY, name: 'k', user: 'u', group: 'g', ...(limits.quota ? { quota: limits.quota } : {}) }],
+    users: {
+      u: { balance: 100_000, concurrency: limits.concurrency ?? 0, ...(limits.queue ? { queue: limits.queue } : {}) },
+      broke: { balance: 0 },
+    },
+    keys: [{ key: KEY, name: 'k', user: 'u', group: 'g', ...(limits.quota ? { quota: limits.quota } : {}), ...(limits.windows ? { windows: limits.windows } : {}) }],
     plugins: base.plugins,
     chains: base.chains,
     routes: base.routes,
@@ -61,7 +65,7 @@ async function instances(t: Tap, prefix: string, n: number, limits: Limits): Pro
   writeFileSync(file, YAML.stringify(cfg));
   const gws = await Promise.all(Array.from({ length: n }, () => startGatewayProcess(file)));
   t.teardown(() => Promise.all(gws.map((g) => g.stop())));
-  return gws;
+  return Object.assign(gws, { file });
 }
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0];
@@ -265,4 +269,54 @@ t.test('Redis stopped and restarted mid-load: 503 meanwhile, recovery without a 
   const without = ttls.filter(([k, ttl]) => !durable.test(k) && ttl < 0).map(([k]) => k);
   t.same(without, [], 'every volatile key has a TTL');
   t.ok(keys.some((k) => /:rpm$|:ring$|:done:|\{i\}:live$/.test(k)), 'volatile keys were checked');
+});
+
+t.test('state across instances: usage seen everywhere at once, key changes and quota resets enforced by every instance', async (t) => {
+  const prefix = 'mx:';
+  const gws = await instances(t, prefix, 2, { quota: 1, windows: { '5h': 1 } });
+  const [a, b] = gws;
+  const usage = (gw: GatewayProcess) => request(`${gw.url}/v1/usage`, { headers: { authorization: `Bearer ${KEY}` } });
+  // Settlement follows the response: wait for it, as a client reading its usage right after would.
+  const recorded = (n: number) => until(async () => (await usage(b)).json.usage.total.requests === n);
+  for (let i = 0; i < 3; i++) t.equal((await chat(a)).status, 200);
+  await recorded(3);
+  const [ua, ub] = await Promise.all([usage(a), usage(b)]);
+  t.equal(ub.status, 200);
+  t.same(ub.json, ua.json, 'every field of /v1/usage is the same on the instance that served nothing');
+  t.same([ub.json.usage.total.requests, ub.json.usage.rpm], [3, 3], 'the last-minute rpm included');
+  t.ok(ub.json.usage.tpm > 0 && ub.json.rate_limits[0].window_start !== null && ub.json.quota.used > 0, 'tpm, the window and the quota too');
+
+  // Spend the quota on a, see it refused on b; reset it through a's admin API, b serves again.
+  await request(`${a.url}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'm', max_tokens: 1000, messages: [{ role: 'user', content: '[[mock: words=1000]] spend' }] } });
+  t.ok((await usage(b)).json.quota.used >= 1, 'spent on a');
+  const refused = await chat(b);
+  t.same([refused.status, refused.json.code ?? refused.json.error?.code], [429, 'API_KEY_QUOTA_EXHAUSTED'], 'b refuses the key');
+  const reset = await request(`${a.url}/admin/keys/k/reset-quota`, { method: 'POST', headers: { authorization: 'Bearer adm' } });
+  t.equal(reset.status, 200);
+  t.equal((await chat(b)).status, 200, 'reset through a, served by b');
+  await recorded(5);
+
+  // Config changes reach both instances (each watches the file): moved, disabled, expired.
+  const edit = async (change: (key: Record<string, any>) => void) => {
+    const cfg = YAML.parse(readFileSync(gws.file, 'utf8'));
+    change(cfg.keys[0]);
+    const before = [a, b].map((g) => g.logs.filter((l) => l.msg === 'config reloaded').length);
+    writeFileSync(gws.file, YAML.stringify(cfg));
+    t.ok(await until(() => [a, b].every((g, i) => g.logs.filter((l) => l.msg === 'config reloaded').length > before[i])), 'both instances reloaded');
+  };
+  const usedBefore = (await usage(a)).json.quota.used;
+  await edit((k) => (k.user = 'broke'));
+  const moved = await Promise.all([chat(a), chat(b)]);
+  t.same(moved.map((r) => r.status), [403, 403], 'moved to a user without money: refused by both');
+  t.equal((await usage(b)).json.quota.used, usedBefore, 'the key keeps its used quota when it moves');
+  await edit((k) => {
+    k.user = 'u';
+    k.enabled = false;
+  });
+  t.same((await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]), [[401, 'API_KEY_DISABLED'], [401, 'API_KEY_DISABLED']], 'disabled everywhere');
+  await edit((k) => {
+    k.enabled = true;
+    k.expires_at = '2020-01-01T00:00:00Z';
+  });
+  t.same((await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]), [[403, 'API_KEY_EXPIRED'], [403, 'API_KEY_EXPIRED']], 'expired everywhere');
 });

@@ -347,10 +347,27 @@ export class RedisStore implements Store {
 
   private classify(e: unknown): Error {
     if (!this.isUnavailable(e)) return e as Error;
-    const busy = (e as Error)?.name === 'ReplyError';
-    // A busy reply (out of memory, loading) did not run the call; only lost answers mark Redis away.
-    if (!busy) this.fault(e);
-    return new Unavailable((e as Error)?.message ?? String(e), { cause: e });
+    const msg = (e as Error)?.message ?? String(e);
+    if ((e as Error)?.name === 'ReplyError') {
+      // A busy reply (out of memory, loading) did not run the call: this call fails, nothing more.
+    } else if (msg === 'Command timed out') {
+      // One slow answer may be a blip: Redis is marked away only if a heartbeat times out too.
+      this.confirmDown(e);
+    } else {
+      this.fault(e); // the connection is gone
+    }
+    return new Unavailable(msg, { cause: e });
+  }
+
+  private confirming = false;
+
+  private confirmDown(e: unknown): void {
+    if (this.confirming || this.state !== 'up') return;
+    this.confirming = true;
+    this.beat().then(
+      () => undefined,
+      () => this.fault(e),
+    ).finally(() => (this.confirming = false));
   }
 
   private refuse(e?: unknown): GatewayError {
