@@ -297,6 +297,7 @@ export class RedisStore implements Store {
           if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.pending.length });
           if (!wasKnown && !this.starting) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
           this.onHealth?.({ ready: true });
+          if (!this.cluster && !this.checkedMode) void this.checkMode();
           void this.drain();
         }
       } catch (e) {
@@ -307,6 +308,19 @@ export class RedisStore implements Store {
       }
     })();
     return this.probing;
+  }
+
+  private checkedMode = false;
+
+  /** A Redis Cluster node addressed as a single server fails every multi-key script: say why. */
+  private async checkMode(): Promise<void> {
+    this.checkedMode = true;
+    try {
+      const info = await this.cmd((c) => (c as Redis).info('cluster'));
+      if (/cluster_enabled:1/.test(info)) this.log.error('store: this Redis is a cluster node; set store.cluster: true');
+    } catch {
+      this.checkedMode = false;
+    }
   }
 
   private async beat(): Promise<boolean> {
