@@ -36,7 +36,6 @@ export interface MockServer {
    * after the request's own directives (so they win). Directive syntax: docs/mock.md.
    */
   script(key: string, script: CredentialScript): void;
-    },
   /** POSTs to a known endpoint being answered now (from arrival until the response ends or the client goes). */
   readonly inFlight: number;
   /** The most `inFlight` has been since start or the last `resetPeak()`. */
