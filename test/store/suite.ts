@@ -39,7 +39,7 @@ export function settlement(over: Partial<Settlement> = {}): Settlement {
 
 export const quota = (limit: number, key = 'k1'): Claim => ({ kind: 'key-quota', key, limit });
 export const win = (window: Window, limit: number, key = 'k1'): Claim => ({ kind: 'key-window', key, window, limit });
-export const rpm = (limit: number, id = 'u1', scope: 'user' | 'group' = 'user'): Claim => ({ kind: 'rpm', scope, id, limit });
+export const rpm = (limit: number, id = 'u1', scope: 'user' | 'group' | 'account' = 'user'): Claim => ({ kind: 'rpm', scope, id, limit });
 export const cap = (period: 'weekly' | 'monthly', limit: number, user = 'u1'): Claim => ({ kind: 'spend-cap', user, period, limit });
 export const plan = (daily: number, weekly: number, monthly: number): Claim => ({ kind: 'plan', user: 'u1', group: 'g1', limits: { daily, weekly, monthly } });
 export const balance = (credit: number, free = false, freeRpm = 0): Claim => ({ kind: 'balance', user: 'u1', credit, free, freeRpm });
@@ -295,6 +295,8 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     for (let i = 0; i < 3; i++) t.ok((await admit(store, 0, rpm(3))).ok);
     t.same(await admit(store, 0, rpm(3)), { id: lastId(), ok: false, index: 0, retryAfterMs: 50_000 });
     t.ok((await admit(store, 0, rpm(3, 'u1', 'group'))).ok, 'group u1 is another counter');
+    for (let i = 0; i < 3; i++) t.ok((await admit(store, 0, rpm(3, 'prov/u1', 'account'))).ok, 'so is an upstream account');
+    t.notOk((await admit(store, 0, rpm(3, 'prov/u1', 'account'))).ok);
     clock.set(T0 + 59_999);
     t.same(await admit(store, 0, rpm(3)), { id: lastId(), ok: false, index: 0, retryAfterMs: 1 });
     clock.set(T0 + 60_000);

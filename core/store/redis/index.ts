@@ -412,7 +412,7 @@ export class RedisStore implements Store {
       case 'key-window':
         return this.keys.apiKey(c.key);
       case 'rpm':
-        return c.scope === 'user' ? this.keys.user(c.id) : this.keys.group(c.id);
+        return c.scope === 'user' ? this.keys.user(c.id) : c.scope === 'group' ? this.keys.group(c.id) : this.keys.account(c.id);
     }
   }
 

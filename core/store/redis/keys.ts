@@ -5,6 +5,7 @@
  *   {u:<user>}   wallet, spend caps, plan usage per group, user RPM, free calls at zero balance
  *   {k:<key>}    key quota and windows, usage totals, per-model day records, last-60-s ring
  *   {g:<group>}  group RPM (shared by every user of the group)
+ *   {a:<provider>/<account>}  RPM of an upstream account (account pools)
  *   {s:<scope>}  concurrency slots of a scope (user:<name>, account:<provider>/<account>)
  *   {r:<ns>}     remember/recall entries of one namespace
  *   {q:<id>}     a request's admission record and done marker (single Redis)
@@ -44,6 +45,10 @@ export class Keys {
   group(group: string): string {
     return `g:${tagSafe(group)}`;
   }
+  /** An upstream account of a pool: `<provider>/<account>`. */
+  account(id: string): string {
+    return `a:${tagSafe(id)}`;
+  }
   request(id: string): string {
     return `q:${tagSafe(id)}`;
   }
@@ -60,8 +65,8 @@ export class Keys {
   plan(user: string, group: string): string {
     return this.key(this.user(user), `plan:${group}`);
   }
-  rpm(scope: 'user' | 'group', id: string): string {
-    return this.key(scope === 'user' ? this.user(id) : this.group(id), 'rpm');
+  rpm(scope: 'user' | 'group' | 'account', id: string): string {
+    return this.key(scope === 'user' ? this.user(id) : scope === 'group' ? this.group(id) : this.account(id), 'rpm');
   }
 
   counters(key: string): string {
