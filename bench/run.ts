@@ -612,6 +612,7 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     return withRedis(async (url) => {
       const gw = await startGateway({ kind: 'redis', url }, 'gateway (redis store)');
       try {
+        const before = redisCalls(url);
         const json = await throughput(result('redis', res.columns), [
           { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
           { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
@@ -623,6 +624,13 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
         res.rows.push(...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })), ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })));
         res.rounds.push(...json.rounds, ...stream.rounds.map((r) => ({ ...r, round: r.round + json.rounds.length })));
         res.notes.push(`rounds 1–${json.rounds.length} non-streaming, then streaming`, ...json.notes, ...stream.notes);
+        const after = redisCalls(url);
+        const served = after.requests - before.requests;
+        if (served > 0) {
+          const per = (n: number) => (n / served).toFixed(2);
+          res.notes.push(`Redis commands per request served by the gateway: ${per(after.total - before.total)}, of which scripts ${per(after.scripts - before.scripts)} ` +
+            `(${served} requests recorded; expected 4 scripts: admission, concurrency slot acquire and release, settlement; plus heartbeats)`);
+        }
         return res;
       } finally {
         await gw.close();
@@ -713,6 +721,20 @@ async function redisUnavailable(): Promise<string | null> {
   } catch (e: any) {
     return `this build does not accept store.kind: redis (gateway check: ${String(e.stderr ?? e.message).trim().split('\n').slice(-1)[0]})`;
   }
+}
+
+/** Commands Redis has run so far (INFO commandstats) and the requests recorded for the chat key. */
+function redisCalls(url: string): { total: number; scripts: number; requests: number } {
+  const cli = (...args: string[]) => execFileSync('redis-cli', ['-u', url, ...args], { stdio: 'pipe' }).toString();
+  let total = 0;
+  let scripts = 0;
+  for (const m of cli('INFO', 'commandstats').matchAll(/^cmdstat_([a-z|]+):calls=(\d+)/gm)) {
+    if (m[1] === 'info' || m[1] === 'hget') continue; // this function's own
+    total += Number(m[2]);
+    if (m[1] === 'evalsha' || m[1] === 'eval') scripts += Number(m[2]);
+  }
+  const requests = Number(cli('HGET', 'gw:{k:bench-chat}:totals', 'requests').trim()) || 0;
+  return { total, scripts, requests };
 }
 
 /** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */

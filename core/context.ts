@@ -52,7 +52,7 @@ export interface ResolvedModel {
  */
 export class Admission {
   private readonly claims: Claim[] = [];
-  private readonly errors: Array<(retryAfterMs?: number) => GatewayError> = [];
+  private readonly errors: Array<(retryAfterMs?: number) => GatewayError | Promise<GatewayError>> = [];
   private committed = false;
   private admitted = false;
   /** Worst-case charge to reserve (micro-USD); plugins raise it, never lower it. */
@@ -65,7 +65,8 @@ export class Admission {
     private readonly recovery: () => Settlement | undefined = () => undefined,
   ) {}
 
-  add(claim: Claim, onFail: (retryAfterMs?: number) => GatewayError): void {
+  /** `onFail` may look things up (it runs only on refusal, so the common path pays nothing). */
+  add(claim: Claim, onFail: (retryAfterMs?: number) => GatewayError | Promise<GatewayError>): void {
     if (this.committed) throw new Error('admission already committed: claims must be added before commit()');
     this.claims.push(claim);
     this.errors.push(onFail);
@@ -89,7 +90,7 @@ export class Admission {
     if (!result.ok) {
       // Transient: the limit has room once the requests in flight settle. Retryable, unlike exhaustion.
       if (result.held) throw new GatewayError('LIMIT_HELD', { retryAfter: 1 });
-      throw this.errors[result.index](result.retryAfterMs);
+      throw await this.errors[result.index](result.retryAfterMs);
     }
     this.admitted = true;
   }

@@ -44,13 +44,14 @@ export default definePlugin<WindowsOptions>({
         const caps = user.spendCaps;
         if (caps.weekly <= 0 && caps.monthly <= 0) return;
         if (allFree(await candidateModels(ctx))) return;
-        // Only to name the later reset when both caps are reached; admission itself decides.
-        const both = caps.weekly > 0 && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
         for (const period of ['weekly', 'monthly'] as const) {
           const limit = caps[period];
           if (limit <= 0) continue;
-          ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, (ms) => {
+          ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, async (ms) => {
             let wait = ms ?? 0;
+            // A refused weekly cap names the later reset when the monthly one is reached too
+            // (read only on refusal: the common path stays one store call).
+            const both = period === 'weekly' && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
             if (period === 'weekly' && both && both.monthly >= caps.monthly) {
               const now = ctx.clock.now();
               wait = Math.max(wait, nextMonthStart(now) - now);
