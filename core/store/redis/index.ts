@@ -189,6 +189,8 @@ export class RedisStore implements Store {
       autoResendUnfulfilledCommands: false,
       retryStrategy: (times: number) => Math.min(50 * times, 1_000),
       lazyConnect: false,
+      // Commands issued in one tick (many requests at once) go out in one write.
+      enableAutoPipelining: true,
     };
     if (this.cluster) {
       const nodes = opts.url.split(',').map((u) => u.trim()).filter(Boolean).map((u) => {
