@@ -212,11 +212,12 @@ export class RedisStore implements Store {
         clusterRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
         slotsRefreshTimeout: Math.max(this.timeoutMs, 1_000),
         maxRedirections: 8,
+        enableAutoPipelining: true,
       });
       this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
     } else {
       this.client = new Redis(opts.url, base);
-      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null });
+      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
     }
     const scripts = loadScripts();
     // Prefixed: a command named `slots` would replace the cluster client's slot table.
