@@ -46,7 +46,7 @@ async function instances(t: Tap, prefix: string, n: number, limits: Limits): Pro
   const cfg = {
     version: 1,
     server: { host: '127.0.0.1', port: 0, drain_timeout: '5s', admin_token: 'adm' },
-    store: { kind: 'redis', url: redis.url, prefix, instances_hint: n, lease: `${LEASE_MS / 1000}s`, timeout: '1s' },
+    store: { kind: 'redis', url: redis.url, prefix, instances_hint: n, lease: `${LEASE_MS / 1000}s`, timeout: '3s' },
     providers: { up: { kind: 'openai', base_url: `${mock.url}/v1`, api_key: 'sk-upstream' } },
     models: { m: { provider: 'up', price: { input: PRICE, output: PRICE } } },
     groups: { g: { kind: 'chat', passthrough: true, models: ['m'], rpm: limits.rpm ?? 0 } },

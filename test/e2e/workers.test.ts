@@ -31,7 +31,8 @@ function config(dir: string, prefix: string, extra = ''): string {
   copyFileSync(path.join(ROOT, 'gateway.yaml'), file);
   let text = readFileSync(file, 'utf8');
   text = text.replace(/^ {2}workers: 1.*$/m, '  workers: 2');
-  text = text.replace(/^store:\n(?: .*\n)+/m, `store:\n  kind: redis\n  url: ${redis.url}\n  prefix: "${prefix}"\n`);
+  // (A generous Redis timeout: a loaded test machine must not look like an outage.)
+  text = text.replace(/^store:\n(?: .*\n)+/m, `store:\n  kind: redis\n  url: ${redis.url}\n  prefix: "${prefix}"\n  timeout: 3s\n`);
   text = text.replace(/^ {2}# admin_token: .*$/m, '  admin_token: test-admin-token');
   writeFileSync(file, text + extra);
   return file;

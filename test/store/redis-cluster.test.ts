@@ -17,7 +17,7 @@ t.test('redis-cluster: group RPM shared by many users — exact across users, co
   const { RedisStore } = await import('../../core/store/redis/index.js');
   const { ManualClock } = await import('../../core/clock.js');
   const clock = new ManualClock(Date.UTC(2026, 0, 5, 12, 0, 10));
-  const store = await RedisStore.open({ url: cluster.url, cluster: true, prefix: 'grp:', clock });
+  const store = await RedisStore.open({ url: cluster.url, cluster: true, prefix: 'grp:', clock, timeoutMs: 5_000 });
   t.teardown(() => store.close());
   const group = { kind: 'rpm', scope: 'group', id: 'shared', limit: 10 } as const;
   const rich = (u: string) => ({ kind: 'balance', user: u, credit: 1_000, free: false, freeRpm: 0 }) as const;

@@ -4,11 +4,16 @@
  */
 import type { ManualClock } from '../../core/clock.js';
 import { RedisStore } from '../../core/store/redis/index.js';
+import { createLogger, silentLogger } from '../../core/log.js';
+
+const log = process.env.TEST_LOG ? createLogger('debug') : silentLogger;
 import type { Store } from '../../core/store/types.js';
 import type { StoreFactory } from './suite.js';
 
 /** Short leases keep the crash case quick; the default is 15 s. */
 export const TEST_LEASE_MS = 1_000;
+/** The suite tests behaviour, not faults: a loaded test machine must not look like an outage. */
+const TIMEOUT_MS = 5_000;
 
 export function redisFactory(name: string, url: () => string, cluster: boolean): StoreFactory {
   let n = 0;
@@ -17,7 +22,7 @@ export function redisFactory(name: string, url: () => string, cluster: boolean):
     name,
     async open(clock: ManualClock) {
       const prefix = `t${process.pid}-${++n}:`;
-      const store = await RedisStore.open({ url: url(), cluster, prefix, clock, leaseMs: TEST_LEASE_MS });
+      const store = await RedisStore.open({ url: url(), cluster, prefix, clock, leaseMs: TEST_LEASE_MS, timeoutMs: TIMEOUT_MS, log });
       prefixes.set(store, prefix);
       return store;
     },
@@ -26,7 +31,7 @@ export function redisFactory(name: string, url: () => string, cluster: boolean):
       (store as RedisStore).crash();
       // Another instance over the same keys: its reaper resolves the dead one's admissions once
       // the lease has run out.
-      const other = await RedisStore.open({ url: url(), cluster, prefix, clock, leaseMs: TEST_LEASE_MS });
+      const other = await RedisStore.open({ url: url(), cluster, prefix, clock, leaseMs: TEST_LEASE_MS, timeoutMs: TIMEOUT_MS, log });
       const deadline = Date.now() + 30 * TEST_LEASE_MS;
       while ((await other.keyState('k1')).reserved !== 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       return other;

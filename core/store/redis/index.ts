@@ -212,7 +212,8 @@ export class RedisStore implements Store {
         clusterRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
         slotsRefreshTimeout: Math.max(this.timeoutMs, 1_000),
         maxRedirections: 8,
-        enableAutoPipelining: true,
+        // Not on a cluster: ioredis refuses to auto-pipeline scripts whose slots differ.
+        enableAutoPipelining: false,
       });
       this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
     } else {
@@ -330,11 +331,23 @@ export class RedisStore implements Store {
     // Not before the client is ready: a cluster client without its slot table sends commands to
     // random nodes and follows the redirections, out of order.
     if (this.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.client.status}`);
-    // A cluster client connects to each node on first use, and retries that first command on a
-    // random node (out of order): connect them all before serving.
-    if (this.client instanceof Cluster) await Promise.all(this.client.nodes('master').map((n) => n.ping()));
-    const r = await this.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
-    return r === 1;
+    const work = (async () => {
+      // A cluster client connects to each node on first use, and retries that first command on a
+      // random node (out of order): connect them all before serving.
+      if (this.client instanceof Cluster) await Promise.all(this.client.nodes('master').map((n) => n.ping()));
+      return this.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
+    })();
+    // Bounded whatever a client queue does: a probe that never ends would stop every later one.
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.timeoutMs + 200);
+    });
+    try {
+      return (await Promise.race([work, limit])) === 1;
+    } finally {
+      clearTimeout(timer);
+      work.catch(() => undefined);
+    }
   }
 
   private isUnavailable(e: unknown): boolean {
