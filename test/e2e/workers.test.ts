@@ -165,3 +165,23 @@ t.test('workers: SIGTERM lets streams in flight on every worker finish', async (
   t.same(await allServe(gw2.url, NEW_KEY(3)), Array(16).fill(200));
   await gw2.stop();
 });
+
+t.test('workers: a worker whose supervisor is killed drains and exits, leaving no process behind', async (t) => {
+  const dir = tmpDir('workers-');
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const gw = await startGatewayProcess(config(dir, 'w4:'), { env: { GATEWAY_PORT: '0' }, listening: 2 });
+  t.teardown(() => gw.stop());
+  const { execFileSync } = await import('node:child_process');
+  const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(gw.pid)]).toString().trim().split(/\s+/).map(Number);
+  t.equal(workers.length, 2, 'two worker processes');
+  gw.proc.kill('SIGKILL');
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  t.ok(await until(async () => workers.every((p) => !alive(p))), 'both workers exited');
+});
