@@ -9,7 +9,7 @@
  * which would make every later start look stale.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,7 +36,7 @@ function newestSource() {
     for (const e of entries) {
       const p = path.join(dir, e.name);
       if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
+      else if (e.name.endsWith('.ts') || e.name.endsWith('.lua')) newest = Math.max(newest, statSync(p).mtimeMs);
     }
   };
   for (const d of SOURCES) walk(path.join(ROOT, d));
@@ -59,8 +59,17 @@ export function build(tsc = findTsc()) {
   if (!tsc) return false;
   const r = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tsconfig.json')], { cwd: ROOT, stdio: ['ignore', 2, 2] });
   if (r.status !== 0) return false;
+  copyAssets();
   writeFileSync(STAMP, `${new Date().toISOString()}\n`);
   return true;
+}
+
+/** What tsc does not copy: the Redis store's Lua scripts, next to their compiled module. */
+function copyAssets() {
+  const from = path.join(ROOT, 'core/store/redis');
+  const to = path.join(ROOT, 'dist/core/store/redis');
+  mkdirSync(to, { recursive: true });
+  for (const f of readdirSync(from)) if (f.endsWith('.lua')) copyFileSync(path.join(from, f), path.join(to, f));
 }
 
 /**

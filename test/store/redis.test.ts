@@ -10,3 +10,11 @@ t.before(async () => {
 });
 t.teardown(() => server.destroy());
 storeSuite(t, redisFactory('redis', () => server.url, false));
+
+t.test('the build ships the Lua scripts next to the compiled store', async (t) => {
+  const { existsSync } = await import('node:fs');
+  const path = await import('node:path');
+  const { ROOT } = await import('../helpers/gateway.js');
+  const { SCRIPT_NAMES } = await import('../../core/store/redis/scripts.js');
+  for (const name of ['lib', ...SCRIPT_NAMES]) t.ok(existsSync(path.join(ROOT, 'dist/core/store/redis', `${name}.lua`)), `${name}.lua`);
+});

@@ -3,8 +3,8 @@
  * EVALSHA (ioredis loads a script again by itself when a restarted Redis no longer has it).
  * `lib.lua` is prepended to each: Redis scripts cannot include one another.
  *
- * The files are found in the source tree (`core/store/redis/`, which every checkout and package
- * of the project ships) or, when a build copies them, next to the compiled module.
+ * `npm run build` copies the files next to the compiled module (scripts/build.mjs); a build
+ * that did not is served from the source tree (`core/store/redis/`).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
