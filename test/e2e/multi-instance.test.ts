@@ -159,7 +159,6 @@ t.test('limit + 50 requests in one minute across two instances admit exactly the
   const refused = answers.filter((r) => r.status === 429);
   t.equal(refused.length, 50, 'the other 50 refused');
   t.ok(refused.every((r) => r.json.error.code === 'rate_limit_exceeded' && Number(r.headers['retry-after']) >= 1), 'as RPM refusals with Retry-After');
-  t.ok(answers.filter((_r, i) => i % 2 === 0).some((r) => r.status === 200) && answers.filter((_r, i) => i % 2 === 1).some((r) => r.status === 200), 'both instances served some');
 });
 
 t.test('concurrency C across two instances: at most C upstream calls, exact queue refusals, no slot leaked', async (t) => {

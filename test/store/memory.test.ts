@@ -1,7 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { appendFile, cp, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,13 +10,34 @@ import { createLogger } from '../../core/log.js';
 import { MemoryStore } from '../../core/store/memory.js';
 import { storeSuite, settlement, quota, win, T0 } from './suite.js';
 
-// The behavioural suite every store passes (test/store/suite.ts).
+// The behavioural suite every store passes (test/store/suite.ts), on a store persisted to a folder
+// (as shipped). Its death: the folder as a killed process leaves it (journal written, no close),
+// opened by the next process, which applies the recovery of every admission left open.
+const folders = new Map<MemoryStore, string>();
+const made: string[] = [];
+process.once('exit', () => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+const folder = () => {
+  const d = mkdtempSync(path.join(tmpdir(), 'memsuite-'));
+  made.push(d);
+  return d;
+};
 storeSuite(t, {
   name: 'memory',
-  open: (clock) => MemoryStore.open({ clock }),
-  // The memory store resolves a dead process's admissions from its journal at the next start
-  // (issue 10); wire `die` here once that lands: flush, drop the instance, open the folder again.
-  die: undefined,
+  async open(clock) {
+    const dir = folder();
+    const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000 });
+    folders.set(store, dir);
+    return store;
+  },
+  async die(store, clock) {
+    await store.flush();
+    const copy = folder();
+    await cp(folders.get(store as MemoryStore)!, copy, { recursive: true });
+    await store.close(); // the original folder only; the copy is what the killed process left
+    return MemoryStore.open({ path: copy, clock });
+  },
   tick: () => new Promise((r) => setImmediate(r)),
 });
 

@@ -65,6 +65,9 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   t.equal(refused.status, 503);
   t.equal(refused.json.error.type, 'billing_service_error', 'the money check fails closed');
   t.equal((await call(`${g.url}/healthz`)).status, 200, '/healthz does not depend on Redis');
+  const ready = await call(`${g.url}/readyz`);
+  t.same([ready.status, ready.json.status, ready.json.store], [503, 'unavailable', 'redis'], '/readyz reports it');
+  t.match(ready.json.reason, /redis unreachable: money paths refused, RPM and concurrency at 1\/2/);
   t.equal(await metric(g, 'gateway_store_degraded'), 1, 'the metric says degraded');
   t.ok(lines.some((l) => l.level === 'warn' && /store degraded/.test(l.msg)), 'a log line says degraded');
   t.same(await g.gw.store.health(), { ready: false, degraded: 'redis unreachable: money paths refused, RPM and concurrency at 1/2 of each limit per instance' });
@@ -81,6 +84,7 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   t.equal(await metric(g, 'gateway_store_degraded'), 0);
   t.ok(lines.some((l) => l.level === 'info' && /store recovered/.test(l.msg)), 'a log line says recovered');
   t.same(await g.gw.store.health(), { ready: true });
+  t.same((await call(`${g.url}/readyz`)).json, { status: 'ready', store: 'redis' }, '/readyz: ready again');
   await g.gw.store.flush();
   const usage = await call(`${g.url}/v1/usage`, { headers: bearer(OPEN_KEY) });
   t.equal(usage.status, 200);
