@@ -109,11 +109,12 @@ export class Gateway implements UpstreamDeps {
     const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
     for (const w of loaded.warnings) log.warn('config warning', { path: w.path, line: w.line, message: w.message });
     const metrics = createMetrics({ version: VERSION });
-    const store = instrumentStore(opts.store ?? (await openStore(loaded.config.store, clock, log, {
+    const opened = opts.store ?? (await openStore(loaded.config.store, clock, log, {
       workers: loaded.config.server.workers,
       onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
-    })), metrics);
-    metrics.storeDegraded.set((await store.health()).degraded ? 1 : 0);
+    }));
+    metrics.storeDegraded.set((await opened.health()).degraded ? 1 : 0);
+    const store = instrumentStore(opened, metrics);
     const gw = new Gateway(opts, store, clock, log, metrics);
     try {
       await gw.startMocks(loaded.config);
