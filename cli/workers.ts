@@ -20,7 +20,6 @@ import { serve } from './serve.js';
 const RELOAD = 'gateway:reload';
 const RELOAD_OTHERS = 'gateway:reload-others';
 
-
 /** Runs in the primary until every worker has stopped; resolves to the exit status. */
 export function runPrimary(count: number, log: Logger): Promise<number> {
   return new Promise<number>((resolve) => {
