@@ -3,15 +3,17 @@
  * upstream; an account's `concurrency` is never exceeded in total (the mock's per-credential
  * in-flight gauge) and its `rpm` counts the requests of both.
  *
- * Instances here share a store object in one process. Every store implementation must pass this
- * file: a Redis store joins the list below once it exists (each instance then opens its own
- * connection to one redis-server).
+ * Every store implementation must pass this file: the memory store is shared as one object by
+ * both instances; on Redis each instance opens its own store (its own connections, its own
+ * leases) on one real redis-server, as two gateway machines would.
  */
 import t from 'tap';
 import { baseConfig, bearer, call, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startMockServer, type MockServer } from '../../core/mock/server.js';
 import { MemoryStore } from '../../core/store/memory.js';
 import { ManualClock } from '../../core/clock.js';
+import { RedisStore } from '../../core/store/redis/index.js';
+import { RedisServer } from '../helpers/redis.js';
 import type { Store } from '../../core/store/types.js';
 import { runPool } from './helpers.js';
 import { KEYS } from '../helpers/gateway.js';
@@ -28,6 +30,23 @@ const STORES: StoreKind[] = [
     async open(clock) {
       const s = await MemoryStore.open({ clock });
       return { stores: [s, s], close: () => s.close() };
+    },
+  },
+  {
+    name: 'redis (one store per instance, one redis-server)',
+    async open(clock) {
+      const server = await RedisServer.start();
+      const open = () => RedisStore.open({ url: server.url, prefix: 'pool-test:', clock, timeoutMs: 5_000 });
+      const a = await open();
+      const b = await open();
+      return {
+        stores: [a, b],
+        close: async () => {
+          await a.close();
+          await b.close();
+          await server.stop();
+        },
+      };
     },
   },
 ];
