@@ -29,9 +29,12 @@ local function pump()
   while redis.call('ZCARD', held) < limit do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then break end
+    -- The grant lives no longer than its waiter would have: a dead instance's waiter (no longer
+    -- renewed) must not turn a freed slot into a fresh full lease. A live one renews it at once.
+    local until_ms = tonumber(redis.call('ZSCORE', waiters, head)) or now
     redis.call('ZREM', queue, head)
     redis.call('ZREM', waiters, head)
-    redis.call('ZADD', held, now + lease, head)
+    redis.call('ZADD', held, math.min(now + lease, until_ms), head)
     redis.call('PUBLISH', ARGV[3], head)
   end
 end
@@ -95,7 +98,10 @@ elseif op == 'renew' then
   for i = 5 + nheld, #ARGV do
     if redis.call('ZSCORE', queue, ARGV[i]) then
       redis.call('ZADD', waiters, now + lease, ARGV[i])
-    elseif not redis.call('ZSCORE', held, ARGV[i]) then
+    elseif redis.call('ZSCORE', held, ARGV[i]) then
+      -- Granted since the instance last looked: its holder is alive, so the grant is renewed too.
+      redis.call('ZADD', held, 'XX', now + lease, ARGV[i])
+    else
       table.insert(lost, ARGV[i])
     end
   end
