@@ -26,20 +26,12 @@ import {
   roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE,
   type Options, type Pinning, type Report, type RoundRecord, type Row, type Scenario, type ScenarioResult,
 } from './lib.js';
+import { AUTH_CHAT, AUTH_CONVERTED, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const MiB = 1024 * 1024;
-
-/** The bench's own keys (deployment data, not part of the shipped config). */
-const KEY_CHAT = 'sk-bench000000000000000000000000000000000000000000000000000000000001';
-const KEY_CONVERTED = 'sk-bench000000000000000000000000000000000000000000000000000000000002';
-const AUTH_CHAT = `Bearer ${KEY_CHAT}`;
-const AUTH_CONVERTED = `Bearer ${KEY_CONVERTED}`;
-/** High enough never to reject: the plugins do all their work, nothing is refused. */
-const HIGH_RPM = 100_000_000;
-const HIGH_USD = 1_000_000;
 
 let opts: Options;
 let pinning: Pinning | null = null;
@@ -168,57 +160,6 @@ async function startProxy(): Promise<Server> {
   return { name: 'bare proxy', url, child, log, close: () => stop(child, 'SIGKILL') };
 }
 
-function shippedConfig(): Record<string, any> {
-  return YAML.parse(fs.readFileSync(path.join(root, 'gateway.yaml'), 'utf8'));
-}
-
-/**
- * The shipped gateway.yaml with only the deployment data replaced: providers at the external mock
- * (kind openai and anthropic, so the gateway speaks to it over the network as to a real provider),
- * a passthrough chat group and a converting one, one user and two keys with every limit on.
- */
-function gatewayConfig(port: number, dataDir: string, store?: Record<string, unknown>): Record<string, any> {
-  const mockUrl = upstreams.mock;
-  const c = shippedConfig();
-  const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
-  c.server = { ...c.server, host: '127.0.0.1', port };
-  c.store = store ?? { ...c.store, path: dataDir };
-  if (c.failed_requests) c.failed_requests = { ...c.failed_requests, dir: path.join(dataDir, 'failed') };
-  c.providers = {
-    'bench-openai': { kind: 'openai', base_url: `${mockUrl}/v1`, api_key: 'bench', protocols: ['openai-chat', 'openai-responses'], max_sockets: 4096 },
-    'bench-anthropic': { kind: 'anthropic', base_url: mockUrl, api_key: 'bench', max_sockets: 4096 },
-    'bench-sink': { kind: 'openai', base_url: `${upstreams.sink}/v1`, api_key: 'bench', protocols: ['openai-chat'], max_sockets: 4096 },
-  };
-  c.models = {
-    'bench-chat': { provider: 'bench-openai', price: { input: 0.5, output: 1.5 } },
-    'bench-claude': { provider: 'bench-anthropic', price: { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 } },
-    'bench-large': { provider: 'bench-sink', price: { input: 0.5, output: 1.5 } },
-  };
-  c.groups = {
-    chat: { kind: 'chat', passthrough: true, models: ['bench-chat', 'bench-large'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
-    converted: { kind: 'chat', models: ['bench-claude'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
-  };
-  c.users = {
-    bench: {
-      status: 'active', balance: HIGH_USD, rpm: HIGH_RPM, concurrency,
-      queue: { size: 16, max_wait: '30s' }, spend_caps: { weekly: HIGH_USD, monthly: HIGH_USD },
-    },
-  };
-  const limits = { quota: HIGH_USD, windows: { '5h': HIGH_USD, '1d': HIGH_USD, '7d': HIGH_USD } };
-  c.keys = [
-    { key: KEY_CHAT, name: 'bench-chat', user: 'bench', group: 'chat', ...limits },
-    { key: KEY_CONVERTED, name: 'bench-converted', user: 'bench', group: 'converted', ...limits },
-  ];
-  return c;
-}
-
-/** The gateway's environment: the shipped defaults, so no log level or config override from the caller's shell. */
-function gatewayEnv(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  for (const k of Object.keys(env)) if (k.startsWith('GATEWAY_')) delete env[k];
-  return env;
-}
-
 let gatewayCount = 0;
 async function startGateway(store?: Record<string, unknown>, label = 'gateway'): Promise<Server> {
   const port = await freePort();
@@ -226,7 +167,8 @@ async function startGateway(store?: Record<string, unknown>, label = 'gateway'):
   const dataDir = path.join(work, `gateway-${n}-data`);
   fs.mkdirSync(dataDir, { recursive: true });
   const cfgFile = path.join(work, `gateway-${n}.yaml`);
-  fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig(port, dataDir, store)));
+  const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
+  fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency, store })));
   const { child, log } = launch(pinning?.server, process.execPath, [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile], `gateway-${n}.log`, false, gatewayEnv());
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the gateway', child, log, async () => (await get(url + '/healthz')) === 200);
@@ -289,8 +231,7 @@ async function startClient(): Promise<ChildProcess> {
 // Load
 
 function chatBody(model: string, stream: boolean, directives = '', pad = 0): string {
-  const content = `benchmark [[mock: words=${opts.words}${directives ? ' ' + directives : ''}]]${pad ? ' ' + 'lorem '.repeat(Math.ceil(pad / 6)).slice(0, pad) : ''}`;
-  return JSON.stringify({ model, stream, messages: [{ role: 'user', content }] });
+  return benchChatBody(model, stream, opts.words, directives, pad);
 }
 
 function bodyFile(name: string, body: string): string {
@@ -714,7 +655,7 @@ async function redisUnavailable(): Promise<string | null> {
     return 'redis-server is not installed (apt-get install redis-server)';
   }
   const file = path.join(work, 'redis-check.yaml');
-  fs.writeFileSync(file, YAML.stringify(gatewayConfig(0, path.join(work, 'redis-check'), { kind: 'redis', url: 'redis://127.0.0.1:6379' })));
+  fs.writeFileSync(file, YAML.stringify(gatewayConfig({ root, port: 0, dataDir: path.join(work, 'redis-check'), upstreams, concurrency: 10_000, store: { kind: 'redis', url: 'redis://127.0.0.1:6379' } })));
   try {
     execFileSync(process.execPath, [path.join(root, 'bin/gateway.js'), 'check', file], { stdio: 'pipe', env: gatewayEnv() });
     return null;
