@@ -1,21 +1,25 @@
 /**
- * The provider transport: http-proxy-3 with `selfHandleResponse` and `buffer` (never its fetch
- * mode), one keep-alive agent per provider account.
+ * The provider transport: one plain `http.request` (or `https.request`) per attempt on one
+ * keep-alive agent per provider account; each endpoint URL is parsed once, the first time it is
+ * used (they all come from the config: a provider's or account's base URL and a fixed path).
  *
- * The upstream must see exactly the headers we choose — never the client's gateway key. http-proxy-3
- * copies `req.headers` into the outgoing request synchronously inside `web()`, so we hand it our
- * header set for the duration of that call instead of scrubbing afterwards (its `proxyReq` event
- * is not even emitted when the client sent `Expect`).
+ * Which path uses what, and why:
+ * - Model calls and count_tokens (every upstream request the gateway makes) use `http.request`
+ *   directly. The request is always the gateway's own (headers it chose, body re-encoded) and the
+ *   response is always read by the gateway (usage for billing, SSE for commit and in-stream errors,
+ *   the stream cut), never piped through unobserved. http-proxy-3's per-request wrapper (a URL parse,
+ *   `setupOutgoing` copying headers, listeners on the client's request and response) therefore did
+ *   nothing here that was not undone or repeated, and cost about a tenth of the gateway's
+ *   per-request CPU.
+ * - http-proxy-3 remains the project's proxy where a response is passed through as bytes: the
+ *   benchmark's baseline (bench/roles.ts). The gateway has no such path: the upstream must see
+ *   exactly the headers we choose (never the client's gateway key), and every answer is metered.
  */
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
-import { Readable } from 'node:stream';
-import httpProxy from 'http-proxy-3';
 import type { ProviderConfig } from './config/types.js';
 
 export interface UpstreamRequest {
-  req: IncomingMessage;
-  res: ServerResponse;
   provider: ProviderConfig;
   /** The provider account (its own keep-alive agent). */
   account?: string;
@@ -43,50 +47,33 @@ export class TransportError extends Error {
   }
 }
 
-type Pending = {
-  resolve: (r: UpstreamResponse) => void;
-  reject: (e: Error) => void;
-  idleMs: number;
-  proxyReq?: http.ClientRequest;
-  timedOut?: boolean;
+/** An endpoint URL, parsed once. */
+interface Target {
+  secure: boolean;
+  /** Without IPv6 brackets (what the resolver takes). */
+  hostname: string;
+  port: number;
+  /** The Host header: host and port as the URL has them (the port only when not the default). */
+  host: string;
+  /** Path and query. */
+  path: string;
+}
+
+export interface UpstreamCall {
+  response: Promise<UpstreamResponse>;
+  abort: () => void;
+  /** The upstream went silent past the idle timeout after it began answering. */
+  idleTimedOut: () => boolean;
   /** The request was fully handed to the upstream's socket. */
-  sent?: boolean;
-};
+  sent: () => boolean;
+}
 
 export class Transport {
-  private readonly proxy = httpProxy.createProxyServer({});
   private readonly agents = new Map<string, http.Agent>();
-  private readonly pending = new WeakMap<IncomingMessage, Pending>();
-
-  constructor() {
-    this.proxy.on('proxyRes', (proxyRes, req) => {
-      const p = this.pending.get(req);
-      if (!p) {
-        proxyRes.resume();
-        return;
-      }
-      this.pending.delete(req);
-      // From now on, silence is the idle timeout's; before, only the whole-attempt timer runs.
-      const proxyReq = p.proxyReq;
-      proxyReq?.setTimeout(p.idleMs, () => {
-        p.timedOut = true;
-        proxyReq.destroy(new Error('upstream idle timeout'));
-      });
-      p.resolve({ status: proxyRes.statusCode ?? 502, headers: proxyRes.headers, body: proxyRes });
-    });
-    this.proxy.on('proxyReq', (proxyReq, req) => {
-      const p = this.pending.get(req);
-      if (!p) return;
-      p.proxyReq = proxyReq;
-      proxyReq.once('finish', () => { p.sent = true; });
-    });
-    // Errors are delivered to the per-call callback; this keeps an unhandled one from throwing.
-    this.proxy.on('error', () => {});
-  }
+  private readonly targets = new Map<string, Target>();
 
   /** One keep-alive agent per provider account (and scheme). */
-  agentFor(provider: ProviderConfig, url: string, account = ''): http.Agent {
-    const secure = url.startsWith('https:');
+  agentFor(provider: ProviderConfig, secure: boolean, account = ''): http.Agent {
     const id = `${provider.name}/${account}|${secure}|${provider.maxSockets}`;
     let agent = this.agents.get(id);
     if (!agent) {
@@ -97,63 +84,102 @@ export class Transport {
     return agent;
   }
 
+  private target(url: string): Target {
+    let t = this.targets.get(url);
+    if (!t) {
+      const u = new URL(url);
+      const secure = u.protocol === 'https:';
+      t = {
+        secure,
+        hostname: u.hostname.startsWith('[') ? u.hostname.slice(1, -1) : u.hostname,
+        port: u.port ? Number(u.port) : secure ? 443 : 80,
+        host: u.host,
+        path: u.pathname + u.search,
+      };
+      this.targets.set(url, t);
+    }
+    return t;
+  }
+
   /**
    * Sends one attempt. Resolves with the upstream's status line and headers (the body is a stream
    * the caller must consume or destroy); rejects with a TransportError on connection failure or
-   * when the upstream is silent past `idleTimeoutMs` before answering. `abort()` cancels.
+   * when the upstream is silent past `idleTimeoutMs` once answering. `abort()` cancels.
    */
-  send(u: UpstreamRequest): { response: Promise<UpstreamResponse>; abort: () => void; idleTimedOut: () => boolean; sent: () => boolean } {
-    let pending!: Pending;
-    const response = new Promise<UpstreamResponse>((resolve, reject) => {
-      pending = { resolve, reject, idleMs: u.idleTimeoutMs };
-    });
-    const req = u.req;
-    this.pending.set(req, pending);
-    // The one encoded copy of the body; dropped once handed to the socket (not held for a stream's life).
+  send(u: UpstreamRequest): UpstreamCall {
+    const t = this.target(u.url);
+    // The one encoded copy of the body; the socket holds it until written (not this frame for a stream's life).
     // ASCII (most bodies; base64 images always) encodes as a copy: far cheaper than UTF-8 encoding.
-    let body: Buffer | undefined = Buffer.from(u.body, Buffer.byteLength(u.body, 'utf8') === u.body.length ? 'latin1' : 'utf8');
-    const headers: Record<string, string> = { ...u.headers, 'content-length': String(body.length) };
-    const saved = u.req.headers;
-    const savedMethod = u.req.method;
-    u.req.headers = headers;
-    u.req.method = 'POST';
-    try {
-      this.proxy.web(u.req, u.res, {
-        target: u.url,
-        ignorePath: true,
-        changeOrigin: true,
-        selfHandleResponse: true,
-        // http-proxy-3 only calls `buffer.pipe(proxyReq)`: hand it the whole body in one end()
-        // (headers and body in one write) instead of streaming a one-chunk Readable.
-        buffer: {
-          pipe: (dest: NodeJS.WritableStream) => {
-            const b = body;
-            body = undefined;
-            dest.end(b ?? Buffer.alloc(0));
-          },
-        } as unknown as Readable,
-        agent: this.agentFor(u.provider, u.url, u.account),
-        xfwd: false,
-      }, (err: Error & { code?: string }) => {
-        // After the response began, errors surface on the body stream instead; a settled promise ignores this.
-        if (this.pending.get(req) === pending) this.pending.delete(req);
-        pending.reject(new TransportError(pending.timedOut ? 'timeout' : 'connect', err.message, err.code));
-      });
-    } finally {
-      u.req.headers = saved;
-      u.req.method = savedMethod;
+    const body = Buffer.from(u.body, Buffer.byteLength(u.body, 'utf8') === u.body.length ? 'latin1' : 'utf8');
+    // A flat [name, value, …] list: Node validates each header as it writes it, without building
+    // the per-name header map an object costs. Host and Content-Length are ours to give then.
+    const given = lowerCaseKeys(u.headers);
+    const headers: string[] = ['host', t.host];
+    for (const k in given) {
+      if (k !== 'host' && k !== 'content-length') headers.push(k, given[k]);
     }
-    const abort = () => {
-      this.pending.delete(req);
-      pending.proxyReq?.destroy();
-      pending.reject(new TransportError('aborted', 'aborted'));
+    headers.push('content-length', String(body.length));
+    let timedOut = false;
+    let sent = false;
+    let settled = false;
+    let resolve!: (r: UpstreamResponse) => void;
+    let reject!: (e: Error) => void;
+    const response = new Promise<UpstreamResponse>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    // Outside the promise: a header Node refuses (a plugin's bad value) throws to the caller, as it always did.
+    const req = (t.secure ? https : http).request({
+      hostname: t.hostname,
+      port: t.port,
+      path: t.path,
+      method: 'POST',
+      headers: headers as unknown as http.OutgoingHttpHeaders,
+      agent: this.agentFor(u.provider, t.secure, u.account),
+    }, (res) => {
+      settled = true;
+      // From now on, silence is the idle timeout's; before, only the caller's whole-attempt timer runs.
+      req.setTimeout(u.idleTimeoutMs, () => {
+        timedOut = true;
+        req.destroy(new Error('upstream idle timeout'));
+      });
+      resolve({ status: res.statusCode ?? 502, headers: res.headers, body: res });
+    });
+    // Once the response began, errors surface on its body stream; this listener only keeps them from throwing.
+    req.on('error', (err: Error & { code?: string }) => {
+      if (settled) return;
+      settled = true;
+      reject(new TransportError(timedOut ? 'timeout' : 'connect', err.message, err.code));
+    });
+    req.once('finish', () => { sent = true; });
+    req.end(body);
+    return {
+      response,
+      abort: () => {
+        req.destroy();
+        if (settled) return;
+        settled = true;
+        reject(new TransportError('aborted', 'aborted'));
+      },
+      idleTimedOut: () => timedOut,
+      sent: () => sent,
     };
-    return { response, abort, idleTimedOut: () => pending.timedOut === true, sent: () => pending.sent === true };
   }
 
   close(): void {
     for (const a of this.agents.values()) a.destroy();
     this.agents.clear();
-    this.proxy.close();
   }
+}
+
+/** The headers with lower-case names, a later spelling of a name replacing an earlier one (as `setHeader` does). */
+function lowerCaseKeys(h: Record<string, string>): Record<string, string> {
+  for (const k in h) {
+    if (k !== k.toLowerCase()) {
+      const out: Record<string, string> = {};
+      for (const [name, v] of Object.entries(h)) out[name.toLowerCase()] = v;
+      return out;
+    }
+  }
+  return h;
 }

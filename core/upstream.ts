@@ -277,7 +277,7 @@ async function tryAttempt(
   const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
   const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
   const started = Date.now();
-  const call = deps.transport.send({ req: ctx.req, res: ctx.res, provider, account: attempt.account?.name, url, headers, body: requestBody, idleTimeoutMs: idleMs });
+  const call = deps.transport.send({ provider, account: attempt.account?.name, url, headers, body: requestBody, idleTimeoutMs: idleMs });
   requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
   let totalTimedOut = false;
   const totalTimer = setTimeout(() => { totalTimedOut = true; call.abort(); }, totalMs);

@@ -23,7 +23,7 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
   const text = spliceJson(body.text, { set: { model: model.upstream }, remove: ['models'] });
   const url = accountBaseUrl(deps, provider, account) + upstreamPath(provider, 'anthropic-messages', 'count');
   const call = deps.transport.send({
-    req: ctx.req, res: ctx.res, provider, account: account.name, url, body: text,
+    provider, account: account.name, url, body: text,
     headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false, account),
     idleTimeoutMs: provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs,
   });
