@@ -223,7 +223,8 @@ export class Gateway implements UpstreamDeps {
   private onClientError(err: Error & { code?: string }, socket: Socket): void {
     if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
     const id = err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'MALFORMED_HTTP';
-    const r = renderError(new GatewayError(id), 'chat');
+    const answer = new GatewayError(id);
+    const r = renderError(answer, 'chat');
     const body = JSON.stringify(r.body);
     const res = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
     if (res) {
@@ -235,20 +236,31 @@ export class Gateway implements UpstreamDeps {
       setTimeout(() => socket.destroy(), 1_000).unref();
       return;
     }
+    const requestId = newRequestId();
     socket.end(`HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
-      `content-type: application/json\r\nx-request-id: ${newRequestId()}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      `content-type: application/json\r\nx-request-id: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     setTimeout(() => socket.destroy(), 1_000).unref();
+    this.refused(requestId, undefined, answer);
+  }
+
+  /**
+   * The metrics and the access line of an answer given before any route (malformed HTTP, a
+   * missing Host, an unsupported Expect): route `unmatched`, like a path no route serves.
+   */
+  private refused(requestId: string, method: string | undefined, err: GatewayError): void {
+    this.metrics.requests.inc({ route: 'unmatched', status: String(err.status) });
+    this.metrics.duration.observe({ route: 'unmatched' }, 0);
+    this.log.info('request', { requestId, method, route: 'unmatched', status: err.status, durationMs: 0, errorCode: err.code, errorMessage: err.message });
   }
 
   /** Answers a request the routes never see (Expect, missing Host) and closes its connection. */
   private refuse(req: IncomingMessage, res: ServerResponse, err: GatewayError): void {
     const given = req.headers['x-request-id'];
+    const requestId = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
     const r = renderError(err, 'chat');
-    res.writeHead(r.status, {
-      'content-type': 'application/json', 'x-request-id': typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId(),
-      connection: 'close', ...r.headers,
-    });
+    res.writeHead(r.status, { 'content-type': 'application/json', 'x-request-id': requestId, connection: 'close', ...r.headers });
     res.end(JSON.stringify(r.body));
+    this.refused(requestId, req.method, err);
   }
 
   /** `metrics.listen`: metrics and the probes on their own address (the API port then has neither metrics). */

@@ -10,6 +10,8 @@ import { builtinPlugins } from '../../plugins/index.js';
 import { definePlugin } from '../../core/plugin.js';
 import { createLogger, logLevel } from '../../core/log.js';
 import { GatewayError } from '../../core/errors.js';
+import { rawSocket } from '../helpers/raw.js';
+import { parseProm, total } from '../helpers/prom.js';
 
 const SECRET_WORD = 'zebra-marker-4711';
 const boom = definePlugin({
@@ -99,6 +101,26 @@ t.test('refusals carry the error code; unrouted requests get a line too; probes 
   await call(g.url + '/readyz');
   await call(g.url + '/metrics');
   t.equal(records().filter((r) => r.msg === 'request').length, before, 'no access lines for probes and scrapes');
+});
+
+t.test('answered before any route (no Host, a bad Expect, malformed HTTP): an access line and a request count each', async (t) => {
+  const count = async () => total(parseProm(await (await fetch(g.url + '/metrics')).text()), 'gateway_requests_total', { route: 'unmatched', status: '400' });
+  const before = await count();
+  const sent = [
+    { what: 'no Host', bytes: 'GET /v1/models HTTP/1.1\r\nX-Request-ID: refused-no-host\r\n\r\n', method: 'GET' },
+    { what: 'Expect', bytes: 'POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Request-ID: refused-expect\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n{}', method: 'POST' },
+    { what: 'bad header characters', bytes: 'GET / HTTP/1.1\r\nHost: gw\r\nBad\u0001Header: x\r\n\r\n' },
+  ];
+  for (const s of sent) {
+    const raw = await rawSocket(g.url, s.bytes);
+    t.match(raw, /^HTTP\/1\.1 400 /, `${s.what}: 400`);
+    const id = /\r\nx-request-id: (\S+)\r\n/i.exec(raw)?.[1] ?? null;
+    const mine = access(id);
+    t.equal(mine.length, 1, `${s.what}: one access line for the X-Request-ID answered`);
+    t.match(mine[0], { route: 'unmatched', status: 400, errorCode: 'bad_request' }, `${s.what}: route, status and error code`);
+    if (s.method) t.equal(mine[0].method, s.method, `${s.what}: its method`);
+  }
+  t.equal(await count() - before, sent.length, 'gateway_requests_total{route="unmatched",status="400"} counted each');
 });
 
 t.test('a plugin exception: 500 to the client, the plugin and its stack in the log', async (t) => {
