@@ -35,12 +35,13 @@ const USAGE = `npm run bench:instructions -- [options]
   --words N         words per reply (default 20)
   --only LIST       scenarios: json, stream, convert (default json,stream)
   --sides LIST      proxy, gateway (default both)
-  --out DIR         keep the callgrind files there (default: a temporary folder)`;
+  --out DIR         keep the callgrind files there (default: a temporary folder)
+  --gateway-root DIR  run the gateway of another checkout (built), to compare two versions`;
 
-interface Opts { requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string }
+interface Opts { requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string }
 
 function parse(argv: string[]): Opts {
-  const o: Opts = { requests: 2000, warmup: 1500, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'] };
+  const o: Opts = { requests: 2000, warmup: 1500, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -55,6 +56,7 @@ function parse(argv: string[]): Opts {
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--sides') o.sides = v().split(',');
     else if (a === '--out') o.out = v();
+    else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
     else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
@@ -189,8 +191,8 @@ async function main(): Promise<void> {
       const dataDir = path.join(work, 'gateway-data');
       fs.mkdirSync(dataDir, { recursive: true });
       const cfg = path.join(work, 'gateway.yaml');
-      fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency: 10_000 })));
-      args = [...vg, process.execPath, path.join(root, 'bin/gateway.js'), 'start', '--config', cfg];
+      fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams, concurrency: 10_000 })));
+      args = [...vg, process.execPath, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg];
       env = gatewayEnv();
     } else {
       args = [...vg, process.execPath, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl];

@@ -372,16 +372,11 @@ export class Gateway implements UpstreamDeps {
     let routeLabel = 'unmatched';
     let probe = false;
     try {
-      if (await this.probe(req, res, !this.opsServer)) {
+      if (this.isProbe(req, !this.opsServer) && await this.probe(req, res, !this.opsServer)) {
         probe = true;
         return;
       }
-      let pathname: string;
-      try {
-        pathname = new URL(req.url ?? '/', 'http://gateway').pathname;
-      } catch {
-        pathname = '';
-      }
+      const pathname = pathOf(req.url ?? '/');
       const method = req.method ?? 'GET';
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
@@ -429,6 +424,15 @@ export class Gateway implements UpstreamDeps {
       this.busy.delete(socket);
       rt.leave();
     }
+  }
+
+  /** Whether `probe()` may answer this request (a check without a promise, for every request). */
+  private isProbe(req: IncomingMessage, metrics: boolean): boolean {
+    if (req.method !== 'GET' && req.method !== 'HEAD') return false;
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const pathname = q === -1 ? url : url.slice(0, q);
+    return pathname === '/' || pathname === '/healthz' || pathname === '/readyz' || (metrics && pathname === this.runtime.config.metrics.path);
   }
 
   /**
@@ -644,6 +648,21 @@ let idCounter = 0;
 function newRequestId(): string {
   idCounter = (idCounter + 1) % 0x1000000000000;
   return `req_${ID_PREFIX}${idCounter.toString(16).padStart(12, '0')}`;
+}
+
+/** A path of letters, digits, `_`, `-` and single leading `/` is its own normalised form. */
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9_/-]*$/;
+
+/** The path of a request target as WHATWG URL normalises it; plain paths (API paths are) without a parse. */
+function pathOf(url: string): string {
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  if (PLAIN_PATH.test(path)) return path;
+  try {
+    return new URL(url, 'http://gateway').pathname;
+  } catch {
+    return '';
+  }
 }
 
 function bearerIs(req: IncomingMessage, token: string): boolean {

@@ -19,7 +19,7 @@ import type { AccountPools } from './pool/index.js';
 import type { PluginInstance } from './plugin.js';
 import { KEEPALIVE, SseParser } from './sse.js';
 import { passthrough } from './protocols/passthrough.js';
-import type { ErrorInfo, ResponseTranslator } from './protocols/types.js';
+import type { Conversion, ErrorInfo, ResponseTranslator } from './protocols/types.js';
 import { resolveModel, upstreamProtocol } from './routing.js';
 import { Transport, TransportError, type UpstreamResponse } from './transport.js';
 import { estimateTokens } from './protocols/usage.js';
@@ -212,12 +212,15 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       let ok = false;
       let failover = false;
       try {
-        for (const p of hooks.onAttempt) await hook(hooks, p, () => p.onAttempt!(ctx, attempt!));
+        for (const p of hooks.onAttempt) {
+          const r = hook(hooks, p, () => p.onAttempt!(ctx, attempt!));
+          if (r) await r;
+        }
         if (!attempt.conversion) {
           if (attempt.upstreamProtocol !== ctx.protocol) {
             throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
           }
-          attempt.conversion = passthrough(attempt.upstreamProtocol);
+          attempt.conversion = passthroughOf(attempt.upstreamProtocol);
         }
         ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
         outcome = attempt;
@@ -237,17 +240,34 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
   throw lastError ?? noAccount ?? new GatewayError('UPSTREAM_ERROR');
 }
 
-async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
-  for (const p of hooks.onResponse) await hook(hooks, p, () => p.onResponse!(ctx, attempt));
+/** A passthrough conversion holds no per-request state (its stream translators do): one per protocol. */
+const passthroughs = new Map<ProtocolName, Conversion>();
+function passthroughOf(protocol: ProtocolName): Conversion {
+  let c = passthroughs.get(protocol);
+  if (!c) passthroughs.set(protocol, (c = passthrough(protocol)));
+  return c;
 }
 
-/** Runs a hook; an exception that is not a GatewayError becomes INTERNAL naming the plugin. */
-async function hook(hooks: ChainHooks, p: PluginInstance, run: () => unknown): Promise<void> {
+async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
+  for (const p of hooks.onResponse) {
+    const r = hook(hooks, p, () => p.onResponse!(ctx, attempt));
+    if (r) await r;
+  }
+}
+
+/**
+ * Runs a hook; an exception that is not a GatewayError becomes INTERNAL naming the plugin. A hook
+ * that returns no promise is not awaited (`undefined`: nothing to wait for, no microtask turn).
+ */
+function hook(hooks: ChainHooks, p: PluginInstance, run: () => unknown): Promise<void> | undefined {
+  let r: unknown;
   try {
-    await run();
+    r = run();
   } catch (e) {
     throw toGatewayError(e, hooks.nameOf?.(p));
   }
+  if (!r) return undefined;
+  return Promise.resolve(r).then(() => undefined, (e) => { throw toGatewayError(e, hooks.nameOf?.(p)); });
 }
 
 /** One attempt. True when it answered the client (successfully or with a committed stream). */

@@ -14,7 +14,7 @@
  * `x-goog-api-key` (the neutral `x-alt-api-key` too). A key is looked up by its SHA-256 digest,
  * never compared as a plain string.
  */
-import { createHash } from 'node:crypto';
+import crypto from 'node:crypto';
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import type { RequestContext } from '../../core/context.js';
@@ -46,6 +46,18 @@ function presented(ctx: RequestContext): Presented | undefined {
   return undefined;
 }
 
+/** A `key` or `api_key` query parameter (a URL is parsed only when there is a query string). */
+function keyInQuery(target: string): boolean {
+  if (!target.includes('?')) return false;
+  const url = new URL(target, 'http://gateway');
+  return url.searchParams.has('key') || url.searchParams.has('api_key');
+}
+
+/** SHA-256, hex: the one-shot `crypto.hash` where Node has it (20.12+), else a Hash object. */
+const sha256Hex: (s: string) => string = typeof crypto.hash === 'function'
+  ? (s) => crypto.hash('sha256', s, 'hex')
+  : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
+
 export default definePlugin<AuthOptions>({
   name: 'auth',
   description: 'API key authentication and the group endpoint matrix',
@@ -53,8 +65,7 @@ export default definePlugin<AuthOptions>({
   create(_options, { config }) {
     return {
       onRequest(ctx) {
-        const url = new URL(ctx.req.url ?? '/', 'http://gateway');
-        if (url.searchParams.has('key') || url.searchParams.has('api_key')) throw new GatewayError('API_KEY_IN_QUERY');
+        if (keyInQuery(ctx.req.url ?? '/')) throw new GatewayError('API_KEY_IN_QUERY');
 
         const cred = presented(ctx);
         if (!cred || cred.values.every((v) => v === '')) throw new GatewayError('API_KEY_REQUIRED');
@@ -62,7 +73,7 @@ export default definePlugin<AuthOptions>({
         const values = cred.values.flatMap((v) => v.split(',').map((x) => x.trim()));
         const first = values[0];
         if (!KEY_FORMAT.test(first)) throw new GatewayError('INVALID_API_KEY');
-        const digest = createHash('sha256').update(first, 'utf8').digest('hex');
+        const digest = sha256Hex(first);
         const key = config.keysByDigest.get(digest);
         if (!key) throw new GatewayError('INVALID_API_KEY');
         if (values.length > 1) throw new GatewayError('INVALID_API_KEY', { message: 'More than one API key was sent' });

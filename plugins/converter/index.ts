@@ -79,10 +79,11 @@ export default definePlugin<ConverterOptions>({
   create(options) {
     const ttlMs = parseDuration(options.item_ttl ?? '1h');
     return {
-      async onAttempt(ctx, attempt) {
+      // A promise only when there are remembered items to look up (an attempt on the same protocol costs no await).
+      onAttempt(ctx, attempt) {
         const client = ctx.protocol;
         if (!client || attempt.upstreamProtocol === client) {
-          ctx.res.removeHeader(DROPPED_TOOLS_HEADER);
+          if (ctx.res.hasHeader(DROPPED_TOOLS_HEADER)) ctx.res.removeHeader(DROPPED_TOOLS_HEADER);
           return;
         }
         const conv = hubConversion(client, attempt.upstreamProtocol);
@@ -90,9 +91,12 @@ export default definePlugin<ConverterOptions>({
           throw new GatewayError('NO_CHANNELS', { message: `No available channels: conversion from ${client} to ${attempt.upstreamProtocol} is not available` });
         }
         const responses = client === 'openai-responses';
-        if (responses && ttlMs > 0) await resolveItems(ctx, attempt);
-        const remember = responses && ttlMs > 0 && attempt.request.json.store !== false;
-        attempt.conversion = wrap(ctx, conv, remember ? ttlMs : 0);
+        const install = () => {
+          const remember = responses && ttlMs > 0 && attempt.request.json.store !== false;
+          attempt.conversion = wrap(ctx, conv, remember ? ttlMs : 0);
+        };
+        if (responses && ttlMs > 0) return resolveItems(ctx, attempt).then(install);
+        install();
       },
     };
   },

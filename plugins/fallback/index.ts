@@ -5,6 +5,7 @@
  * request). The answer names the model that answered and is billed once, for it.
  */
 import { definePlugin } from '../../core/plugin.js';
+import type { ParsedBody } from '../../core/context.js';
 import { fallbackSchema, type FallbackOptions } from './schema.js';
 
 export default definePlugin<FallbackOptions>({
@@ -13,10 +14,14 @@ export default definePlugin<FallbackOptions>({
   schema: fallbackSchema,
   create(options) {
     return {
-      async onAccess(ctx) {
+      onAccess(ctx) {
         if (ctx.route.handler) return;
-        const body = await ctx.body();
-        ctx.fallback = { models: body.fallback, maxAttempts: options.max_attempts };
+        const use = (body: ParsedBody) => {
+          ctx.fallback = { models: body.fallback, maxAttempts: options.max_attempts };
+        };
+        // Read by then in the shipped chain (quota reads it first): no await needed.
+        if (ctx.parsed) return use(ctx.parsed);
+        return ctx.body().then(use);
       },
       onResponse(ctx, attempt) {
         if (!attempt.error || ctx.committed || ctx.signal.aborted) return;
