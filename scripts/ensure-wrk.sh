@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Makes sure `wrk` (the benchmark's load generator, Debian package `wrk`) and `taskset` (util-linux,
 # to pin the processes to cores) are installed. `npm run bench` calls this first; it installs only
-# what is missing, so it is a no-op on a prepared machine.
+# what is missing, so it is a no-op on a prepared machine. `--valgrind` also makes sure of valgrind
+# (for `npm run bench:instructions`).
 set -euo pipefail
 
 missing=()
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+if [ "${1:-}" = "--valgrind" ]; then
+  { command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1; } || missing+=(valgrind)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ]; then
