@@ -11,8 +11,12 @@
  * boundary (not the kernel itself).
  *
  * The callgrind files stay in `--out` (default: a temporary folder, printed) for
- * `callgrind_annotate`; JIT-compiled JavaScript shows there as addresses, so use `--cpu-prof` on
- * the gateway (bench/README.md) to see which JavaScript functions the instructions are in.
+ * `callgrind_annotate`; JIT-compiled JavaScript shows there as addresses.
+ *
+ * `--cpu-prof` answers where the time goes instead: each server runs under V8's sampling profiler
+ * (no valgrind), gets the same warm-up and counted requests, and the microseconds of CPU per
+ * counted request are reported by where they are spent (the gateway's own modules, the store,
+ * metrics, logging, Node's http/stream/event internals, syscalls, GC), gateway beside proxy.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -36,12 +40,14 @@ const USAGE = `npm run bench:instructions -- [options]
   --only LIST       scenarios: json, stream, convert (default json,stream)
   --sides LIST      proxy, gateway (default both)
   --out DIR         keep the callgrind files there (default: a temporary folder)
-  --gateway-root DIR  run the gateway of another checkout (built), to compare two versions`;
+  --gateway-root DIR  run the gateway of another checkout (built), to compare two versions
+  --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
+                    where they are spent (more requests by default: 20000 after 5000)`;
 
-interface Opts { requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string }
+interface Opts { requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string; cpuProf: boolean }
 
 function parse(argv: string[]): Opts {
-  const o: Opts = { requests: 2000, warmup: 1500, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root };
+  const o: Opts = { requests: 0, warmup: 0, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root, cpuProf: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -57,9 +63,12 @@ function parse(argv: string[]): Opts {
     else if (a === '--sides') o.sides = v().split(',');
     else if (a === '--out') o.out = v();
     else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
+    else if (a === '--cpu-prof') o.cpuProf = true;
     else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
+  o.requests ||= o.cpuProf ? 20_000 : 2000;
+  o.warmup ||= o.cpuProf ? 5000 : 1500;
   return o;
 }
 
@@ -164,41 +173,46 @@ function lastDump(dir: string, prefix: string): { total: number; compile: number
   return { total: Number(m[1]), compile };
 }
 
+/** The server of one side: command, arguments and environment (`wrap` runs it under valgrind or the profiler). */
+function serverCommand(o: Opts, side: string, port: number, work: string, mockUrl: string, wrap: string[]): { cmd: string; args: string[]; env: NodeJS.ProcessEnv } {
+  const [cmd, ...pre] = wrap.length && !wrap[0].startsWith('-') ? wrap : [process.execPath, ...wrap];
+  if (side === 'gateway') {
+    const dataDir = path.join(work, `gateway-data-${port}`);
+    fs.mkdirSync(dataDir, { recursive: true });
+    const cfg = path.join(work, `gateway-${port}.yaml`);
+    fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000 })));
+    return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
+  }
+  return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
+}
+
 async function main(): Promise<void> {
   const o = parse(process.argv.slice(2));
-  execFileSync('sh', ['-c', 'command -v valgrind && command -v callgrind_control'], { stdio: 'pipe' });
-  const work = o.out ? path.resolve(o.out) : fs.mkdtempSync(path.join(os.tmpdir(), 'llm-gw-instr-'));
+  if (!o.cpuProf) execFileSync('sh', ['-c', 'command -v valgrind && command -v callgrind_control'], { stdio: 'pipe' });
+  const work = o.out ? path.resolve(o.out) : fs.mkdtempSync(path.join(os.tmpdir(), o.cpuProf ? 'llm-gw-prof-' : 'llm-gw-instr-'));
   fs.mkdirSync(work, { recursive: true });
   const mockPort = await freePort();
   const mockLog = path.join(work, 'mock.log');
   const mock = launch(process.execPath, [path.join(here, 'roles.js'), 'mock', String(mockPort)], mockLog);
   const mockUrl = `http://127.0.0.1:${mockPort}`;
   await waitFor(mockUrl + '/', mock, mockLog, 30_000);
-  const upstreams = { mock: mockUrl, sink: mockUrl };
   const targets: Record<string, { auth: string; body: string }> = {
     json: { auth: AUTH_CHAT, body: chatBody('bench-chat', false, o.words) },
     stream: { auth: AUTH_CHAT, body: chatBody('bench-chat', true, o.words) },
     convert: { auth: AUTH_CONVERTED, body: chatBody('bench-claude', true, o.words) },
   };
+  if (o.cpuProf) {
+    await profileAll(o, work, mockUrl, targets);
+    mock.kill('SIGKILL');
+    return;
+  }
   const results: Record<string, Record<string, number>> = {};
   for (const side of o.sides) {
     const port = await freePort();
     const prefix = `callgrind-${side}.out`;
-    const vg = ['--tool=callgrind', `--callgrind-out-file=${path.join(work, prefix)}`];
-    let args: string[];
-    let env = process.env;
-    if (side === 'gateway') {
-      const dataDir = path.join(work, 'gateway-data');
-      fs.mkdirSync(dataDir, { recursive: true });
-      const cfg = path.join(work, 'gateway.yaml');
-      fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams, concurrency: 10_000 })));
-      args = [...vg, process.execPath, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg];
-      env = gatewayEnv();
-    } else {
-      args = [...vg, process.execPath, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl];
-    }
+    const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, ['valgrind', '--tool=callgrind', `--callgrind-out-file=${path.join(work, prefix)}`, process.execPath]);
     const log = path.join(work, `${side}.log`);
-    const child = launch('valgrind', args, log, env);
+    const child = launch(cmd, args, log, env);
     const url = `http://127.0.0.1:${port}`;
     try {
       await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 300_000);
@@ -230,6 +244,136 @@ async function main(): Promise<void> {
     console.log(`| ${name} | ${o.sides.map((s) => (r[s] ? Math.round(r[s] / 1000) + 'k' : '')).join(' | ')} | ${ratio} |`);
   }
   console.log(`(instructions per request without JIT compilation; ${o.requests} requests after ${o.warmup} warm-up, ${o.concurrency} at a time; callgrind files in ${work})`);
+}
+
+/** Pause that marks a phase boundary in a profile: no request runs for this long. */
+const GAP_MS = 1500;
+
+/**
+ * `--cpu-prof`: one server process per side and scenario under `--cpu-prof`: warm-up, a pause,
+ * the counted requests, a pause, SIGTERM (the profile is written at exit). Only the samples
+ * between the two pauses count.
+ */
+async function profileAll(o: Opts, work: string, mockUrl: string, targets: Record<string, { auth: string; body: string }>): Promise<void> {
+  const pin = os.availableParallelism() > 1 && hasTaskset() ? ['taskset', '-c', '0', process.execPath] : [process.execPath];
+  const per: Record<string, Record<string, Map<string, number>>> = {};
+  for (const name of o.only) {
+    for (const side of o.sides) {
+      if (name === 'convert' && side !== 'gateway') continue;
+      const port = await freePort();
+      const dir = path.join(work, `${side}-${name}`);
+      // The proxy role has no SIGTERM handler of its own: exit normally so the profile is written.
+      const exit = 'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))';
+      const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [...pin, '--import', exit, '--cpu-prof', '--cpu-prof-dir', dir]);
+      const log = path.join(work, `${side}-${name}.log`);
+      const child = launch(cmd, args, log, env);
+      const url = `http://127.0.0.1:${port}`;
+      try {
+        await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 60_000);
+        const t = targets[name];
+        await load(url + '/v1/chat/completions', t.auth, t.body, o.warmup, o.concurrency);
+        await sleep(GAP_MS);
+        await load(url + '/v1/chat/completions', t.auth, t.body, o.requests, o.concurrency);
+        await sleep(GAP_MS);
+        child.kill('SIGTERM');
+        await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+      } finally {
+        child.kill('SIGKILL');
+      }
+      const file = fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+      if (!file) throw new Error(`${side} ${name}: no profile written in ${dir}`);
+      (per[name] ??= {})[side] = categorize(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')), o.requests);
+    }
+  }
+  for (const [name, sides] of Object.entries(per)) {
+    const cats = new Set<string>();
+    for (const m of Object.values(sides)) for (const k of m.keys()) cats.add(k);
+    const cols = o.sides.filter((s) => sides[s]);
+    const total = (s: string) => [...(sides[s]?.values() ?? [])].reduce((a, b) => a + b, 0);
+    const rows = [...cats].map((c) => [c, ...cols.map((s) => sides[s].get(c) ?? 0)] as [string, ...number[]]);
+    rows.sort((a, b) => (b[b.length - 1] as number) - (a[a.length - 1] as number));
+    console.log(`\n${name}: CPU microseconds per request (${o.requests} requests after ${o.warmup} warm-up, ${o.concurrency} at a time)`);
+    console.log(`| where | ${cols.join(' | ')} |`);
+    console.log(`|---|${cols.map(() => '---:').join('|')}|`);
+    console.log(`| **total** | ${cols.map((s) => total(s).toFixed(1)).join(' | ')} |`);
+    for (const [c, ...v] of rows) if (v.some((x) => x >= 0.5)) console.log(`| ${c} | ${v.map((x) => x.toFixed(1)).join(' | ')} |`);
+  }
+  console.log(`\n(profiles in ${work}; open a .cpuprofile in Chrome DevTools for the call tree)`);
+}
+
+function hasTaskset(): boolean {
+  try {
+    execFileSync('sh', ['-c', 'command -v taskset'], { stdio: 'pipe' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+interface CpuProfile {
+  nodes: { id: number; callFrame: { functionName: string; url: string } }[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Where a profile node's self time goes. */
+function category(fn: string, url: string): string | undefined {
+  if (fn === '(idle)' || fn === '(root)') return undefined;
+  if (fn === '(garbage collector)') return 'garbage collection';
+  if (fn === '(program)') return 'V8 and native, unattributed';
+  const dist = /\/dist\/(core|plugins)\/([^/]+)/.exec(url);
+  if (url.includes('/node_modules/')) {
+    const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)![1];
+    if (pkg === 'prom-client') return 'metrics: prom-client';
+    if (pkg === 'pino' || pkg === 'sonic-boom') return 'logging: pino';
+    return `dependency: ${pkg}`;
+  }
+  if (dist) {
+    const [, top, mod] = dist;
+    if (top === 'plugins') return `plugins: ${mod}`;
+    if (mod === 'store') return 'core: store';
+    if (mod === 'protocols') return 'core: protocols (conversion, splice, taps)';
+    if (mod === 'metrics.js') return 'metrics: core/metrics';
+    if (mod === 'log.js') return 'logging: core/log';
+    return `core: ${mod.replace(/\.js$/, '')}`;
+  }
+  if (url.includes('/dist/bench/')) return 'bench role (proxy)';
+  if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node: streams';
+  if (url.startsWith('node:_http') || url === 'node:http') return 'node: http';
+  if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller')) return 'node: events, AbortSignal';
+  if (url.startsWith('node:internal/process/task_queues') || url.startsWith('node:internal/timers') || url === 'node:timers' || fn === 'runMicrotasks') return 'node: ticks, microtasks, timers';
+  if (url.startsWith('node:')) return 'node: other';
+  if (url === '') return `native: ${fn === 'writev' || fn === 'writeString' || fn === 'writeBuffer' || fn === 'writeUtf8String' ? 'writes (syscalls)' : 'other'}`;
+  return 'other';
+}
+
+/** Self time per category, in microseconds per counted request: the samples between the last two pauses. */
+function categorize(p: CpuProfile, requests: number): Map<string, number> {
+  const nodes = new Map(p.nodes.map((n) => [n.id, n]));
+  const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
+  // Phase boundaries: runs of idle samples lasting most of a pause.
+  const gaps: [number, number][] = [];
+  let runStart = -1;
+  let runTime = 0;
+  for (let i = 0; i < p.samples.length; i++) {
+    if (idle.has(p.samples[i])) {
+      if (runStart < 0) { runStart = i; runTime = 0; }
+      runTime += p.timeDeltas[i] ?? 0;
+    } else if (runStart >= 0) {
+      if (runTime >= GAP_MS * 0.6 * 1000) gaps.push([runStart, i]);
+      runStart = -1;
+    }
+  }
+  if (runStart >= 0 && runTime >= GAP_MS * 0.6 * 1000) gaps.push([runStart, p.samples.length]);
+  if (gaps.length < 2) throw new Error('profile: the pauses around the counted requests were not found (machine too busy?)');
+  const [from, to] = [gaps[gaps.length - 2][1], gaps[gaps.length - 1][0]];
+  const out = new Map<string, number>();
+  for (let i = from; i < to; i++) {
+    const n = nodes.get(p.samples[i])!;
+    const c = category(n.callFrame.functionName, n.callFrame.url);
+    if (c) out.set(c, (out.get(c) ?? 0) + (p.timeDeltas[i + 1] ?? 0) / requests);
+  }
+  return out;
 }
 
 main().catch((e) => {
