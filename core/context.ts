@@ -13,7 +13,7 @@ import { GatewayError, type ErrorFormat } from './errors.js';
 import type {
   AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
 } from './config/types.js';
-import type { Claim, Settlement, Store } from './store/types.js';
+import type { Claim, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
@@ -78,12 +78,26 @@ export class Admission {
 
   /** Submits the claims once (later calls are no-ops); throws the first failing claim's error. */
   async commit(): Promise<void> {
-    if (this.committed) return;
+    await this.submit();
+  }
+
+  /**
+   * `commit()`, then a concurrency slot — checked after every claim, and taken in the same store
+   * call when the claims are submitted here (AdmitRequest.slot: the settlement or cancel of this
+   * request then releases it too). Resolves once the slot is granted or refused.
+   */
+  async commitWithSlot(slot: SlotRequest): Promise<SlotResult> {
+    const taken = await this.submit(slot);
+    return taken ?? this.store.acquireSlot(slot);
+  }
+
+  private async submit(slot?: SlotRequest): Promise<Promise<SlotResult> | undefined> {
+    if (this.committed) return undefined;
     this.committed = true;
-    if (this.claims.length === 0) return;
+    if (this.claims.length === 0) return undefined;
     let result;
     try {
-      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery() });
+      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery(), slot });
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
@@ -93,6 +107,7 @@ export class Admission {
       throw await this.errors[result.index](result.retryAfterMs);
     }
     this.admitted = true;
+    return result.slot;
   }
 
   /** True once the store accepted the claims (a reservation may be held). */

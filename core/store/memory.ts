@@ -146,6 +146,8 @@ interface Admission {
   held: Held[];
   /** Minute counters incremented (RPM, free calls), with the minute they counted in. */
   counted: { counter: MinuteCounter; minute: number }[];
+  /** The slot taken with the admission (AdmitRequest.slot): releases it, or leaves its queue. */
+  slot?: () => void;
 }
 
 interface Waiter {
@@ -352,7 +354,27 @@ export class MemoryStore implements Store {
       adm.recovery = { ...req.recovery, estimated: true, recovered: true };
       this.append({ op: 'admit', t: now, id: req.requestId, r: adm.recovery });
     }
+    if (req.slot) return { ok: true, slot: this.admissionSlot(req.requestId, adm, req.slot) };
     return { ok: true };
+  }
+
+  /** A slot that belongs to an admission: its settlement or cancel releases it (or leaves the queue). */
+  private admissionSlot(requestId: string, adm: Admission, req: SlotRequest): Promise<SlotResult> {
+    const leave = new AbortController();
+    const forward = () => leave.abort();
+    if (req.signal.aborted) leave.abort();
+    else req.signal.addEventListener('abort', forward, { once: true });
+    adm.slot = () => leave.abort();
+    return this.acquireSlot({ ...req, signal: leave.signal }).then((r) => {
+      req.signal.removeEventListener('abort', forward);
+      if (!r.ok) return r;
+      if (this.admissions.get(requestId) !== adm) {
+        r.release(); // settled or cancelled while it waited
+        return { ok: false, reason: 'aborted' };
+      }
+      adm.slot = r.release;
+      return r;
+    });
   }
 
   /** Evaluates one claim without side effects; `apply` performs exactly what was checked. */
@@ -453,6 +475,7 @@ export class MemoryStore implements Store {
     const adm = this.admissions.get(requestId);
     if (!adm) return undefined;
     this.admissions.delete(requestId);
+    adm.slot?.();
     for (const h of adm.held) h.reserved -= adm.reserve;
     if (undoCounts) {
       for (const { counter, minute } of adm.counted) {

@@ -44,10 +44,22 @@ export interface AdmitRequest {
    * case. Absent: the admission is released without a charge (nothing billable was admitted).
    */
   recovery?: Settlement;
+  /**
+   * A concurrency slot to take with the admission: checked last, only once every claim has passed
+   * (an admission refused by a claim takes no slot and joins no queue). Behaves as `acquireSlot()`
+   * called right after an admission that passed — same scopes, queue and `maxWaitMs` — except that
+   * the slot belongs to the admission: `settle()` or `cancel()` of this request releases it (or
+   * takes the request out of the queue), so the slot costs no store call of its own (Redis: one
+   * script at admission, one at settlement). Its `release()` still frees it at once when called
+   * first, and is a no-op after the settlement. A slot that is not granted (queue full, timed out,
+   * aborted) leaves the admission admitted: the caller settles or cancels it as usual.
+   */
+  slot?: SlotRequest;
 }
 
 export type AdmitResult =
-  | { ok: true }
+  /** `slot`: the outcome of `AdmitRequest.slot` when one was asked for; settles at once unless queued. */
+  | { ok: true; slot?: Promise<SlotResult> }
   /**
    * `index` of the first failing claim; `retryAfterMs` for time-based limits (RPM, caps). `held`:
    * the limit itself is not reached — only the reservations of requests in flight fill it, so the

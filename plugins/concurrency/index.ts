@@ -1,7 +1,8 @@
 /**
  * concurrency: per-user slots (`users.<u>.concurrency`, 0 = unlimited) with a wait queue
  * (`queue: {size, max_wait}`). Last in the check order: the request is admitted first (money held,
- * RPM counted), then waits for a slot. A full queue rejects at once ("Too many pending requests…");
+ * RPM counted), then waits for a slot — asked for in the same store call as the admission, so a free
+ * slot costs no round trip of its own, and the settlement gives it back. A full queue rejects at once ("Too many pending requests…");
  * waiting past max_wait fails ("Concurrency limit exceeded…"); both 429 rate_limit_error. A stream
  * holds its slot until it ends; a client that goes away frees its slot or its queue place at once.
  */
@@ -23,11 +24,11 @@ export default definePlugin<ConcurrencyOptions>({
       async onAccess(ctx) {
         const user = ctx.user;
         if (!user || user.concurrency <= 0 || !isModelCall(ctx)) return;
-        await ctx.admission.commit();
         metrics.queueWaiting.inc();
         let r;
         try {
-          r = await ctx.store.acquireSlot({
+          // With the admission, in one store call: the settlement (or cancel) releases the slot too.
+          r = await ctx.admission.commitWithSlot({
             scope: `user:${user.name}`, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.signal,
           });
         } finally {

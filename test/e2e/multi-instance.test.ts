@@ -175,9 +175,9 @@ t.test('concurrency C across two instances: at most C upstream calls, exact queu
   t.equal(answers.filter((r) => r.status === 200).length, C + Q, 'the running and the queued were served');
   t.equal(mock.peakInFlight, C, `never more than ${C} upstream calls at once (the upstream's own gauge)`);
   // Releases are sent as the responses end; give them a moment to land.
-  const empty = async () => (await db.zcard(`${prefix}{s:user:u}:held`)) + (await db.zcard(`${prefix}{s:user:u}:queue`)) === 0;
+  const empty = async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) + (await db.zcard(`${prefix}{u:u}:slot:queue`)) === 0;
   t.ok(await until(empty, 5_000), 'no slot held, nobody queued afterwards', {
-    held: await db.zrange(`${prefix}{s:user:u}:held`, '0', '-1', 'WITHSCORES'), queue: await db.zrange(`${prefix}{s:user:u}:queue`, '0', '-1'),
+    held: await db.zrange(`${prefix}{u:u}:slot:held`, '0', '-1', 'WITHSCORES'), queue: await db.zrange(`${prefix}{u:u}:slot:queue`, '0', '-1'),
   });
 });
 
@@ -224,7 +224,7 @@ t.test('kill -9 of one instance mid-load: nothing completed lost or doubled, its
   // A waiter of the dead instance still queued may have been handed a slot as b released its
   // own; such a grant lives only as long as that waiter's lease would have (slots.lua), so within
   // one lease of the kill nothing is held.
-  t.ok(await until(async () => (await db.zcard(`${prefix}{s:user:u}:held`)) === 0, 3 * LEASE_MS), 'no slot left held once the dead instance\'s leases ran out');
+  t.ok(await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 0, 3 * LEASE_MS), 'no slot left held once the dead instance\'s leases ran out');
   await b.stop();
 });
 

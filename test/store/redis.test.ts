@@ -36,8 +36,8 @@ t.test('a slot freed while a dead instance still has a waiter queued: the grant 
   const holder = await live.acquireSlot(req);
   t.ok(holder.ok, 'the live instance holds the only slot');
   const waiting = dead.acquireSlot(req); // queued, then its instance dies
-  const held = `${prefix}{s:user:u}:held`;
-  const waiters = `${prefix}{s:user:u}:waiters`;
+  const held = `${prefix}{u:u}:slot:held`;
+  const waiters = `${prefix}{u:u}:slot:waiters`;
   let waiterId = '';
   for (let i = 0; i < 100 && !waiterId; i++) {
     waiterId = (await db.zrange(waiters, '0', '0'))[0] ?? '';

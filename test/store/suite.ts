@@ -6,7 +6,7 @@
  */
 import type { Test } from 'tap';
 import { ManualClock } from '../../core/clock.js';
-import type { AdmitResult, Claim, Settlement, SlotResult, Store } from '../../core/store/types.js';
+import type { AdmitResult, Claim, Settlement, SlotRequest, SlotResult, Store } from '../../core/store/types.js';
 import type { Window } from '../../core/config/types.js';
 
 export interface StoreFactory {
@@ -621,6 +621,169 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await store.close();
   });
 
+  // ---- a slot taken with the admission (AdmitRequest.slot) -------------------------------------
+
+  /** Admits with a slot; the slot's outcome is tracked in `box` as it arrives. */
+  async function admitSlot(store: Store, slot: Omit<SlotRequest, 'signal'> & { signal?: AbortSignal }, reserve: number, ...claims: Claim[]) {
+    const id = rid();
+    const r = await store.admit({ requestId: id, reserve, claims, slot: { signal: new AbortController().signal, ...slot } });
+    const box: { r?: SlotResult } = {};
+    if (r.ok) {
+      if (!r.slot) throw new Error('admitted without the slot outcome');
+      void r.slot.then((x) => (box.r = x));
+    }
+    return { id, r, box };
+  }
+  /** The slots of `scope` still free: how many a fresh caller gets at once (given back after). */
+  async function freeSlots(store: Store, scope: string, limit: number): Promise<number> {
+    const got: SlotResult[] = [];
+    for (let i = 0; i <= limit; i++) got.push(await store.acquireSlot({ scope, limit, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal }));
+    for (const g of got) if (g.ok) g.release();
+    await ticks(5);
+    return got.filter((g) => g.ok).length;
+  }
+
+  test('admission slot: taken after the claims, freed by the settlement or the cancel; release() after it frees nothing', async (t) => {
+    const { store } = await open();
+    const slot = { scope: 'user:u1', limit: 2, queueSize: 0, maxWaitMs: 30_000 };
+    const a = await admitSlot(store, slot, 100, quota(10_000));
+    const b = await admitSlot(store, slot, 100, quota(10_000));
+    await eventually(t, () => a.box.r !== undefined && b.box.r !== undefined, 'both slots answered');
+    t.same([a.r.ok, a.box.r?.ok, b.r.ok, b.box.r?.ok], [true, true, true, true], 'two admissions, two slots');
+    const full = await admitSlot(store, slot, 100, quota(10_000));
+    await eventually(t, () => full.box.r !== undefined, 'the third slot answered');
+    t.same([full.r.ok, full.box.r], [true, { ok: false, reason: 'queue_full' }], 'no slot and no queue: admitted, the slot refused');
+    t.equal((await store.keyState('k1')).reserved, 300, 'a refused slot leaves its admission to the caller');
+    await store.cancel(full.id);
+    t.equal(await freeSlots(store, 'user:u1', 2), 0, 'both slots held by their admissions');
+
+    await store.settle(a.id, settlement({ actual: 50 }));
+    await ticks(5);
+    t.equal(await freeSlots(store, 'user:u1', 2), 1, 'the settlement freed its slot');
+    rel(a.box)(); // after the settlement: a no-op
+    rel(a.box)();
+    const other = await store.acquireSlot({ ...slot, signal: new AbortController().signal });
+    t.ok(other.ok, 'the slot the settlement freed');
+    t.same(await store.acquireSlot({ ...slot, signal: new AbortController().signal }), { ok: false, reason: 'queue_full' }, 'release() after the settlement freed no other slot');
+
+    await store.cancel(b.id);
+    await ticks(5);
+    t.equal(await freeSlots(store, 'user:u1', 2), 1, 'the cancel freed its slot');
+    rel(b.box)();
+    if (other.ok) other.release();
+    await ticks(5);
+    t.equal(await freeSlots(store, 'user:u1', 2), 2, 'all free, none counted twice');
+    t.same((await store.keyState('k1')).reserved, 0);
+    await store.close();
+  });
+
+  test('admission slot: checked last — a refused claim takes no slot and no queue place', async (t) => {
+    const { store } = await open();
+    const keep = new AbortController();
+    const holder = await store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 1, maxWaitMs: 30_000, signal: keep.signal });
+    t.ok(holder.ok);
+    const slot = { scope: 'user:u1', limit: 1, queueSize: 1, maxWaitMs: 30_000 };
+    t.ok((await admit(store, 0, rpm(1))).ok, 'the RPM of this minute used up');
+    const refused = await admitSlot(store, slot, 100, quota(10_000), rpm(1));
+    t.same(refused.r, { ok: false, index: 1, retryAfterMs: 60_000 }, 'refused by RPM (checked before concurrency), no slot outcome');
+    const broke = await admitSlot(store, slot, 100, balance(0), quota(10_000));
+    t.same(broke.r, { ok: false, index: 0 }, 'refused by the balance');
+    t.equal((await store.keyState('k1')).reserved, 0, 'nothing reserved by the refused admissions');
+    const waiter = track(store.acquireSlot({ ...slot, signal: keep.signal }));
+    await ticks(5);
+    t.equal(waiter.r, undefined, 'the one queue place is still free: the refused admissions did not queue');
+    t.same(await store.acquireSlot({ ...slot, signal: keep.signal }), { ok: false, reason: 'queue_full' });
+    if (holder.ok) holder.release();
+    await eventually(t, () => waiter.r !== undefined, 'the waiter is served');
+    t.ok(waiter.r?.ok);
+    rel(waiter)();
+    await store.close();
+  });
+
+  test('admission slot: queued FIFO with other waiters, max_wait, release() before the settlement, a cancel leaves the queue', async (t) => {
+    const { store } = await open();
+    const keep = new AbortController();
+    const base = { scope: 'user:u1', limit: 1, queueSize: 3, maxWaitMs: 30_000 };
+    const holder = await store.acquireSlot({ ...base, signal: keep.signal });
+    t.ok(holder.ok);
+    const a = await admitSlot(store, base, 100, quota(10_000));
+    await ticks(5);
+    const w = track(store.acquireSlot({ ...base, signal: keep.signal }));
+    await ticks(5);
+    const late = await admitSlot(store, { ...base, maxWaitMs: 20 }, 100, quota(10_000));
+    await eventually(t, () => late.box.r !== undefined, 'the short wait ends');
+    t.same(late.box.r, { ok: false, reason: 'timeout' }, 'waited past maxWaitMs');
+    t.same([a.box.r, w.r], [undefined, undefined], 'the others still wait');
+    t.equal((await store.keyState('k1')).reserved, 200, 'a timed-out slot leaves its admission to the caller');
+    await store.cancel(late.id);
+
+    if (holder.ok) holder.release();
+    await eventually(t, () => a.box.r !== undefined, 'the first in the queue is served');
+    t.ok(a.box.r?.ok, 'FIFO: the admission queued first gets the slot');
+    await ticks(5);
+    t.equal(w.r, undefined, 'the next still waits');
+    rel(a.box)(); // before its settlement: frees the slot at once
+    await eventually(t, () => w.r !== undefined, 'release() hands the slot over at once');
+    t.ok(w.r?.ok);
+    await store.settle(a.id, settlement());
+    await ticks(5);
+    t.same(await store.acquireSlot({ ...base, queueSize: 0, signal: keep.signal }), { ok: false, reason: 'queue_full' }, 'the settlement after release() frees nothing more');
+
+    // Queued, then cancelled: it leaves the queue, and its wait ends.
+    const q = await admitSlot(store, { ...base, queueSize: 1 }, 100, quota(10_000));
+    await ticks(5);
+    t.equal(q.box.r, undefined, 'queued');
+    t.same(await store.acquireSlot({ ...base, queueSize: 1, signal: keep.signal }), { ok: false, reason: 'queue_full' }, 'it holds the one queue place');
+    await store.cancel(q.id);
+    await eventually(t, () => q.box.r !== undefined, 'its wait ends');
+    t.same(q.box.r, { ok: false, reason: 'aborted' });
+    const next = track(store.acquireSlot({ ...base, queueSize: 1, signal: keep.signal }));
+    await ticks(5);
+    t.equal(next.r, undefined, 'its queue place is free');
+    rel(w)();
+    await eventually(t, () => next.r !== undefined, 'the next waiter is served');
+    t.ok(next.r?.ok, 'the cancelled admission was not served first');
+    rel(next)();
+    t.equal(await freeSlots(store, 'user:u1', 1), 1, 'nothing left held');
+    t.equal((await store.keyState('k1')).reserved, 0);
+    await store.close();
+  });
+
+  test('admission slot: a client gone while queued leaves the queue at once; unlimited and already-aborted slots', async (t) => {
+    const { store } = await open();
+    const keep = new AbortController();
+    const base = { scope: 'user:u1', limit: 1, queueSize: 1, maxWaitMs: 30_000 };
+    const holder = await store.acquireSlot({ ...base, signal: keep.signal });
+    const ac = new AbortController();
+    const q = await admitSlot(store, { ...base, signal: ac.signal }, 0, quota(10_000));
+    await ticks(5);
+    t.equal(q.box.r, undefined, 'queued');
+    ac.abort();
+    await eventually(t, () => q.box.r !== undefined, 'the wait ends at once');
+    t.same(q.box.r, { ok: false, reason: 'aborted' });
+    const next = track(store.acquireSlot({ ...base, signal: keep.signal }));
+    await ticks(5);
+    t.equal(next.r, undefined, 'its queue place is free');
+    await store.cancel(q.id);
+    if (holder.ok) holder.release();
+    await eventually(t, () => next.r !== undefined, 'the next waiter is served');
+    t.ok(next.r?.ok);
+    rel(next)();
+
+    const unlimited = await admitSlot(store, { ...base, limit: 0 }, 0, quota(10_000));
+    await eventually(t, () => unlimited.box.r !== undefined, 'answered');
+    t.ok(unlimited.box.r?.ok, 'limit 0 = unlimited');
+    const gone = new AbortController();
+    gone.abort();
+    const g = await admitSlot(store, { ...base, signal: gone.signal }, 0, quota(10_000));
+    await eventually(t, () => g.box.r !== undefined, 'answered');
+    t.same([g.r.ok, g.box.r], [true, { ok: false, reason: 'aborted' }], 'a client already gone: admitted, no slot');
+    await store.cancel(unlimited.id);
+    await store.cancel(g.id);
+    t.equal(await freeSlots(store, 'user:u1', 1), 1, 'nothing left held');
+    await store.close();
+  });
+
   // ---- stats -----------------------------------------------------------------------------------
 
   test('keyStats: today, total, byModel over a day range, rpm/tpm over the last 60 s', async (t) => {
@@ -672,7 +835,9 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     const store = await f.open(clock);
     await charge(store, 1_000, { keyId: 'other' });
     const recovery = settlement({ actual: 30, cost: 40, usage: { input: 300, output: 0, cacheRead: 0, cacheWrite: 0 }, estimated: true, recovered: true, windows: ['5h'] });
-    t.ok((await store.admit({ requestId: 'crash-recover', reserve: 500, claims: [quota(10_000), win('5h', 10_000), balance(10_000), rpm(100)], recovery })).ok);
+    const slot = { scope: 'user:u1', limit: 1, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal };
+    const recovering = await store.admit({ requestId: 'crash-recover', reserve: 500, claims: [quota(10_000), win('5h', 10_000), balance(10_000), rpm(100)], recovery, slot });
+    t.ok(recovering.ok && (await recovering.slot)?.ok, 'admitted with the one concurrency slot');
     t.ok((await store.admit({ requestId: 'crash-free', reserve: 700, claims: [quota(10_000), balance(10_000)] })).ok, 'no recovery: released without a charge');
     t.ok((await store.admit({ requestId: 'crash-settled', reserve: 500, claims: [quota(10_000), balance(10_000)], recovery })).ok);
     await store.settle('crash-settled', settlement({ actual: 200 }));
@@ -685,6 +850,7 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.equal(await after.balanceSpent('u1'), 1_230, 'balance: the settled request, the recovered one, the other key');
     const stats = await after.keyStats('k1', '2026-01-01', '2026-01-31');
     t.same([stats.total.requests, stats.total.input, stats.total.actual, stats.total.cost], [2, 310, 230, 140], 'one usage record per resolved request, none for the released one');
+    t.equal(await freeSlots(after, 'user:u1', 1), 1, "the dead process's slot is free again");
     await after.settle('crash-recover', settlement({ actual: 999 }));
     t.equal((await after.keyState('k1')).used, 230, 'a late settlement of a recovered request changes nothing');
     await after.close();

@@ -58,6 +58,11 @@ const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
 const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
+/** Separators of packed script arguments (lib.lua): fields, list items, parts of an index entry. */
+const SEP = '\x1f';
+const LIST = '\x1e';
+const PARTS = '\x1d';
+const CONTROL = /[\x1d-\x1f]/;
 
 export interface RedisStoreOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -83,6 +88,8 @@ export interface RedisStoreOptions {
 interface Part {
   tag: string;
   claims: { index: number; claim: Claim }[];
+  /** This part's script also takes the admission's concurrency slot (AdmitRequest.slot). */
+  slot?: { req: SlotRequest; id: string };
 }
 
 interface LiveAdmission {
@@ -90,6 +97,15 @@ interface LiveAdmission {
   tags: string[];
   /** Admitted by the local fallback while Redis was away. */
   local?: boolean;
+  /** The concurrency slot taken with the admission: its record frees it at settlement or cancel. */
+  slot?: AdmissionSlot;
+}
+
+interface AdmissionSlot {
+  scope: string;
+  id: string;
+  /** A slot of the local fallback, taken while Redis was away during the wait: freed here. */
+  local?: () => void;
 }
 
 type PendingOp =
@@ -101,6 +117,8 @@ interface Waiter {
   id: string;
   scope: string;
   req: SlotRequest;
+  /** The admission the slot belongs to (taken with it). */
+  requestId?: string;
   deadline: number;
   done: boolean;
   /** It was answered with a slot. */
@@ -127,6 +145,40 @@ function assertMoney(name: string, v: number): void {
 function int(v: number): string {
   if (!Number.isSafeInteger(v)) throw new TypeError(`expected an integer, got ${v}`);
   return String(v);
+}
+
+/** A name packed into a script argument (config names never hold the separators). */
+function field(v: string): string {
+  if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1d-0x1f: ${JSON.stringify(v)}`);
+  return v;
+}
+
+/**
+ * A settlement as one argument (settle.lua reads the fields by position) — also how an admission's
+ * recovery settlement is kept in its instance index for the reaper.
+ */
+function packSettlement(s: Settlement): string {
+  const u = s.usage;
+  const windows = s.windows.filter((w) => WINDOW_MS[w] !== undefined).join(',');
+  return [
+    field(s.keyId), field(s.user), field(s.group), field(s.model), s.billing, int(s.actual), int(s.cost),
+    int(u.input), int(u.output), int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), windows, s.estimated ? '1' : '0',
+  ].join(SEP);
+}
+
+function unpackSettlement(text: string): Settlement {
+  const f = text.split(SEP);
+  if (f.length !== 14 || (f[4] !== 'balance' && f[4] !== 'plan')) throw new Error('not a packed settlement');
+  const n = (i: number) => {
+    const v = Number(f[i]);
+    if (!Number.isSafeInteger(v)) throw new Error('not a packed settlement');
+    return v;
+  };
+  return {
+    keyId: f[0], user: f[1], group: f[2], model: f[3], billing: f[4], actual: n(5), cost: n(6),
+    usage: { input: n(7), output: n(8), cacheRead: n(9), cacheWrite: n(10) }, durationMs: n(11),
+    windows: f[12] ? (f[12].split(',') as Window[]) : [], estimated: f[13] === '1' || undefined,
+  };
 }
 
 /** Replies that mean "Redis cannot serve right now" rather than a bug in the call. */
@@ -168,6 +220,8 @@ export class RedisStore implements Store {
   private slotSeq = 0;
 
   private readonly timers: NodeJS.Timeout[] = [];
+  /** This instance's index of admissions (single Redis: written by admit.lua). */
+  private readonly ownIndex: string;
 
   private constructor(opts: RedisStoreOptions, local: MemoryStore) {
     this.keys = new Keys(opts.prefix ?? 'gw:');
@@ -180,6 +234,7 @@ export class RedisStore implements Store {
     this.cluster = opts.cluster ?? false;
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
     this.local = local;
+    this.ownIndex = this.keys.index(this.instanceId);
 
     const base = {
       commandTimeout: this.timeoutMs,
@@ -220,7 +275,9 @@ export class RedisStore implements Store {
       this.client = new Redis(opts.url, base);
       this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
     }
-    const scripts = loadScripts();
+    const scripts = loadScripts({
+      prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
+    });
     // Prefixed: a command named `slots` would replace the cluster client's slot table.
     for (const name of SCRIPT_NAMES) this.client.defineCommand(`gw_${name}`, { lua: scripts[name] });
 
@@ -433,8 +490,8 @@ export class RedisStore implements Store {
   }
 
   /** Claims grouped by hash slot (cluster), or one part for everything (single Redis). */
-  private partition(req: AdmitRequest): Part[] {
-    if (!this.cluster) return [{ tag: this.keys.request(req.requestId), claims: req.claims.map((claim, index) => ({ index, claim })) }];
+  private partition(req: AdmitRequest, slot?: Part['slot']): Part[] {
+    if (!this.cluster) return [{ tag: this.keys.request(req.requestId), claims: req.claims.map((claim, index) => ({ index, claim })), slot }];
     const parts = new Map<string, Part>();
     const partFor = (tag: string) => {
       let p = parts.get(tag);
@@ -447,48 +504,41 @@ export class RedisStore implements Store {
       partFor(this.keys.apiKey(req.recovery.keyId));
       partFor(this.keys.user(req.recovery.user));
     }
+    // The slot sits with its scope's counters (keys.ts): a user's slot with the user's claims.
+    if (slot) partFor(this.keys.slotTag(slot.req.scope)).slot = slot;
     return [...parts.values()];
   }
 
-  private claimArgs(c: Claim): { keys: [string, string]; args: string[] } {
+  /** One claim for admit.lua: index, kind, hash tag, parameters. */
+  private claimSpec(index: number, c: Claim): string {
     const k = this.keys;
     switch (c.kind) {
       case 'balance':
-        return { keys: [k.wallet(c.user), k.free(c.user)], args: ['b', int(c.credit), c.free ? '1' : '0', int(c.freeRpm), ''] };
+        return `${index}${SEP}b${SEP}${k.user(c.user)}${SEP}${int(c.credit)}${SEP}${c.free ? '1' : '0'}${SEP}${int(c.freeRpm)}`;
       case 'plan': {
-        const p = k.plan(c.user, c.group);
-        return { keys: [p, p], args: ['p', int(c.limits.daily), int(c.limits.weekly), int(c.limits.monthly), ''] };
+        const l = c.limits;
+        return `${index}${SEP}p${SEP}${k.user(c.user)}${SEP}${field(c.group)}${SEP}${int(l.daily)}${SEP}${int(l.weekly)}${SEP}${int(l.monthly)}`;
       }
-      case 'key-quota': {
-        const kc = k.counters(c.key);
-        return { keys: [kc, kc], args: ['q', int(c.limit), '', '', ''] };
-      }
-      case 'key-window': {
-        const kc = k.counters(c.key);
-        return { keys: [kc, kc], args: ['w', c.window, int(c.limit), int(WINDOW_MS[c.window]), ''] };
-      }
-      case 'spend-cap': {
-        const cp = k.caps(c.user);
-        return { keys: [cp, cp], args: ['c', c.period === 'weekly' ? 'w' : 'm', int(c.limit), '', ''] };
-      }
-      case 'rpm': {
-        const r = k.rpm(c.scope, c.id);
-        return { keys: [r, r], args: ['r', int(c.limit), '', '', ''] };
-      }
+      case 'key-quota':
+        return `${index}${SEP}q${SEP}${k.apiKey(c.key)}${SEP}${int(c.limit)}`;
+      case 'key-window':
+        return `${index}${SEP}w${SEP}${k.apiKey(c.key)}${SEP}${c.window}${SEP}${int(c.limit)}${SEP}${int(WINDOW_MS[c.window])}`;
+      case 'spend-cap':
+        return `${index}${SEP}c${SEP}${k.user(c.user)}${SEP}${c.period === 'weekly' ? 'w' : 'm'}${SEP}${int(c.limit)}`;
+      case 'rpm':
+        return `${index}${SEP}r${SEP}${this.tagOf(c)}${SEP}${int(c.limit)}`;
     }
   }
 
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
     const rec = this.keys.record(part.tag, req.requestId);
-    const keys = [rec, this.keys.done(part.tag, req.requestId), this.cluster ? rec : this.keys.index(this.instanceId)];
-    const args = [this.now(), int(req.reserve), int(RECORD_TTL_MS), req.requestId, this.cluster ? '' : indexEntry, String(part.claims.length)];
-    for (const { index, claim } of part.claims) {
-      const a = this.claimArgs(claim);
-      keys.push(...a.keys);
-      args.push(String(index), ...a.args.slice(0, 5));
-    }
-    return (await this.run('admit', keys, args)) as number[];
+    const keys = [rec, this.keys.done(part.tag, req.requestId), this.cluster ? rec : this.ownIndex];
+    let claims = '';
+    for (const { index, claim } of part.claims) claims += (claims ? LIST : '') + this.claimSpec(index, claim);
+    const sl = part.slot;
+    const slot = sl ? `${this.keys.slotTag(sl.req.scope)}${SEP}${sl.id}${SEP}${int(sl.req.limit)}${SEP}${int(Math.max(0, sl.req.queueSize))}` : '';
+    return (await this.run('admit', keys, [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry, claims, slot])) as number[];
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -501,9 +551,13 @@ export class RedisStore implements Store {
     }
     if (this.state !== 'up') return this.admitLocally(req);
 
-    const parts = this.partition(req);
+    // A slot asked for with the admission goes into the same script, unless there is nothing to take.
+    const sr = req.slot;
+    const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: `${this.instanceId}/${++this.slotSeq}` } : undefined;
+    const parts = this.partition(req, slot);
     const tags = parts.map((p) => p.tag);
-    const entry = JSON.stringify({ p: tags, r: req.recovery ?? null });
+    // For the reaper: the parts, and the settlement to apply if this process dies (PARTS-separated).
+    const entry = `${tags.join(LIST)}${PARTS}${req.recovery ? packSettlement(req.recovery) : ''}`;
     const calls: Promise<unknown>[] = parts.map((p) => this.admitPart(req, p, entry));
     if (this.cluster) calls.push(this.indexAdd(req.requestId, entry));
     const results = await Promise.allSettled(calls);
@@ -536,8 +590,15 @@ export class RedisStore implements Store {
       if (r[3] >= 0 && (heldIndex < 0 || r[3] < heldIndex)) heldIndex = r[3];
     }
     if (failIndex < 0 && heldIndex < 0) {
-      this.live.set(req.requestId, { tags });
-      return { ok: true };
+      const live: LiveAdmission = { tags };
+      this.live.set(req.requestId, live);
+      if (!sr) return { ok: true };
+      if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
+      const state = reply(parts.findIndex((p) => p.slot))![1];
+      if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
+      live.slot = { scope: sr.scope, id: slot.id };
+      if (state === 1) return { ok: true, slot: Promise.resolve(this.granted(sr.scope, slot.id, req.requestId)) };
+      return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
     }
     if (this.cluster) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: admittedTags });
     if (failIndex >= 0) return retry >= 0 ? { ok: false, index: failIndex, retryAfterMs: retry } : { ok: false, index: failIndex };
@@ -548,7 +609,8 @@ export class RedisStore implements Store {
   private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
     if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw this.refuse(new Unavailable('Redis unreachable'));
     const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
-    const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims });
+    const slot = req.slot && { ...req.slot, limit: this.share(req.slot.limit), queueSize: this.share(req.slot.queueSize) };
+    const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot });
     if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
     return r;
   }
@@ -573,6 +635,7 @@ export class RedisStore implements Store {
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
     if (adm?.local) await this.local.cancel(requestId, { keepCounts: true });
+    else if (adm) this.unbindSlot(adm);
     await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
     this.recent.set(requestId, true);
   }
@@ -582,7 +645,22 @@ export class RedisStore implements Store {
     if (!adm) return;
     this.live.delete(requestId);
     if (adm.local) return this.local.cancel(requestId, opts);
+    this.unbindSlot(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
+  }
+
+  /**
+   * The settlement or cancel of an admission frees its slot in Redis (the record names it): here,
+   * only stop renewing it, and end a wait for it.
+   */
+  private unbindSlot(adm: LiveAdmission): void {
+    const s = adm.slot;
+    if (!s) return;
+    adm.slot = undefined;
+    this.forgetHeld(s.scope, s.id);
+    const w = this.waiters.get(s.id);
+    if (w) this.finish(w, { ok: false, reason: 'aborted' });
+    s.local?.();
   }
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
@@ -640,7 +718,8 @@ export class RedisStore implements Store {
       if (this.cluster) await this.indexDel(instance, op.id);
       return;
     }
-    const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, 's', instance)));
+    const packed = packSettlement(op.s);
+    const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, packed, 's', instance)));
     if (this.cluster) await this.indexDel(instance, op.id);
     if (codes.includes(2)) {
       this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
@@ -658,29 +737,18 @@ export class RedisStore implements Store {
 
   private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
     const rec = this.keys.record(tag, id);
-    await this.run('cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), int(DONE_TTL_MS), id]);
+    await this.run('cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
   }
 
   /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis). */
-  private async settlePart(id: string, tag: string, s: Settlement, mode: 's' | 'r', instance: string): Promise<number> {
+  private async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
     const k = this.keys;
     const rec = k.record(tag, id);
-    const doKey = !this.cluster || tag === k.apiKey(s.keyId);
-    const doUser = !this.cluster || tag === k.user(s.user);
-    const keys = [
-      rec, k.done(tag, id), this.cluster ? rec : k.index(instance),
-      doKey ? k.counters(s.keyId) : rec, doKey ? k.totals(s.keyId) : rec, doKey ? k.days(s.keyId) : rec, doKey ? k.ring(s.keyId) : rec,
-      doUser ? k.wallet(s.user) : rec, doUser ? k.caps(s.user) : rec, doUser ? k.plan(s.user, s.group) : rec,
-      this.cluster ? rec : k.registry(),
-    ];
-    const windows = s.windows.filter((w) => WINDOW_MS[w] !== undefined).map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
-    const u = s.usage;
-    const args = [
-      this.now(), mode, doKey ? '1' : '0', doUser ? '1' : '0', int(s.actual), int(s.cost), s.billing, windows,
-      int(u.input), int(u.output), int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), s.model,
-      k.dayPrefix(s.keyId), s.estimated ? '1' : '0', int(DONE_TTL_MS), id, instance,
-    ];
-    return (await this.run('settle', keys, args)) as number;
+    const keyTag = k.apiKey(s.keyId);
+    const userTag = k.user(s.user);
+    const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
+    const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
+    return (await this.run('settle', keys, [this.now(), mode, id, instance, effects, keyTag, userTag, packed])) as number;
   }
 
   // ---- crash recovery ---------------------------------------------------------------------------
@@ -709,9 +777,11 @@ export class RedisStore implements Store {
     const index = this.keys.index(instance);
     const entries = await this.cmd((c) => c.hgetall(index));
     for (const [id, text] of Object.entries(entries)) {
-      let entry: { p: string[]; r: Settlement | null };
+      let entry: { p: string[]; r: Settlement | null; packed: string };
       try {
-        entry = JSON.parse(text) as typeof entry;
+        const [tags, packed] = text.split(PARTS);
+        if (packed === undefined) throw new Error('not an index entry');
+        entry = { p: tags.split(LIST), r: packed ? unpackSettlement(packed) : null, packed };
       } catch {
         this.log.error('store: unreadable admission entry dropped', { instance, requestId: id });
         await this.indexDel(instance, id);
@@ -721,7 +791,7 @@ export class RedisStore implements Store {
       if (entry.r) {
         const s: Settlement = { ...entry.r, recovered: true, estimated: true };
         const tags = this.cluster ? this.settleTags(id, s, entry.p) : [this.keys.request(id)];
-        const codes = await Promise.all(tags.map((tag) => this.settlePart(id, tag, s, 'r', instance)));
+        const codes = await Promise.all(tags.map((tag) => this.settlePart(id, tag, s, entry.packed, 'r', instance)));
         if (codes.includes(4)) return; // it renewed its lease: alive after all
         if (codes.includes(1)) this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
       } else {
@@ -755,7 +825,7 @@ export class RedisStore implements Store {
         const held = [...(this.held.get(scope) ?? [])];
         const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
         if (held.length === 0 && waiting.length === 0) return;
-        const lost = (await this.run('slots', this.keys.slots(scope), ['renew', int(this.leaseMs), this.keys.wakeChannel(), String(held.length), ...held, ...waiting])) as string[];
+        const lost = (await this.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
         for (const id of lost) {
           if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
         }
@@ -785,14 +855,15 @@ export class RedisStore implements Store {
   }
 
   private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
-    return this.run('slots', this.keys.slots(scope), [op, int(this.leaseMs), this.keys.wakeChannel(), ...args]);
+    return this.run('slots', this.keys.slots(scope), [op, ...args]);
   }
 
   private acquireLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
     return this.local.acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs });
   }
 
-  private granted(scope: string, id: string): SlotResult {
+  /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
+  private granted(scope: string, id: string, requestId?: string): SlotResult {
     let set = this.held.get(scope);
     if (!set) this.held.set(scope, (set = new Set()));
     set.add(id);
@@ -802,24 +873,34 @@ export class RedisStore implements Store {
       release: () => {
         if (released) return;
         released = true;
+        if (requestId !== undefined) {
+          // Before its settlement: freed now, and unbound (the settlement's script finds it gone).
+          const adm = this.live.get(requestId);
+          if (adm?.slot?.id !== id) return; // the settlement or cancel freed it already
+          adm.slot = undefined;
+        }
         this.releaseRemote(scope, id);
       },
     };
   }
 
-  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
-  private releaseRemote(scope: string, id: string): void {
+  private forgetHeld(scope: string, id: string): void {
     const set = this.held.get(scope);
     set?.delete(id);
     if (set?.size === 0) this.held.delete(scope);
+  }
+
+  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
+  private releaseRemote(scope: string, id: string): void {
+    this.forgetHeld(scope, id);
     if (this.state !== 'up') return;
     this.slotOp(scope, 'release', id).catch(() => undefined);
   }
 
-  private wait(req: SlotRequest, id: string): Promise<SlotResult> {
+  private wait(req: SlotRequest, id: string, requestId?: string): Promise<SlotResult> {
     return new Promise<SlotResult>((resolve) => {
       const w: Waiter = {
-        id, scope: req.scope, req, resolve, done: false,
+        id, scope: req.scope, req, requestId, resolve, done: false,
         deadline: Date.now() + Math.max(0, req.maxWaitMs),
         timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
         poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
@@ -847,7 +928,7 @@ export class RedisStore implements Store {
   /** A grant published by the instance that freed the slot (or found by a poll). */
   private onWake(id: string): void {
     const w = this.waiters.get(id);
-    if (w) return this.finish(w, this.granted(w.scope, w.id));
+    if (w) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
     // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
     if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
       const scope = this.scopeOfOrphan(id);
@@ -874,11 +955,11 @@ export class RedisStore implements Store {
         if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
         return;
       }
-      if (r === 1) this.finish(w, this.granted(w.scope, w.id));
+      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
       else if (r === 3) {
         // Its place expired (this instance could not renew it): queue again.
         const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
-        if (again === 1) this.finish(w, this.granted(w.scope, w.id));
+        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
         else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
       }
     } catch (e) {
@@ -891,7 +972,16 @@ export class RedisStore implements Store {
       w.req.signal.removeEventListener('abort', w.onAbort);
       this.waiters.delete(w.id);
       w.done = true;
-      const r = await this.acquireLocally(w.req, rest);
+      let r = await this.acquireLocally(w.req, rest);
+      if (r.ok && w.requestId !== undefined) {
+        // Still the admission's slot: its settlement or cancel frees this local one.
+        const s = this.live.get(w.requestId)?.slot;
+        if (s?.id === w.id) s.local = r.release;
+        else {
+          r.release();
+          r = { ok: false, reason: 'aborted' };
+        }
+      }
       w.ok = r.ok;
       w.resolve(r);
     }
@@ -909,7 +999,7 @@ export class RedisStore implements Store {
     }
     if (r === 1) {
       // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
-      if (!w.done) return this.finish(w, this.granted(w.scope, w.id));
+      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
       if (!w.ok) this.releaseRemote(w.scope, w.id);
       return;
     }

@@ -2,13 +2,15 @@
  * The Redis key layout. Every key carries a hash tag naming the one thing it belongs to, so a
  * script that touches one thing's counters stays in one hash slot (Redis Cluster):
  *
- *   {u:<user>}   wallet, spend caps, plan usage per group, user RPM, free calls at zero balance
+ *   {u:<user>}   wallet, spend caps, plan usage per group, user RPM, free calls at zero balance,
+ *                the user's concurrency slots (scope user:<name>)
  *   {k:<key>}    key quota and windows, usage totals, per-model day records, last-60-s ring
  *   {g:<group>}  group RPM (shared by every user of the group)
- *   {a:<provider>/<account>}  RPM of an upstream account (account pools)
- *   {s:<scope>}  concurrency slots of a scope (user:<name>, account:<provider>/<account>)
+ *   {a:<provider>/<account>}  RPM and concurrency slots of an upstream account (account pools)
+ *   {s:<scope>}  concurrency slots of any other scope
  *   {r:<ns>}     remember/recall entries of one namespace
- *   {q:<id>}     a request's admission record and done marker (single Redis)
+ *   {q}          admission records and done markers (single Redis; on a cluster they sit in the
+ *                hash slot of each part of the request: {k:<key>}, {u:<user>}, {g:<group>})
  *   {i} / {i:<instance>}   the live-instance registry / one instance's admissions (for the reaper)
  *
  * Key counters sit under the key, not under its user, so they follow the key when the config
@@ -21,14 +23,33 @@
  * remembered entries.
  */
 
-/** Config names cannot hold braces; a store user might. Escaped so a name never ends a tag early. */
+/**
+ * Config names cannot hold braces; a store user might. Escaped so a name never ends a tag early
+ * (nor holds a separator of the packed script arguments, 0x1d-0x1f).
+ */
 function tagSafe(s: string): string {
-  return s.replace(/[%{}]/g, (c) => (c === '%' ? '%25' : c === '{' ? '%7B' : '%7D'));
+  return /[%{}\x1d-\x1f]/.test(s) ? s.replace(/[%{}\x1d-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`) : s;
 }
 
+/** Tags of names seen (users, keys, groups, accounts: bounded by the config), built once each. */
+const TAG_CACHE_MAX = 10_000;
+
 export class Keys {
+  private readonly tags = new Map<string, string>();
+
   constructor(readonly prefix: string) {
     if (/[{}]/.test(prefix)) throw new Error(`store prefix '${prefix}' must not contain { or }`);
+  }
+
+  private tag(kind: string, name: string): string {
+    const id = kind + name;
+    let t = this.tags.get(id);
+    if (t === undefined) {
+      if (this.tags.size >= TAG_CACHE_MAX) this.tags.clear();
+      t = kind + tagSafe(name);
+      this.tags.set(id, t);
+    }
+    return t;
   }
 
   /** `<prefix>{<tag>}:<suffix>` */
@@ -37,20 +58,21 @@ export class Keys {
   }
 
   user(user: string): string {
-    return `u:${tagSafe(user)}`;
+    return this.tag('u:', user);
   }
   apiKey(key: string): string {
-    return `k:${tagSafe(key)}`;
+    return this.tag('k:', key);
   }
   group(group: string): string {
-    return `g:${tagSafe(group)}`;
+    return this.tag('g:', group);
   }
   /** An upstream account of a pool: `<provider>/<account>`. */
   account(id: string): string {
-    return `a:${tagSafe(id)}`;
+    return this.tag('a:', id);
   }
-  request(id: string): string {
-    return `q:${tagSafe(id)}`;
+  /** The tag of admission records on a single Redis (any tag would do there). */
+  request(_id: string): string {
+    return 'q';
   }
 
   wallet(user: string): string {
@@ -100,10 +122,25 @@ export class Keys {
     return this.key(`i:${tagSafe(instance)}`, 'admissions');
   }
 
+  /**
+   * The hash tag of a slot scope: a user's slots sit with the user's counters, an account's with its
+   * RPM, so an admission takes its slot in the same script (same hash slot) as those claims.
+   */
+  slotTag(scope: string): string {
+    if (scope.startsWith('user:')) return this.user(scope.slice(5));
+    if (scope.startsWith('account:')) return this.account(scope.slice(8));
+    return this.tag('s:', scope);
+  }
+
+  /** The common beginning of a scope's slot keys (lib.lua appends held, queue, waiters, seq, limit). */
+  slotBase(scope: string): string {
+    return this.key(this.slotTag(scope), 'slot:');
+  }
+
   /** held, queue, waiters, arrival counter, limit */
   slots(scope: string): [string, string, string, string, string] {
-    const tag = `s:${tagSafe(scope)}`;
-    return [this.key(tag, 'held'), this.key(tag, 'queue'), this.key(tag, 'waiters'), this.key(tag, 'seq'), this.key(tag, 'limit')];
+    const base = this.slotBase(scope);
+    return [`${base}held`, `${base}queue`, `${base}waiters`, `${base}seq`, `${base}limit`];
   }
 
   remembered(namespace: string, id: string): string {

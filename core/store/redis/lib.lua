@@ -1,6 +1,8 @@
 -- Shared by every script: prepended to each one when the scripts are loaded (Redis scripts cannot
--- include one another). Integers only: amounts arrive as decimal strings and are written back with
--- I(), so no float ever reaches a counter (Lua numbers are doubles, exact up to 2^53).
+-- include one another), after the store's settings (scripts.ts): P key prefix, CH wake channel,
+-- LEASE slot lease (ms), RECORD_TTL, DONE_TTL (ms), WINDOW_MS (key window name → ms).
+-- Integers only: amounts arrive as decimal strings and are written back with I(), so no float
+-- ever reaches a counter (Lua numbers are doubles, exact up to 2^53).
 
 local DAY = 86400000
 local MINUTE = 60000
@@ -79,34 +81,187 @@ local function split(s, sep)
   end
 end
 
+-- Separators of packed arguments (names never contain them: index.ts escapes or refuses them).
+local SEP, LIST = '\31', '\30'
+
+-- Key names, as keys.ts builds them: P .. '{' .. tag .. '}:' .. suffix.
+local function key(tag, suffix) return P .. '{' .. tag .. '}:' .. suffix end
+
+-- Hash fields read once and written once per script: every field a script will use of one hash is
+-- declared first (hwant), loaded together on first use (one HMGET), changed in Lua, and written
+-- back by hflush (one HSET, and one HDEL, per hash) — instead of one call per field.
+local H = {}
+
+local function hentry(k)
+  local e = H[k]
+  if not e then
+    e = { v = {}, want = {}, dirty = {} }
+    H[k] = e
+  end
+  return e
+end
+
+local function hwant(k, ...)
+  local e = hentry(k)
+  for i = 1, select('#', ...) do
+    local f = select(i, ...)
+    if e.v[f] == nil then e.want[f] = true end
+  end
+end
+
+-- The raw value (false when absent).
+local function hraw(k, f)
+  local e = hentry(k)
+  if e.v[f] == nil then
+    e.want[f] = true
+    local fields = {}
+    for w in pairs(e.want) do
+      if e.v[w] == nil then table.insert(fields, w) end
+    end
+    e.want = {}
+    local r = redis.call('HMGET', k, unpack(fields))
+    for i, w in ipairs(fields) do e.v[w] = r[i] or false end
+  end
+  return e.v[f]
+end
+
+local function hnum(k, f) return tonumber(hraw(k, f)) or 0 end
+
+local function hput(k, f, v)
+  local e = hentry(k)
+  e.v[f] = v
+  e.dirty[f] = true
+end
+
+local function hadd(k, f, d) hput(k, f, hnum(k, f) + d) end
+local function hdel(k, f) hput(k, f, false) end
+
+local function hflush()
+  for k, e in pairs(H) do
+    local set, del = {}, {}
+    for f in pairs(e.dirty) do
+      local v = e.v[f]
+      if v == false then
+        table.insert(del, f)
+      else
+        table.insert(set, f)
+        table.insert(set, type(v) == 'number' and I(v) or v)
+      end
+    end
+    if #set > 0 then redis.call('HSET', k, unpack(set)) end
+    if #del > 0 then redis.call('HDEL', k, unpack(del)) end
+    e.dirty = {}
+  end
+end
+
+-- Concurrency slots of one scope, shared by every instance, under the keys base .. 'held' (lease
+-- id → expiry), 'queue' (waiting id → arrival number, FIFO), 'waiters' (waiting id → expiry: a
+-- waiter is kept only while its instance renews it), 'seq' (arrival counter), 'limit'. A released
+-- or expired slot goes to the head of the queue at once; the grant is published on CH. Expired
+-- leases and waiters are purged when they could be in anyone's way (a full scope, a queue).
+
+local function slot_purge(base, now)
+  local queue, waiters = base .. 'queue', base .. 'waiters'
+  redis.call('ZREMRANGEBYSCORE', base .. 'held', '-inf', now)
+  local gone = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
+  for _, id in ipairs(gone) do redis.call('ZREM', queue, id) end
+  if #gone > 0 then redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now) end
+end
+
+-- Every key lives a little longer than the longest lease in it.
+local function slot_keep(base)
+  for _, s in ipairs({ 'held', 'queue', 'waiters', 'seq', 'limit' }) do redis.call('PEXPIRE', base .. s, 2 * LEASE) end
+end
+
+-- Hands free slots to the head of the queue; returns how many were granted.
+local function slot_pump(base, now)
+  local held, queue = base .. 'held', base .. 'queue'
+  if redis.call('ZCARD', queue) == 0 then return 0 end
+  local limit = tonumber(redis.call('GET', base .. 'limit')) or 0
+  local n = 0
+  while redis.call('ZCARD', held) < limit do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then break end
+    -- The grant lives no longer than its waiter would have: a dead instance's waiter (no longer
+    -- renewed) must not turn a freed slot into a fresh full lease. A live one renews it at once.
+    local until_ms = tonumber(redis.call('ZSCORE', base .. 'waiters', head)) or now
+    redis.call('ZREM', queue, head)
+    redis.call('ZREM', base .. 'waiters', head)
+    redis.call('ZADD', held, math.min(now + LEASE, until_ms), head)
+    redis.call('PUBLISH', CH, head)
+    n = n + 1
+  end
+  if n > 0 then slot_keep(base) end
+  return n
+end
+
+-- 1 granted, 0 queued, 2 queue full.
+local function slot_acquire(base, id, limit, qsize, now)
+  local held, queue = base .. 'held', base .. 'queue'
+  -- The latest limit, for slot_pump (a release serves the queue up to it).
+  redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
+  local nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
+  if nq > 0 or nh >= limit then
+    slot_purge(base, now)
+    slot_pump(base, now) -- a raised limit first serves those already waiting
+    nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
+  end
+  if nq == 0 and nh < limit then
+    redis.call('ZADD', held, now + LEASE, id)
+    redis.call('PEXPIRE', held, 2 * LEASE)
+    return 1
+  elseif nq >= qsize then
+    return 2
+  end
+  redis.call('ZADD', queue, redis.call('INCR', base .. 'seq'), id)
+  redis.call('ZADD', base .. 'waiters', now + LEASE, id)
+  slot_keep(base)
+  return 0
+end
+
+-- Frees a slot (or a place in the queue) and serves the queue.
+local function slot_free(base, id, now)
+  if redis.call('ZREM', base .. 'held', id) == 0 and redis.call('ZREM', base .. 'queue', id) == 1 then
+    redis.call('ZREM', base .. 'waiters', id)
+  end
+  if redis.call('ZCARD', base .. 'queue') > 0 then
+    slot_purge(base, now)
+    slot_pump(base, now)
+  end
+end
+
 -- Releases an admission record: takes its reservation back from every counter it holds; with
 -- `undo` >= 1 its minute counts (RPM, free calls) when still in the same minute; with `undo` 2
 -- (an admission refused in another slot) also the key windows it started, if still unused.
--- Deletes the record.
-local function release_record(rec, undo)
-  local r = redis.call('HMGET', rec, 'r', 'h', 'c', 'w')
+-- Frees the concurrency slot it holds or waits for, if any (`slot_now`: the time of Redis, or nil).
+-- Deletes the record. Its counter changes are written by the caller's hflush().
+local function release_record(rec, undo, slot_now)
+  local r = redis.call('HMGET', rec, 'r', 'h', 'c', 'w', 'sb', 'si')
   if not r[1] then return false end
+  if r[5] then slot_free(r[5], r[6], slot_now or now_ms('0')) end
   local amount = tonumber(r[1])
-  local held = split(r[2], '\n')
   if amount > 0 then
-    for i = 1, #held - 1, 2 do
-      redis.call('HINCRBY', held[i], held[i + 1], I(-amount))
-    end
+    local held = split(r[2], '\n')
+    for i = 1, #held - 1, 2 do hwant(held[i], held[i + 1]) end
+    for i = 1, #held - 1, 2 do hadd(held[i], held[i + 1], -amount) end
   end
   if undo >= 1 then
     local counted = split(r[3], '\n')
     for i = 1, #counted - 1, 2 do
       local k = counted[i]
-      local m = redis.call('HMGET', k, 'm', 'c')
-      if m[1] == counted[i + 1] and num(m[2]) > 0 then redis.call('HINCRBY', k, 'c', -1) end
+      hwant(k, 'm', 'c')
+      if hnum(k, 'm') == tonumber(counted[i + 1]) and hnum(k, 'c') > 0 then hadd(k, 'c', -1) end
     end
   end
   if undo >= 2 then
     local started = split(r[4], '\n')
     for i = 1, #started - 2, 3 do
       local k, w = started[i], started[i + 1]
-      local x = redis.call('HMGET', k, w .. ':s', w .. ':u')
-      if x[1] == started[i + 2] and num(x[2]) == 0 then redis.call('HDEL', k, w .. ':s', w .. ':u') end
+      hwant(k, w .. ':s', w .. ':u')
+      if hnum(k, w .. ':s') == tonumber(started[i + 2]) and hnum(k, w .. ':u') == 0 then
+        hdel(k, w .. ':s')
+        hdel(k, w .. ':u')
+      end
     end
   end
   redis.call('DEL', rec)

@@ -1,7 +1,8 @@
 /**
  * The Lua scripts, read from the `.lua` files next to this module's source at start and run with
  * EVALSHA (ioredis loads a script again by itself when a restarted Redis no longer has it).
- * `lib.lua` is prepended to each: Redis scripts cannot include one another.
+ * `lib.lua` is prepended to each (Redis scripts cannot include one another), and before it the
+ * store's settings as constants, so no call carries them (short arguments are cheaper on both ends).
  *
  * `npm run build` copies the files next to the compiled module (scripts/build.mjs); a build
  * that did not is served from the source tree (`core/store/redis/`).
@@ -22,14 +23,42 @@ function scriptDir(): string {
   return dir;
 }
 
-let cache: Record<ScriptName, string> | undefined;
+let cache: Record<ScriptName | 'lib', string> | undefined;
 
-export function loadScripts(): Record<ScriptName, string> {
-  if (cache) return cache;
-  const dir = scriptDir();
-  const lib = readFileSync(path.join(dir, 'lib.lua'), 'utf8');
-  cache = Object.fromEntries(
-    SCRIPT_NAMES.map((n) => [n, `${lib}\n${readFileSync(path.join(dir, `${n}.lua`), 'utf8')}`]),
-  ) as Record<ScriptName, string>;
-  return cache;
+export interface ScriptSettings {
+  /** Key prefix. */
+  prefix: string;
+  /** Where grants of queued slots are published. */
+  channel: string;
+  /** Slot lease (ms). */
+  lease: number;
+  /** Admission records and instance indexes (ms). */
+  recordTtl: number;
+  /** Done markers (ms). */
+  doneTtl: number;
+  /** Key window name → duration (ms). */
+  windows: Readonly<Record<string, number>>;
+}
+
+/** A Lua string literal holding `s` exactly (every byte escaped as \ddd). */
+function luaString(s: string): string {
+  return `'${[...Buffer.from(s, 'utf8')].map((b) => `\\${String(b).padStart(3, '0')}`).join('')}'`;
+}
+
+export function loadScripts(settings: ScriptSettings): Record<ScriptName, string> {
+  if (!cache) {
+    const dir = scriptDir();
+    cache = Object.fromEntries(['lib', ...SCRIPT_NAMES].map((n) => [n, readFileSync(path.join(dir, `${n}.lua`), 'utf8')])) as Record<ScriptName | 'lib', string>;
+  }
+  const int = (n: number) => String(Math.trunc(n));
+  const head = [
+    `local P = ${luaString(settings.prefix)}`,
+    `local CH = ${luaString(settings.channel)}`,
+    `local LEASE = ${int(settings.lease)}`,
+    `local RECORD_TTL = ${int(settings.recordTtl)}`,
+    `local DONE_TTL = ${int(settings.doneTtl)}`,
+    `local WINDOW_MS = { ${Object.entries(settings.windows).map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`).join(', ')} }`,
+  ].join('\n');
+  const lib = cache.lib;
+  return Object.fromEntries(SCRIPT_NAMES.map((n) => [n, `${head}\n${lib}\n${cache![n]}`])) as Record<ScriptName, string>;
 }
