@@ -1,0 +1,65 @@
+/**
+ * Round trips on the Redis store, counted on a real redis-server with MONITOR: a plain request
+ * through the full chain (key quota and window, balance, group and user RPM, a concurrency slot)
+ * costs one script at admission and one at settlement — the slot is taken and freed inside them.
+ */
+import t from 'tap';
+import { Redis } from 'ioredis';
+import { RedisServer } from '../helpers/redis.js';
+import { baseConfig, bearer, call, chatBody, KEYS, startGateway } from '../helpers/gateway.js';
+
+t.test('one EVALSHA per admission and one per settlement on a plain request, slot included', async (t) => {
+  const server = await RedisServer.start();
+  const prefix = 'rt:';
+  const cfg = baseConfig();
+  cfg.store = { kind: 'redis', url: server.url, prefix };
+  cfg.groups.chat.rpm = 1_000;
+  cfg.users.alice = { ...cfg.users.alice, rpm: 1_000, concurrency: 2, queue: { size: 4, max_wait: '30s' } };
+  cfg.keys[0] = { ...cfg.keys[0], quota: 50, windows: { '5h': 20 } };
+  const gw = await startGateway(cfg);
+  const db = new Redis(server.url, { maxRetriesPerRequest: null });
+  const monitor = await db.monitor(); // a connection of its own
+  t.teardown(async () => {
+    monitor.disconnect();
+    db.disconnect();
+    await gw.close();
+    await server.destroy();
+  });
+  const totals = `${prefix}{k:chat}:totals`;
+  const settled = async (n: number) => {
+    for (let i = 0; i < 500; i++) {
+      if (Number(await db.hget(totals, 'requests')) === n) return true;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return false;
+  };
+  const ask = () => call(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: bearer(KEYS.chat), json: chatBody({ model: 'chat-model' }) });
+
+  // The first request loads the scripts into Redis (EVAL after NOSCRIPT): not the steady state.
+  t.equal((await ask()).status, 200);
+  t.ok(await settled(1), 'the first request settled');
+
+  const own = `127.0.0.1:${(db as unknown as { stream: { localPort: number } }).stream.localPort}`;
+  const seen: string[][] = [];
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    // Commands a script runs are shown too (source "lua"): only what the gateway sends counts.
+    if (source !== own && source !== 'lua') seen.push(args);
+  });
+  await new Promise((r) => setTimeout(r, 50));
+  const reply = await ask();
+  t.equal(reply.status, 200, 'served');
+  t.ok(await settled(2), 'settled');
+  await new Promise((r) => setTimeout(r, 50));
+
+  // Background work of the store (instance heartbeat and reaper, slot lease renewal) may fall in
+  // the window; it is not per request.
+  const background = (a: string[]) =>
+    (a[0].toLowerCase() === 'evalsha' && ((a[3] ?? '').endsWith('{i}:live') || a[4 + Number(a[2])] === 'renew'))
+    || ['ping', 'info'].includes(a[0].toLowerCase());
+  const perRequest = seen.filter((a) => !background(a));
+  const scripts = perRequest.filter((a) => a[0].toLowerCase() === 'evalsha' || a[0].toLowerCase() === 'eval');
+  t.same(perRequest.map((a) => a[0].toLowerCase()), ['evalsha', 'evalsha'], 'two commands for the request, both scripts', { seen: perRequest });
+  t.ok(scripts.every((a) => /:adm:/.test(a[3] ?? '')), 'both on the admission record: the admission, then the settlement');
+  t.notOk(seen.some((a) => a[0].toLowerCase() === 'evalsha' && /:held$/.test(a[3] ?? '') && a[4 + Number(a[2])] !== 'renew'), 'no slot script of its own (acquire, release)');
+  t.equal(await db.zcard(`${prefix}{u:alice}:slot:held`), 0, 'the settlement freed the slot');
+});
