@@ -570,7 +570,7 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
         if (served > 0) {
           const per = (n: number) => (n / served).toFixed(2);
           res.notes.push(`store round trips per request served by the gateway: ${per(after.scripts - before.scripts)} Lua scripts ` +
-            `(${served} requests recorded; expected 4: admission, concurrency slot acquire and release, settlement, plus heartbeats)`);
+            `(${served} requests recorded; expected 2: the admission, which takes the concurrency slot, and the settlement, which frees it; plus heartbeats)`);
         }
         return res;
       } finally {
