@@ -6,7 +6,7 @@
  *   {op:'ttft', url, auth, body, n, warmup}   → {ms: number[], errors}
  *   {op:'hold', url, auth, body, n, batch}    → {opened, failed, statuses, ms}; the streams stay open
  *                                               until this process is killed (the clients "leave").
- *   {op:'bodies', url, auth, model, headers, loads} → {started: true}; large bodies POSTed at a steady pace …
+ *   {op:'bodies', url, auth, model, headers, loads, format} → {started: true}; large bodies POSTed at a steady pace …
  *   {op:'stop'}                               → … until this: {completed: {<bytes>: {ok, failed, statuses, meanMs}}}
  */
 import http from 'node:http';
@@ -99,10 +99,16 @@ const timers: NodeJS.Timeout[] = [];
 const inflight = new Set<http.ClientRequest>();
 const counts = new Map<number, BodyLoad>();
 
-/** A chat request of about `bytes` bytes whose bulk is an image as a base64 data URL, the usual reason for a large body in practice. */
-function bigBody(model: string, bytes: number): Buffer {
-  const head = `{"model":${JSON.stringify(model)},"stream":false,"messages":[{"role":"user","content":[{"type":"text","text":"describe this image"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`;
-  const tail = '"}}]}]}';
+/**
+ * A request of about `bytes` bytes whose bulk is a base64 image, the usual reason for a large body
+ * in practice: a Chat data URL, or (format `messages`) an Anthropic base64 image block.
+ */
+function bigBody(model: string, bytes: number, format = 'chat'): Buffer {
+  const chat = format !== 'messages';
+  const head = chat
+    ? `{"model":${JSON.stringify(model)},"stream":false,"messages":[{"role":"user","content":[{"type":"text","text":"describe this image"},{"type":"image_url","image_url":{"url":"data:image/png;base64,`
+    : `{"model":${JSON.stringify(model)},"max_tokens":16,"stream":false,"messages":[{"role":"user","content":[{"type":"text","text":"describe this image"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"`;
+  const tail = chat ? '"}}]}]}' : '"}}]}]}';
   const pad = Math.max(0, bytes - head.length - tail.length);
   return Buffer.concat([Buffer.from(head), Buffer.alloc(pad, 'iVBORw0KGgo'), Buffer.from(tail)]);
 }
@@ -113,7 +119,7 @@ function bodies(m: Msg): Msg {
   const loads = m.loads as Array<{ bytes: number; everyMs: number; maxInFlight: number }>;
   const agent = new http.Agent({ keepAlive: true, maxSockets: loads.reduce((a, l) => a + l.maxInFlight, 0) });
   for (const l of loads) {
-    const body = bigBody(m.model, l.bytes);
+    const body = bigBody(m.model, l.bytes, m.format);
     const c: BodyLoad = { bytes: l.bytes, ok: 0, failed: 0, statuses: {}, totalMs: 0 };
     counts.set(l.bytes, c);
     let active = 0;

@@ -38,12 +38,17 @@ export interface Options {
   ttftRequests: number;
   /** wrk connections of the small-request probe in the large-body scenario. */
   probeConcurrency: number;
+  /** Variants of the large-body scenario to run (default: all of BODY_VARIANTS). */
+  bodiesVariants?: string[];
   /** Pin the server under test, the upstream and the load to separate cores (taskset). */
   pin: boolean;
   /** Results folder; null: print only, write nothing. */
   out: string | null;
   help: boolean;
 }
+
+/** The large-body scenario's variants: 1 MiB and 64 MiB bodies; eight 200 MiB bodies, passthrough and converted. */
+export const BODY_VARIANTS = ['mixed', '8x200', '8x200-converted'] as const;
 
 export const DEFAULTS: Readonly<Options> = Object.freeze({
   only: [...SCENARIOS],
@@ -76,6 +81,7 @@ export const USAGE = `usage: npm run bench -- [options]
   --streams N          streams held open by memory and abandon (default ${DEFAULTS.streams})
   --ttft-requests N    requests per target per TTFT round (default ${DEFAULTS.ttftRequests})
   --probe-concurrency N  small-request connections during large bodies (default ${DEFAULTS.probeConcurrency})
+  --bodies LIST        variants of the bodies scenario (default: all): ${BODY_VARIANTS.join(', ')}
   --quick              smoke run: 1 round of 2 s, 200 streams, 50 TTFT requests
   --no-pin             do not pin processes to cores
   --out DIR            results folder (default ${DEFAULTS.out}); --no-save writes nothing
@@ -123,6 +129,13 @@ export function parseArgs(argv: readonly string[]): Options {
       case '--streams': o.streams = positiveInt(a, next()); break;
       case '--ttft-requests': o.ttftRequests = positiveInt(a, next(), 2); break;
       case '--probe-concurrency': o.probeConcurrency = positiveInt(a, next()); break;
+      case '--bodies': {
+        const v = (next() ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+        const unknown = v.filter((x) => !(BODY_VARIANTS as readonly string[]).includes(x));
+        if (v.length === 0 || unknown.length > 0) throw new Error(`--bodies needs a comma-separated list of ${BODY_VARIANTS.join(', ')}`);
+        o.bodiesVariants = v;
+        break;
+      }
       case '--no-pin': o.pin = false; break;
       case '--out': {
         const v = next();

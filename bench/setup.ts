@@ -12,6 +12,9 @@ export const KEY_CHAT = 'sk-bench00000000000000000000000000000000000000000000000
 export const KEY_CONVERTED = 'sk-bench000000000000000000000000000000000000000000000000000000000002';
 export const AUTH_CHAT = `Bearer ${KEY_CHAT}`;
 export const AUTH_CONVERTED = `Bearer ${KEY_CONVERTED}`;
+/** Messages clients of the Chat-only sink: the large-body scenario's converted variant. */
+export const KEY_LARGE_MESSAGES = 'sk-bench000000000000000000000000000000000000000000000000000000000003';
+export const AUTH_LARGE_MESSAGES = `Bearer ${KEY_LARGE_MESSAGES}`;
 /** High enough never to reject: the plugins do all their work, nothing is refused. */
 const HIGH_RPM = 100_000_000;
 const HIGH_USD = 1_000_000;
@@ -55,6 +58,8 @@ export function gatewayConfig(o: BenchConfigOptions): Record<string, any> {
   c.groups = {
     chat: { kind: 'chat', passthrough: true, models: ['bench-chat', 'bench-large'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
     converted: { kind: 'chat', models: ['bench-claude'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
+    // Messages clients of the Chat-only sink: the large-body scenario's converted variant.
+    'large-messages': { kind: 'messages', models: ['bench-large'], multiplier: 1.0, billing: 'balance', rpm: HIGH_RPM },
   };
   c.users = {
     bench: {
@@ -66,6 +71,7 @@ export function gatewayConfig(o: BenchConfigOptions): Record<string, any> {
   c.keys = [
     { key: KEY_CHAT, name: 'bench-chat', user: 'bench', group: 'chat', ...limits },
     { key: KEY_CONVERTED, name: 'bench-converted', user: 'bench', group: 'converted', ...limits },
+    { key: KEY_LARGE_MESSAGES, name: 'bench-large-messages', user: 'bench', group: 'large-messages', ...limits },
   ];
   return c;
 }

@@ -57,7 +57,7 @@ export function choices(body: ParsedBody): number {
  * errs high: a large reservation only limits how many requests run at once near a limit.
  */
 export function worstCaseCharge(body: ParsedBody, models: readonly ModelConfig[], ratePpm: number): number {
-  const input = Math.ceil(Buffer.byteLength(body.text, 'utf8') / 2);
+  const input = Math.ceil((body.bytes ?? Buffer.byteLength(body.text, 'utf8')) / 2);
   const n = choices(body);
   let worst = 0;
   for (const m of models) {

@@ -18,6 +18,9 @@ import { isAscii } from 'node:buffer';
 import { GatewayError } from './errors.js';
 import type { ParsedBody, RequestContext } from './context.js';
 import { wireFor } from './protocols/index.js';
+import { BLOCK, LargeText } from './json/text.js';
+import { IncrementalJsonParser, JsonSyntaxError } from './json/parse.js';
+import { largeWork } from './json/share.js';
 
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
@@ -29,23 +32,29 @@ export const BODY_MEMORY_WAIT_MS = 2_000;
 /** The gateway-wide budget of request bytes in flight (`server.body_memory`). */
 export class BodyMemory {
   used = 0;
-  private readonly waiters: Array<{ n: number; grant: (ok: boolean) => void }> = [];
+  private readonly waiters: Array<{ n: number; small: boolean; grant: (ok: boolean) => void }> = [];
 
   constructor(public limit: number) {}
 
-  /** Takes `n` bytes now if they fit (a body alone in the budget always fits). */
-  tryTake(n: number): boolean {
-    if (this.waiters.length > 0 || (this.used > 0 && this.used + n > this.limit)) return false;
+  /**
+   * Takes `n` bytes now if they fit (a body alone in the budget always fits). Bodies wait their
+   * turn behind those already waiting, except a small body (`small`: at most the large-body size
+   * in all) that fits: it is read at once, so the small requests around large bodies are never
+   * queued behind them for room they do not need.
+   */
+  tryTake(n: number, small = false): boolean {
+    if ((this.waiters.length > 0 && !small) || (this.used > 0 && this.used + n > this.limit)) return false;
     this.used += n;
     return true;
   }
 
   /** Takes `n` bytes, waiting up to `ms` for room (FIFO); false when none came. */
-  take(n: number, ms: number): Promise<boolean> {
-    if (this.tryTake(n)) return Promise.resolve(true);
+  take(n: number, ms: number, small = false): Promise<boolean> {
+    if (this.tryTake(n, small)) return Promise.resolve(true);
     return new Promise((resolve) => {
       const w = {
         n,
+        small,
         grant: (ok: boolean) => {
           clearTimeout(timer);
           resolve(ok);
@@ -66,13 +75,16 @@ export class BodyMemory {
     this.pump();
   }
 
+  /** Grants waiters in order while they fit; a small waiter that fits need not wait for those before it. */
   private pump(): void {
-    while (this.waiters.length > 0) {
-      const w = this.waiters[0];
-      if (this.used > 0 && this.used + w.n > this.limit) return;
-      this.waiters.shift();
-      this.used += w.n;
-      w.grant(true);
+    let i = 0;
+    while (i < this.waiters.length) {
+      const w = this.waiters[i];
+      if ((i === 0 || w.small) && (this.used === 0 || this.used + w.n <= this.limit)) {
+        this.waiters.splice(i, 1);
+        this.used += w.n;
+        w.grant(true);
+      } else i++;
     }
   }
 }
@@ -88,7 +100,104 @@ function discard(req: IncomingMessage): void {
   req.resume();
 }
 
-export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory): Promise<{ buf: Buffer; release: () => void }> {
+/**
+ * A large body's bytes decoded to text as they arrive, a block at a time: each full block is
+ * checked (ASCII natively, else UTF-8 by a fatal decoder, never splitting a character), decoded
+ * into one flat piece and the block reused, so the body is held once, as text, and no step touches
+ * more than a block. Bytes that are not UTF-8 stop the decoding; the rest is only counted.
+ */
+export class TextCollector {
+  readonly text = new LargeText();
+  /** Bytes received. */
+  bytes = 0;
+  /** The bytes are not valid UTF-8. */
+  invalid = false;
+  /** When invalid: the body's first bytes (at most a block), for the failed-request record. */
+  rawHead?: Buffer;
+  private block: Buffer;
+  private fill = 0;
+
+  constructor(readonly blockSize = BLOCK) {
+    this.block = Buffer.allocUnsafe(blockSize);
+  }
+
+  write(c: Buffer): void {
+    this.bytes += c.length;
+    if (this.invalid) return;
+    let at = 0;
+    while (at < c.length) {
+      const n = Math.min(c.length - at, this.block.length - this.fill);
+      c.copy(this.block, this.fill, at, at + n);
+      this.fill += n;
+      at += n;
+      if (this.fill === this.block.length) this.flush(false);
+      if (this.invalid) return;
+    }
+  }
+
+  end(): void {
+    if (!this.invalid && this.fill > 0) this.flush(true);
+    this.block = Buffer.alloc(0);
+  }
+
+  private flush(final: boolean): void {
+    const b = this.block;
+    let n = this.fill;
+    if (!final) {
+      // Keep an incomplete UTF-8 sequence at the end for the next block.
+      let k = n - 1;
+      while (k >= 0 && n - k <= 4 && (b[k] & 0xc0) === 0x80) k--;
+      if (k >= 0 && b[k] >= 0xc0) {
+        const len = b[k] >= 0xf0 ? 4 : b[k] >= 0xe0 ? 3 : 2;
+        if (k + len > n) n = k;
+      }
+      if (n === 0) n = this.fill; // not UTF-8 at all: let the decoder say so
+    }
+    const bytes = b.subarray(0, n);
+    const ascii = isAscii(bytes);
+    let piece: string;
+    if (ascii) piece = bytes.toString('latin1');
+    else {
+      try {
+        piece = decoder.decode(bytes);
+      } catch {
+        this.invalid = true;
+        const first = this.text.pieces[0];
+        this.rawHead = first === undefined ? Buffer.from(bytes) : Buffer.from(first, this.text.ascii[0] ? 'latin1' : 'utf8');
+        this.block = Buffer.alloc(0);
+        return;
+      }
+    }
+    this.text.push(piece, ascii, !hasControl(bytes), n);
+    b.copy(b, 0, n, this.fill);
+    this.fill -= n;
+  }
+}
+
+/** Whether any byte is below 0x20 (four at a time; aligned blocks from allocUnsafe). */
+function hasControl(b: Buffer): boolean {
+  let i = 0;
+  if (b.byteOffset % 4 === 0) {
+    const words = new Uint32Array(b.buffer, b.byteOffset, b.length >>> 2);
+    for (let w = 0; w < words.length; w++) {
+      const x = words[w];
+      if (((x - 0x20202020) & ~x & 0x80808080) !== 0) return true;
+    }
+    i = words.length * 4;
+  }
+  for (; i < b.length; i++) if (b[i] < 0x20) return true;
+  return false;
+}
+
+export interface RawBody {
+  /** A body up to LARGE_BODY bytes, as received. */
+  buf?: Buffer;
+  /** A larger body, decoded as it arrived. */
+  large?: TextCollector;
+  release: () => void;
+}
+
+export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory, largeAt = LARGE_BODY): Promise<RawBody> {
   const declaredText = req.headers['content-length'];
   const declared = declaredText === undefined ? undefined : Number(declaredText);
   if (declared !== undefined && declared > limit) {
@@ -102,9 +211,13 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
     released = true;
     memory?.give(held);
   };
-  return new Promise<{ buf: Buffer; release: () => void }>((resolve, reject) => {
-    // With a Content-Length, one allocation filled as the bytes arrive.
-    const whole = declared !== undefined && Number.isSafeInteger(declared) && declared > 0 ? Buffer.allocUnsafe(declared) : undefined;
+  return new Promise<RawBody>((resolve, reject) => {
+    const known = declared !== undefined && Number.isSafeInteger(declared) && declared > 0;
+    // A large body is decoded block by block as it arrives; a small one with a Content-Length goes
+    // into one allocation filled as the bytes arrive; a small one without, into a chunk list until
+    // it passes the large-body size.
+    let large = known && declared > largeAt ? new TextCollector() : undefined;
+    const whole = known && !large ? Buffer.allocUnsafe(declared) : undefined;
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
@@ -120,6 +233,10 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
         release();
         return reject(err);
       }
+      if (large) {
+        large.end();
+        return resolve({ large, release });
+      }
       const buf = whole ? whole.subarray(0, size) : chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
       resolve({ buf, release });
     };
@@ -127,23 +244,51 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       finish(err);
       discard(req);
     };
+    // A large body is decoded within the large bodies' share of each turn (core/json/share.ts):
+    // Node reads up to 32 chunks of a socket at once, and decoding them all in one go (for each of
+    // several bodies) would hold every other request back. Past the share, reading pauses until a
+    // later turn.
+    let waiting = false;
+    let throttled = false;
+    const throttle = () => {
+      throttled = true;
+      req.pause();
+      largeWork.later(() => {
+        throttled = false;
+        if (!done && !waiting) req.resume();
+      });
+    };
     const keep = (c: Buffer) => {
-      if (whole) {
-        if (size + c.length > whole.length) return fail(new GatewayError('INVALID_REQUEST', { message: 'The request body is longer than its Content-Length' }));
-        c.copy(whole, size);
-      } else chunks.push(c);
+      if (known && size + c.length > declared) return fail(new GatewayError('INVALID_REQUEST', { message: 'The request body is longer than its Content-Length' }));
       size += c.length;
+      if (large) {
+        const t = performance.now();
+        large.write(c);
+        largeWork.charge(performance.now() - t);
+        if (largeWork.left === 0 && !throttled) throttle();
+      }
+      else if (whole) c.copy(whole, size - c.length);
+      else {
+        chunks.push(c);
+        if (size > largeAt) {
+          large = new TextCollector();
+          for (const k of chunks.splice(0)) large.write(k);
+        }
+      }
     };
     const onData = (c: Buffer) => {
       if (size + c.length > limit) return fail(tooLarge(limit));
-      if (!memory || whole) return keep(c);
-      if (memory.tryTake(c.length)) {
+      if (!memory || known) return keep(c);
+      const small = size + c.length <= largeAt;
+      if (memory.tryTake(c.length, small)) {
         held += c.length;
         return keep(c);
       }
       // No room: stop reading until there is, or give up.
       req.pause();
-      void memory.take(c.length, BODY_MEMORY_WAIT_MS).then((ok) => {
+      waiting = true;
+      void memory.take(c.length, BODY_MEMORY_WAIT_MS, small).then((ok) => {
+        waiting = false;
         if (done) {
           if (ok) memory.give(c.length);
           return;
@@ -151,7 +296,7 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
         if (!ok) return fail(memoryFull());
         held += c.length;
         keep(c);
-        req.resume();
+        if (!throttled) req.resume();
       });
     };
     const onEnd = () => finish();
@@ -165,15 +310,15 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       // A parse error or a timeout answered by clientError closes the socket without ending `req`.
       req.socket?.once('close', onAborted);
     };
-    if (whole && memory) {
+    if (known && memory) {
       // The declared size is taken up front, waiting for room like any other body.
-      const n = whole.length;
-      if (memory.tryTake(n)) {
+      const n = declared;
+      if (memory.tryTake(n, n <= largeAt)) {
         held = n;
         return start();
       }
       req.pause();
-      void memory.take(n, BODY_MEMORY_WAIT_MS).then((ok) => {
+      void memory.take(n, BODY_MEMORY_WAIT_MS, n <= largeAt).then((ok) => {
         if (!ok) {
           done = true;
           discard(req);
@@ -210,17 +355,14 @@ function decodeBody(buf: Buffer): string {
   }
 }
 
-/** Bodies above this yield to the event loop between decoding, parsing and sending. */
+/** Bodies above this are decoded as they arrive and parsed over many event-loop turns (docs/limits.md "Request bodies"). */
 export const LARGE_BODY = 1024 * 1024;
 /** Lets other requests run between the steps of a large body. */
 export const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /** The core's own rules for every model call: a JSON object, a string `model`, a boolean `stream`. */
 export function parseBody(buf: Buffer, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
-  return parseText(decodeBody(buf), ctx);
-}
-
-function parseText(text: string, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
+  const text = decodeBody(buf);
   if (text.trim() === '') throw bad('Request body is empty');
   let json: unknown;
   try {
@@ -229,6 +371,37 @@ function parseText(text: string, ctx: Pick<RequestContext, 'protocol' | 'route'>
     const msg = e instanceof RangeError ? 'nesting is too deep' : (e as Error).message;
     throw bad(`Request body is not valid JSON: ${msg}`);
   }
+  return checkBody(json, text, buf.length, ctx);
+}
+
+/**
+ * A large body, parsed a slice of time per event-loop turn: the result is what JSON.parse would
+ * give, its long strings views of the text (core/json/parse.ts).
+ */
+export async function parseLarge(large: TextCollector, ctx: Pick<RequestContext, 'protocol' | 'route' | 'signal'>): Promise<ParsedBody> {
+  if (large.invalid) throw bad('Request body is not valid UTF-8');
+  const parser = new IncrementalJsonParser(large.text);
+  try {
+    for (;;) {
+      if (largeWork.left === 0) await largeWork.next();
+      if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+      const t = performance.now();
+      const done = parser.run(largeWork.left);
+      largeWork.charge(performance.now() - t);
+      if (done) break;
+    }
+  } catch (e) {
+    if (!(e instanceof JsonSyntaxError)) throw e;
+    if (parser.empty) throw bad('Request body is empty');
+    throw bad(`Request body is not valid JSON: ${e.message}`);
+  }
+  const text = large.text.toString();
+  const body = checkBody(parser.value, text, large.bytes, ctx);
+  body.large = { text: large.text, top: parser.top!, ropes: parser.ropes };
+  return body;
+}
+
+function checkBody(json: unknown, text: string, bytes: number, ctx: Pick<RequestContext, 'protocol' | 'route'>): ParsedBody {
   if (json === null || typeof json !== 'object' || Array.isArray(json)) throw bad('Request body must be a JSON object');
   const obj = json as Record<string, unknown>;
   if (!Object.prototype.hasOwnProperty.call(obj, 'model') || obj.model === undefined || obj.model === null) {
@@ -245,25 +418,46 @@ function parseText(text: string, ctx: Pick<RequestContext, 'protocol' | 'route'>
     fallback = (obj.models as string[]).filter((m) => m !== obj.model);
   }
   if (ctx.protocol) wireFor(ctx.protocol).validate(obj, { history: ctx.route.handler !== 'count-tokens' });
-  return { text, json: obj, model: obj.model, stream: obj.stream === true, fallback };
+  return { text, json: obj, model: obj.model, stream: obj.stream === true, fallback, bytes };
 }
 
 /** Reads and parses a model call's body; its bytes count in `memory` until the response closes. */
 export async function readBody(ctx: RequestContext, memory?: BodyMemory): Promise<ParsedBody> {
-  const { buf, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, memory);
+  const { buf, large, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, memory);
   if (ctx.res.closed) release();
   else ctx.res.once('close', release);
+  if (large) {
+    try {
+      return await parseLarge(large, ctx);
+    } catch (e) {
+      // What arrived, for the failed-request record: its first bytes or characters (the record
+      // keeps no more than that) and its full length.
+      ctx.rawBody = large.rawHead ?? large.text.head(RAW_HEAD);
+      ctx.rawBodyLength = large.invalid ? large.bytes : large.text.length;
+      throw e;
+    }
+  }
   try {
-    // A large body is decoded and parsed in separate event-loop turns, so the small requests
-    // around it wait for one step, not for all of them (docs/limits.md "Request bodies").
-    if (buf.length <= LARGE_BODY) return parseBody(buf, ctx);
-    await yieldTurn();
-    const text = decodeBody(buf);
-    await yieldTurn();
-    return parseText(text, ctx);
+    return parseBody(buf!, ctx);
   } catch (e) {
     // Kept only when it could not be parsed: the failed-request record shows what arrived.
     ctx.rawBody = buf;
     throw e;
   }
 }
+
+/** Characters of a large body kept for the failed-request record (it keeps at most 1 MiB of a body). */
+const RAW_HEAD = 1024 * 1024 + 1;
+
+/**
+ * The body for a failed-request record, which keeps at most its first MiB: what could not be
+ * parsed, else the parsed text; of a large body only its head, with its full length.
+ */
+export function recordedBody(ctx: Pick<RequestContext, 'rawBody' | 'rawBodyLength' | 'parsed' | 'requestChars'>): { body?: Buffer | string; bodyLength?: number } {
+  if (ctx.rawBody !== undefined) return { body: ctx.rawBody, bodyLength: ctx.rawBodyLength };
+  const p = ctx.parsed;
+  if (!p) return {};
+  if (p.large) return { body: p.large.text.head(RAW_HEAD), bodyLength: p.large.text.length };
+  return { body: p.text, bodyLength: ctx.requestChars > p.text.length ? ctx.requestChars : undefined };
+}
+

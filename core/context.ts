@@ -18,6 +18,7 @@ import type { Usage } from './money.js';
 import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
 import type { Conversion } from './protocols/types.js';
+import type { LargeBody } from './json/parse.js';
 import type { Metrics } from './metrics.js';
 import { resolveModel } from './routing.js';
 import { recoverySettlement } from './billing.js';
@@ -32,13 +33,21 @@ export function createSlot<T>(name: string): Slot<T> {
 }
 
 export interface ParsedBody {
-  /** The body as received (UTF-8). */
+  /**
+   * The body as received (UTF-8). For a large body this string is a concatenation of the pieces it
+   * was decoded in: its length is free, reading its characters copies the whole body at once
+   * (`large` has the pieces).
+   */
   text: string;
   json: Record<string, unknown>;
   model: string;
   stream: boolean;
   /** The `models` fallback list (without `model`), as sent. */
   fallback: string[];
+  /** The body's size in bytes (its UTF-8 length; measured from `text` when absent). */
+  bytes?: number;
+  /** A body over the large-body size: its text as pieces, its top-level members, its long strings (core/json). */
+  large?: LargeBody;
 }
 
 export interface ResolvedModel {
@@ -141,7 +150,7 @@ export interface Attempt {
    * The client's body as it will be encoded for this attempt (initially the request as received);
    * a plugin may replace it in onAttempt (body-rewriter).
    */
-  request: { text: string; json: Record<string, unknown> };
+  request: { text: string; json: Record<string, unknown>; large?: LargeBody };
   /** Set by the core for passthrough, by the converter plugin otherwise. */
   conversion?: Conversion;
   /** Extra upstream request headers plugins want sent. */
@@ -190,8 +199,12 @@ export class RequestContext {
   billed?: { cost: number; actual: number };
   /** Characters in the request body (for usage estimates). */
   requestChars = 0;
-  /** The body bytes as received, kept only when they could not be parsed (failed-request records). */
-  rawBody?: Buffer;
+  /**
+   * The body as received, kept only when it could not be parsed (failed-request records): all of
+   * it, or for a large body its head (the record keeps at most 1 MiB) with `rawBodyLength`.
+   */
+  rawBody?: Buffer | string;
+  rawBodyLength?: number;
   /** The parsed body, once read. */
   parsed?: ParsedBody;
   metrics?: Metrics;

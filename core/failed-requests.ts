@@ -45,6 +45,8 @@ export interface FailedRequest {
   key?: string;
   model?: string;
   body?: Buffer | string;
+  /** The length of the whole body when `body` is only its head (large bodies). */
+  bodyLength?: number;
 }
 
 /** Replaces credential-named fields at any depth of a parsed JSON value. */
@@ -108,7 +110,8 @@ export function scrub(r: FailedRequest, secrets: Secrets = { plain: [], digests:
     pathText = '[unreadable]';
   }
   const raw = r.body === undefined ? undefined : typeof r.body === 'string' ? r.body : r.body.toString('utf8');
-  const cut = raw !== undefined && raw.length > MAX_BODY;
+  const total = r.bodyLength ?? raw?.length ?? 0;
+  const cut = raw !== undefined && (raw.length > MAX_BODY || total > MAX_BODY);
   const body = raw === undefined ? undefined : scrubBody(cut ? raw.slice(0, MAX_BODY) : raw);
   const record = {
     request_id: r.requestId,
@@ -120,7 +123,7 @@ export function scrub(r: FailedRequest, secrets: Secrets = { plain: [], digests:
     key: r.key,
     model: r.model,
     body,
-    ...(cut ? { body_truncated_from: raw!.length } : {}),
+    ...(cut ? { body_truncated_from: Math.max(total, raw!.length) } : {}),
   };
   return JSON.parse(redactSecrets(JSON.stringify(record), secrets)) as Record<string, unknown>;
 }

@@ -18,7 +18,7 @@ import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types
 import type { PluginRegistry, Outcome } from './plugin.js';
 import { RequestContext } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
-import { BodyMemory, readBody } from './body.js';
+import { BodyMemory, readBody, recordedBody } from './body.js';
 import { KEEPALIVE } from './sse.js';
 import { runChain, runFinally } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
@@ -551,7 +551,7 @@ export class Gateway implements UpstreamDeps {
       this.failed.record({
         requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,
         error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
-        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, body: ctx.rawBody ?? ctx.parsed?.text,
+        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, ...recordedBody(ctx),
       });
     }
     recordRequest(this.metrics, ctx, outcome, rt.config.metrics.keyLabels);

@@ -18,6 +18,7 @@
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import type { ProviderConfig } from './config/types.js';
+import type { OutgoingBody } from './json/text.js';
 
 export interface UpstreamRequest {
   provider: ProviderConfig;
@@ -26,7 +27,8 @@ export interface UpstreamRequest {
   /** Full URL of the upstream endpoint. */
   url: string;
   headers: Record<string, string>;
-  body: string;
+  /** A string, or a large body's parts (written a part at a time as the socket drains). */
+  body: string | OutgoingBody;
   /**
    * Longest silence once the upstream began answering (its response headers arrived). Waiting for
    * the headers is bounded by the caller's whole-attempt timer (`upstream_timeout`) alone.
@@ -107,10 +109,17 @@ export class Transport {
    * when the upstream is silent past `idleTimeoutMs` once answering. `abort()` cancels.
    */
   send(u: UpstreamRequest): UpstreamCall {
+    // Nothing below may keep `u` in a closure: it holds the body, which must not live for a stream's
+    // life (the closures returned live as long as the attempt).
     const t = this.target(u.url);
-    // The one encoded copy of the body; the socket holds it until written (not this frame for a stream's life).
-    // ASCII (most bodies; base64 images always) encodes as a copy: far cheaper than UTF-8 encoding.
-    const body = Buffer.from(u.body, Buffer.byteLength(u.body, 'utf8') === u.body.length ? 'latin1' : 'utf8');
+    const idleMs = u.idleTimeoutMs;
+    // A string body is handed to the socket as it is: encoded there into memory freed once written
+    // (not a Buffer left for the garbage collector). ASCII (most bodies; base64 images always)
+    // encodes as latin1, a copy: far cheaper than UTF-8. A large body's parts are encoded one at a
+    // time as the socket takes them.
+    const body = u.body;
+    const bytes = typeof body === 'string' ? Buffer.byteLength(body, 'utf8') : body.bytes;
+    const encoding: BufferEncoding = typeof body === 'string' && bytes === body.length ? 'latin1' : 'utf8';
     // A flat [name, value, …] list: Node validates each header as it writes it, without building
     // the per-name header map an object costs. Host and Content-Length are ours to give then.
     const given = lowerCaseKeys(u.headers);
@@ -118,7 +127,7 @@ export class Transport {
     for (const k in given) {
       if (k !== 'host' && k !== 'content-length') headers.push(k, given[k]);
     }
-    headers.push('content-length', String(body.length));
+    headers.push('content-length', String(bytes));
     let timedOut = false;
     let sent = false;
     let settled = false;
@@ -139,7 +148,7 @@ export class Transport {
     }, (res) => {
       settled = true;
       // From now on, silence is the idle timeout's; before, only the caller's whole-attempt timer runs.
-      req.setTimeout(u.idleTimeoutMs, () => {
+      req.setTimeout(idleMs, () => {
         timedOut = true;
         req.destroy(new Error('upstream idle timeout'));
       });
@@ -152,7 +161,8 @@ export class Transport {
       reject(new TransportError(timedOut ? 'timeout' : 'connect', err.message, err.code));
     });
     req.once('finish', () => { sent = true; });
-    req.end(body);
+    if (typeof body === 'string') req.end(body, encoding);
+    else writeParts(body, req);
     return {
       response,
       abort: () => {
@@ -182,4 +192,46 @@ function lowerCaseKeys(h: Record<string, string>): Record<string, string> {
     }
   }
   return h;
+}
+
+/**
+ * Most characters encoded per write of a large body's parts: Node encodes a string write into a
+ * buffer of its own, and below malloc's mmap threshold (128 KiB) those come from reused memory
+ * instead of fresh pages for every write.
+ */
+const WRITE_CHUNK = 64 * 1024;
+
+/**
+ * Writes a large body's parts as the upstream socket takes them: one chunk encoded at a time, the
+ * next when the socket drained, so the body is never encoded whole (nor held twice).
+ */
+function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
+  const { parts, asciiParts } = body;
+  let k = 0;
+  let at = 0;
+  const pump = () => {
+    while (k < parts.length) {
+      if (dest.destroyed) return;
+      const s = parts[k];
+      const ascii = asciiParts[k];
+      let end = Math.min(s.length, at + WRITE_CHUNK);
+      // Never split a surrogate pair between two UTF-8 writes.
+      if (end < s.length && !ascii) {
+        const c = s.charCodeAt(end - 1);
+        if (c >= 0xd800 && c <= 0xdbff) end--;
+      }
+      const chunk = at === 0 && end === s.length ? s : s.slice(at, end);
+      at = end;
+      if (at >= s.length) {
+        k++;
+        at = 0;
+      }
+      if (!dest.write(chunk, ascii ? 'latin1' : 'utf8')) {
+        dest.once('drain', pump);
+        return;
+      }
+    }
+    dest.end();
+  };
+  pump();
 }

@@ -27,6 +27,8 @@ import { isFree, priceUsage, type Usage } from './money.js';
 import { chargeRate, choices } from './billing.js';
 import { PassthroughCut } from './stream-cut.js';
 import { LARGE_BODY, yieldTurn } from './body.js';
+import { largeWork } from './json/share.js';
+import { type OutgoingBody } from './json/text.js';
 
 /** The largest non-stream upstream body the gateway buffers. */
 const MAX_JSON_BODY = 64 * 1024 * 1024;
@@ -204,7 +206,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         upstreamProtocol: upstreamProtocol(ctx.protocol!, ctx.group, cand.provider.protocols),
         headers: {},
         retry: false,
-        request: { text: body.text, json: body.json },
+        request: { text: body.text, json: body.json, large: body.large },
       };
       ctx.attempts.push(attempt);
       /** The attempt, once it went upstream and came back (a hook or converter that threw leaves it unset). */
@@ -278,11 +280,24 @@ async function tryAttempt(
   const conversion = attempt.conversion!;
   const large = ctx.requestChars > LARGE_BODY;
   if (large) await yieldTurn();
-  let requestBody: string;
+  let requestBody: string | OutgoingBody;
   try {
-    requestBody = conversion.requestBody({
+    const input = {
       text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
-    });
+    };
+    const largeBody = attempt.request.large;
+    requestBody = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);
+    // A large body's upstream text is built within the large bodies' share of each turn (core/json).
+    if (typeof requestBody !== 'string') {
+      for (;;) {
+        if (largeWork.left === 0) await largeWork.next();
+        if (ctx.signal.aborted) break;
+        const t = performance.now();
+        const done = requestBody.step(largeWork.left);
+        largeWork.charge(performance.now() - t);
+        if (done) break;
+      }
+    }
   } catch (e) {
     // Converting walks the body recursively: a pathologically nested one is the client's error.
     if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
@@ -393,14 +408,31 @@ function billInput(ctx: RequestContext, attempt: Attempt): void {
 }
 
 /**
- * Once a stream is committed no other attempt can follow, so the parsed request (a copy of the
- * body as objects) is let go for the stream's life; the text stays for the failed-request record.
+ * Once a stream is committed no other attempt can follow, so the parsed request is let go for the
+ * stream's life. The text stays for the failed-request record, which keeps at most its first MiB:
+ * of a large body only that head is kept (with the length), so one idle stream holds one copy of
+ * a small body and no more than a MiB of a large one.
  */
 function dropRequestJson(ctx: RequestContext): void {
   const empty: Record<string, unknown> = {};
-  if (ctx.parsed) ctx.parsed.json = empty;
-  for (const a of ctx.attempts) a.request.json = empty;
+  const p = ctx.parsed;
+  let text: string | undefined;
+  if (p) {
+    p.json = empty;
+    if (p.large) {
+      p.large.ropes.clear();
+      text = p.text = p.large.text.head(FAILED_BODY_HEAD);
+      p.large = undefined;
+    }
+  }
+  for (const a of ctx.attempts) {
+    a.request.json = empty;
+    if (a.request.large) a.request = { text: text ?? '', json: empty };
+  }
 }
+
+/** Characters of a large body kept after commit for the failed-request record (which keeps 1 MiB). */
+const FAILED_BODY_HEAD = 1024 * 1024 + 1;
 
 /** Input estimated from the request size, output from generated characters. */
 function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars = 0): Usage {

@@ -4,7 +4,7 @@
  * eligibility only). 502 is not among this endpoint's statuses: upstream failures become 503.
  */
 import { GatewayError } from '../errors.js';
-import { spliceJson } from '../protocols/splice.js';
+import { spliceJson, spliceLarge } from '../protocols/splice.js';
 import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream.js';
 import type { Handler } from './types.js';
 import { sendJson } from './types.js';
@@ -20,7 +20,8 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
   const pick = pool.pickQuiet(model);
   if (!pick.ok) throw pick.error;
   const account = pick.account;
-  const text = spliceJson(body.text, { set: { model: model.upstream }, remove: ['models'] });
+  const ops = { set: { model: model.upstream }, remove: ['models'] };
+  const text = body.large ? spliceLarge(body.large, ops) : spliceJson(body.text, ops);
   const url = accountBaseUrl(deps, provider, account) + upstreamPath(provider, 'anthropic-messages', 'count');
   const call = deps.transport.send({
     provider, account: account.name, url, body: text,

@@ -12,6 +12,9 @@ import type { IRRequest, IRTool } from './ir.js';
 import type { Conversion, EncodeOptions, ErrorInfo, ProtocolCodec, RequestInput, ResponseTranslator } from './types.js';
 import { codecFor } from './index.js';
 import { estimateTokens, mergeUsage } from './usage.js';
+import type { LargeBody } from '../json/parse.js';
+import { withRopes, type OutgoingBody } from '../json/text.js';
+import { JsonWriter } from '../json/serialize.js';
 
 /**
  * Applies the group's `builtin_tools` policy to the provider-side tools of a converted request:
@@ -46,18 +49,27 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
   // What the request said that its response needs (set by requestBody, which runs first).
   let clientTools: IRTool[] | undefined;
   let inputEstimate: number | undefined;
+  const encode = (input: RequestInput): Record<string, unknown> => {
+    const ir = c.decodeRequest(input.json);
+    ir.model = input.upstreamModel;
+    ir.stream = input.stream;
+    applyBuiltinPolicy(ir, u, input);
+    clientTools = ir.tools;
+    inputEstimate = estimateTokens(input.text.length);
+    return u.encodeRequest(ir, { model: input.upstreamModel, requestId: input.requestId, defaultMaxTokens: input.defaultMaxTokens });
+  };
   return {
     client,
     upstream,
     passthrough: false,
     requestBody(input: RequestInput): string {
-      const ir = c.decodeRequest(input.json);
-      ir.model = input.upstreamModel;
-      ir.stream = input.stream;
-      applyBuiltinPolicy(ir, u, input);
-      clientTools = ir.tools;
-      inputEstimate = estimateTokens(input.text.length);
-      return JSON.stringify(u.encodeRequest(ir, { model: input.upstreamModel, requestId: input.requestId, defaultMaxTokens: input.defaultMaxTokens }));
+      return JSON.stringify(encode(input));
+    },
+    // A large body: the codecs read its long strings by their parts (the image payload is taken
+    // out of a data URL and put into one without a copy), and the upstream text is written a turn
+    // at a time.
+    requestParts(input: RequestInput, large: LargeBody): OutgoingBody {
+      return new JsonWriter(withRopes(large.ropes, () => encode(input)), large.ropes);
     },
     response(text: string, opts: EncodeOptions) {
       const json = JSON.parse(text);

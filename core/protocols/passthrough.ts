@@ -8,22 +8,30 @@ import type { ProtocolName } from '../config/types.js';
 import type { Usage } from '../money.js';
 import type { SseBlock } from '../sse.js';
 import type { Conversion, EncodeOptions, ErrorInfo, RequestInput, ResponseTranslator } from './types.js';
-import { spliceJson } from './splice.js';
+import { spliceJson, spliceLarge, type SpliceOps } from './splice.js';
+import type { OutgoingBody } from '../json/text.js';
+import type { LargeBody } from '../json/parse.js';
 import { wireFor } from './index.js';
 
 export function passthrough(protocol: ProtocolName): Conversion {
   const wire = wireFor(protocol);
+  const edits = (input: RequestInput): SpliceOps => {
+    const set: Record<string, unknown> = { model: input.upstreamModel };
+    if (protocol === 'openai-chat' && input.stream) {
+      const so = input.json.stream_options;
+      set.stream_options = { ...(so && typeof so === 'object' && !Array.isArray(so) ? so : {}), include_usage: true };
+    }
+    return { set, remove: ['models'] };
+  };
   return {
     client: protocol,
     upstream: protocol,
     passthrough: true,
     requestBody(input: RequestInput): string {
-      const set: Record<string, unknown> = { model: input.upstreamModel };
-      if (protocol === 'openai-chat' && input.stream) {
-        const so = input.json.stream_options;
-        set.stream_options = { ...(so && typeof so === 'object' && !Array.isArray(so) ? so : {}), include_usage: true };
-      }
-      return spliceJson(input.text, { set, remove: ['models'] });
+      return spliceJson(input.text, edits(input));
+    },
+    requestParts(input: RequestInput, large: LargeBody): OutgoingBody {
+      return spliceLarge(large, edits(input));
     },
     response(text: string) {
       let usage: Usage | undefined;

@@ -8,13 +8,8 @@
  * root is an object (the caller has parsed it once to validate and read fields).
  */
 
-interface Member {
-  key: string;
-  /** Start of the key's opening quote. */
-  start: number;
-  valueStart: number;
-  valueEnd: number;
-}
+import type { LargeBody, Member } from '../json/parse.js';
+import { OutgoingBody } from '../json/text.js';
 
 function isWs(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
@@ -97,37 +92,60 @@ export interface SpliceOps {
 
 /** Applies `ops` to the JSON object text `s`, leaving every other byte as it was. */
 export function spliceJson(s: string, ops: SpliceOps): string {
-  const { close, list } = members(s);
+  let out = '';
+  for (const x of spliceRanges(members(s), ops)) out += typeof x === 'string' ? x : s.slice(x[0], x[1]);
+  return out;
+}
+
+/**
+ * The same splice for a large body (core/json), from the members its parser recorded: the spans
+ * kept are the text's own pieces, written upstream as they are (nothing copied whole).
+ */
+export function spliceLarge(large: LargeBody, ops: SpliceOps): OutgoingBody {
+  const out = new OutgoingBody();
+  for (const x of spliceRanges(large.top, ops)) {
+    if (typeof x === 'string') out.push(x);
+    else large.text.partsOf(x[0], x[1], out);
+  }
+  return out;
+}
+
+/** The spliced text as new strings and [start, end) spans of the original, in order. */
+function spliceRanges(m: { close: number; list: Member[] }, ops: SpliceOps): Array<string | [number, number]> {
+  const { close, list } = m;
   const set = ops.set ?? {};
   const remove = new Set(ops.remove ?? []);
+  const out: Array<string | [number, number]> = [];
   if (list.length === 0) {
     const adds = Object.keys(set);
-    if (adds.length === 0) return s;
-    return s.slice(0, close) + adds.map((k) => `${JSON.stringify(k)}:${JSON.stringify(set[k])}`).join(',') + s.slice(close);
+    out.push([0, close]);
+    if (adds.length > 0) out.push(adds.map((k) => `${JSON.stringify(k)}:${JSON.stringify(set[k])}`).join(','));
+    out.push([close, Infinity]);
+    return out;
   }
   const seen = new Set<string>();
-  const memberText = (m: Member): string => {
-    if (!Object.prototype.hasOwnProperty.call(set, m.key)) return s.slice(m.start, m.valueEnd);
+  const member = (m: Member) => {
+    if (!Object.prototype.hasOwnProperty.call(set, m.key)) return out.push([m.start, m.valueEnd]);
     seen.add(m.key);
-    return s.slice(m.start, m.valueStart) + JSON.stringify(set[m.key]);
+    out.push([m.start, m.valueStart], JSON.stringify(set[m.key]));
   };
   // head + kept members, each followed by the separator that followed it in the source
   // (so the bytes between two originally adjacent kept members are unchanged) + tail.
-  let out = s.slice(0, list[0].start);
+  out.push([0, list[0].start]);
   let prev: number | undefined;
   for (let i = 0; i < list.length; i++) {
     const m = list[i];
     if (remove.has(m.key)) continue;
-    if (prev !== undefined) out += s.slice(list[prev].valueEnd, list[prev + 1].start);
-    out += memberText(m);
+    if (prev !== undefined) out.push([list[prev].valueEnd, list[prev + 1].start]);
+    member(m);
     prev = i;
   }
   const additions = Object.keys(set).filter((k) => !seen.has(k));
   if (additions.length > 0) {
     const text = additions.map((k) => `${JSON.stringify(k)}:${JSON.stringify(set[k])}`).join(',');
-    out += prev === undefined ? text : ',' + text;
+    out.push(prev === undefined ? text : ',' + text);
   }
-  out += s.slice(list[list.length - 1].valueEnd);
   // The tail starts after the last member's value: it may hold a trailing comma-free gap only.
+  out.push([list[list.length - 1].valueEnd, Infinity]);
   return out;
 }

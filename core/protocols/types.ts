@@ -10,6 +10,8 @@ import type { Usage } from '../money.js';
 import type { SseBlock } from '../sse.js';
 import type { ProtocolName } from '../config/types.js';
 import type { IRRequest, IRResponse, IRStreamEvent, IRTool } from './ir.js';
+import type { LargeBody } from '../json/parse.js';
+import type { OutgoingBody } from '../json/text.js';
 
 export interface ErrorInfo {
   type: string;
@@ -171,6 +173,12 @@ export interface Conversion {
   readonly passthrough: boolean;
   /** The body to send upstream. */
   requestBody(input: RequestInput): string;
+  /**
+   * The same for a large body (over the large-body size, core/json): its upstream body as parts,
+   * built from the body's pieces and parse without reading its text whole, completed by the
+   * caller's `step()` calls a turn at a time. Without it, `requestBody` gets the whole text.
+   */
+  requestParts?(input: RequestInput, large: LargeBody): OutgoingBody;
   /** A non-stream upstream body (JSON text) → the client's body and its usage. */
   response(upstreamText: string, opts: EncodeOptions): { body: string; usage: Usage | undefined };
   stream(opts: EncodeOptions): ResponseTranslator;

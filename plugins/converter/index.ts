@@ -16,7 +16,8 @@
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import type { Attempt, RequestContext } from '../../core/context.js';
-import type { Conversion } from '../../core/protocols/types.js';
+import type { Conversion, RequestInput } from '../../core/protocols/types.js';
+import type { LargeBody } from '../../core/json/parse.js';
 import { hubConversion } from '../../core/protocols/convert.js';
 import { parseDuration } from '../../core/units.js';
 import { converterSchema, type ConverterOptions } from './schema.js';
@@ -112,21 +113,24 @@ function wrap(ctx: RequestContext, conv: Conversion, ttlMs: number): Conversion 
     if (entries.length === 0) return;
     ctx.store.remember(ns, entries, ttlMs).catch((e) => ctx.log.warn('could not remember output items', { error: e as Error }));
   } : undefined;
+  const withPolicy = (input: RequestInput): RequestInput => {
+    // Each attempt decides afresh (a fallback model may sit on another protocol).
+    ctx.res.removeHeader(DROPPED_TOOLS_HEADER);
+    return {
+      ...input,
+      builtinTools: policy,
+      onDroppedTools: (types) => {
+        if (!ctx.res.headersSent) ctx.res.setHeader(DROPPED_TOOLS_HEADER, types.join(', '));
+      },
+    };
+  };
+  const parts = conv.requestParts;
   return {
     client: conv.client,
     upstream: conv.upstream,
     passthrough: conv.passthrough,
-    requestBody(input) {
-      // Each attempt decides afresh (a fallback model may sit on another protocol).
-      ctx.res.removeHeader(DROPPED_TOOLS_HEADER);
-      return conv.requestBody({
-        ...input,
-        builtinTools: policy,
-        onDroppedTools: (types) => {
-          if (!ctx.res.headersSent) ctx.res.setHeader(DROPPED_TOOLS_HEADER, types.join(', '));
-        },
-      });
-    },
+    requestBody: (input) => conv.requestBody(withPolicy(input)),
+    ...(parts ? { requestParts: (input: RequestInput, large: LargeBody) => parts(withPolicy(input), large) } : {}),
     response: (text, opts) => conv.response(text, onOutputItems ? { ...opts, onOutputItems } : opts),
     stream: (opts) => conv.stream(onOutputItems ? { ...opts, onOutputItems } : opts),
   };
