@@ -280,29 +280,9 @@ async function tryAttempt(
   const conversion = attempt.conversion!;
   const large = ctx.requestChars > LARGE_BODY;
   if (large) await yieldTurn();
-  let requestBody: string | OutgoingBody;
-  try {
-    const input = {
-      text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
-    };
-    const largeBody = attempt.request.large;
-    requestBody = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);
-    // A large body's upstream text is built within the large bodies' share of each turn (core/json).
-    if (typeof requestBody !== 'string') {
-      for (;;) {
-        if (largeWork.left === 0) await largeWork.next();
-        if (ctx.signal.aborted) break;
-        const t = performance.now();
-        const done = requestBody.step(largeWork.left);
-        largeWork.charge(performance.now() - t);
-        if (done) break;
-      }
-    }
-  } catch (e) {
-    // Converting walks the body recursively: a pathologically nested one is the client's error.
-    if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
-    throw e;
-  }
+  // Built in a frame of its own: this one stays suspended for a stream's whole life, and nothing
+  // of the request may stay in it.
+  let requestBody = await encodeRequest(ctx, attempt, conversion, stream);
   if (large) {
     await yieldTurn();
     if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
@@ -358,6 +338,31 @@ async function tryAttempt(
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {
     cleanup();
+  }
+}
+
+/** The upstream body of an attempt: a string, or a large body's parts built a share of each turn at a time. */
+async function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: Conversion, stream: boolean): Promise<string | OutgoingBody> {
+  let body: string | OutgoingBody;
+  try {
+    const input = {
+      text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
+    };
+    const largeBody = attempt.request.large;
+    body = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);
+    if (typeof body === 'string') return body;
+    for (;;) {
+      if (largeWork.left === 0) await largeWork.next();
+      if (ctx.signal.aborted) return body;
+      const t = performance.now();
+      const done = body.step(largeWork.left);
+      largeWork.charge(performance.now() - t);
+      if (done) return body;
+    }
+  } catch (e) {
+    // Converting walks the body recursively: a pathologically nested one is the client's error.
+    if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
+    throw e;
   }
 }
 
