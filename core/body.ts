@@ -7,10 +7,14 @@
  *   connection reset; the connection stays usable when the body ends.
  * - `server.body_memory` bounds the bytes held by all requests at once: a body whose bytes do not
  *   fit waits (paused) up to BODY_MEMORY_WAIT_MS for others to finish, then gets 503. Its bytes
- *   are released when its response closes.
- * - One buffer per body: with a `Content-Length` the bytes are copied into one allocation as they
- *   arrive (no chunk list plus a concatenated copy); the buffer is dropped once decoded unless the
- *   body could not be parsed (then it is kept for the failed-request record).
+ *   are released when its response closes. A small body that fits never waits behind large ones.
+ * - A body up to LARGE_BODY is read into one buffer (with a `Content-Length`, one allocation
+ *   filled as the bytes arrive), decoded and parsed by JSON.parse in one go: the common case keeps
+ *   the native path. The buffer is dropped once decoded unless the body could not be parsed (then
+ *   it is kept for the failed-request record).
+ * - A larger body is decoded as it arrives, a block at a time, and parsed by the incremental
+ *   parser (core/json), all within the large bodies' share of each event-loop turn, so it never
+ *   holds the requests around it back for long; it is held once, as the decoded pieces.
  * - Slow bodies are Node's `requestTimeout` (server.ts): they never reach here as a hang.
  */
 import type { IncomingMessage } from 'node:http';

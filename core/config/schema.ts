@@ -79,7 +79,7 @@ export const gatewaySchema = {
         },
         body_memory: {
           ...size,
-          description: 'Request body bytes held in flight across all requests, as a size or bytes; past it a request waits up to 2s for room, then gets 503 body_memory_exhausted with Retry-After: 1. Default: a quarter of the V8 heap limit (at least 16MiB)',
+          description: 'Request body bytes held in flight across all requests, as a size or bytes; past it a request waits up to 2s for room (in arrival order; a body of at most 1MiB that fits never waits behind larger ones), then gets 503 body_memory_exhausted with Retry-After: 1. Default: a quarter of the V8 heap limit (at least 16MiB)',
         },
         upstream_timeout: { ...duration, default: '600s', description: "A whole upstream attempt, request to last byte, including the wait for the upstream's response headers" },
         upstream_idle_timeout: { ...duration, default: '300s', description: 'Longest upstream silence once it began answering (after its response headers)' },
