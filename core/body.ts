@@ -178,16 +178,25 @@ export class TextCollector {
   }
 }
 
-/** Whether any byte is below 0x20 (four at a time; aligned blocks from allocUnsafe). */
+/**
+ * Whether any byte is below 0x20: four bytes a word (a byte x < 0x20 sets the high bit of
+ * (x - 0x20) & ~x), four words a step; blocks from allocUnsafe are aligned.
+ */
 function hasControl(b: Buffer): boolean {
   let i = 0;
   if (b.byteOffset % 4 === 0) {
-    const words = new Uint32Array(b.buffer, b.byteOffset, b.length >>> 2);
-    for (let w = 0; w < words.length; w++) {
-      const x = words[w];
-      if (((x - 0x20202020) & ~x & 0x80808080) !== 0) return true;
+    const u = new Uint32Array(b.buffer, b.byteOffset, b.length >>> 2);
+    const n = u.length;
+    let w = 0;
+    for (; w + 4 <= n; w += 4) {
+      const p = u[w];
+      const q = u[w + 1];
+      const r = u[w + 2];
+      const s = u[w + 3];
+      if ((((p - 0x20202020) & ~p) | ((q - 0x20202020) & ~q) | ((r - 0x20202020) & ~r) | ((s - 0x20202020) & ~s)) & 0x80808080) return true;
     }
-    i = words.length * 4;
+    for (; w < n; w++) if (((u[w] - 0x20202020) & ~u[w] & 0x80808080) !== 0) return true;
+    i = n * 4;
   }
   for (; i < b.length; i++) if (b[i] < 0x20) return true;
   return false;
