@@ -368,7 +368,7 @@ function decodeBody(buf: Buffer): string {
   }
 }
 
-/** Bodies above this are decoded as they arrive and parsed over many event-loop turns (docs/limits.md "Request bodies"). */
+/** Bodies above this are decoded as they arrive and parsed over many event-loop turns (docs/operations.md "Hostile and broken clients"). */
 export const LARGE_BODY = 1024 * 1024;
 /** Lets other requests run between the steps of a large body. */
 export const yieldTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
