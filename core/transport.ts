@@ -14,6 +14,10 @@
  * - http-proxy-3 remains the project's proxy where a response is passed through as bytes: the
  *   benchmark's baseline (bench/roles.ts). The gateway has no such path: the upstream must see
  *   exactly the headers we choose (never the client's gateway key), and every answer is metered.
+ *
+ * The body: a string is handed to the request as it is (Node encodes it into memory freed once
+ * written); a large body (core/json/text.ts) arrives as parts, written as the socket drains. Either
+ * way the transport keeps no copy for the life of a stream.
  */
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
