@@ -351,20 +351,20 @@ function category(fn: string, url: string): string | undefined {
 function categorize(p: CpuProfile, requests: number): Map<string, number> {
   const nodes = new Map(p.nodes.map((n) => [n.id, n]));
   const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
-  // Phase boundaries: runs of idle samples lasting most of a pause.
+  // Phase boundaries: stretches of most of a pause with no busy sample (an idle process is sampled
+  // sparsely, so the stretch is measured on the clock, not by counting idle samples).
   const gaps: [number, number][] = [];
-  let runStart = -1;
-  let runTime = 0;
+  let t = 0;
+  let lastBusy = -1;
+  let lastBusyT = 0;
   for (let i = 0; i < p.samples.length; i++) {
-    if (idle.has(p.samples[i])) {
-      if (runStart < 0) { runStart = i; runTime = 0; }
-      runTime += p.timeDeltas[i] ?? 0;
-    } else if (runStart >= 0) {
-      if (runTime >= GAP_MS * 0.6 * 1000) gaps.push([runStart, i]);
-      runStart = -1;
-    }
+    t += p.timeDeltas[i] ?? 0;
+    if (idle.has(p.samples[i])) continue;
+    if (lastBusy >= 0 && t - lastBusyT >= GAP_MS * 0.6 * 1000) gaps.push([lastBusy + 1, i]);
+    lastBusy = i;
+    lastBusyT = t;
   }
-  if (runStart >= 0 && runTime >= GAP_MS * 0.6 * 1000) gaps.push([runStart, p.samples.length]);
+  if (lastBusy >= 0 && t - lastBusyT >= GAP_MS * 0.6 * 1000) gaps.push([lastBusy + 1, p.samples.length]);
   if (gaps.length < 2) throw new Error('profile: the pauses around the counted requests were not found (machine too busy?)');
   const [from, to] = [gaps[gaps.length - 2][1], gaps[gaps.length - 1][0]];
   const out = new Map<string, number>();
