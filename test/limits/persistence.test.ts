@@ -5,13 +5,13 @@
  * journal has been flushed.
  */
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
-import { baseConfig, bearer, call, ROOT, startGateway, tmpDir, writeConfig } from '../helpers/gateway.js';
+import { baseConfig, bearer, call, startGateway, tmpDir, writeConfig } from '../helpers/gateway.js';
 import { ManualClock } from '../../core/clock.js';
 import { assertError, key, modelCall, sleep, usageOf } from './helpers.js';
+import { killHard, startProcess } from '../faults/helpers.js';
 
 const K = { quota: key(0x800), windows: key(0x801), wallet: key(0x802), plan: key(0x803), capped: key(0x804), reset: key(0x805) };
 const ADMIN = 'persistence-admin-token-0123456789';
@@ -92,41 +92,6 @@ t.test('graceful restart on the same store.path, and a reload, keep every counte
   await expectLimited(t, g, 'after restart');
   t.equal((await modelCall(g, K.reset, 'messages', 'claude-model', COST)).status, 200, 'the reset survived too');
 });
-
-interface Proc {
-  child: ChildProcess;
-  url: string;
-  stderr: () => string;
-}
-
-function startProcess(file: string): Promise<Proc> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [path.join(ROOT, 'bin/gateway.js'), 'start', '--config', file], {
-      env: { ...process.env, GATEWAY_WATCH_CONFIG: '0', GATEWAY_LOG_LEVEL: 'info' },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let err = '';
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`gateway did not start:\n${err}`)); }, 15_000);
-    child.stderr!.on('data', (d) => {
-      err += d;
-      const m = /gateway listening on (http:\/\/[^"\s]+)/.exec(err);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ child, url: m[1], stderr: () => err });
-      }
-    });
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`gateway exited (${code}):\n${err}`)); });
-  });
-}
-
-function killHard(p: Proc): Promise<void> {
-  return new Promise((resolve) => {
-    if (p.child.exitCode !== null || p.child.signalCode !== null) return resolve();
-    p.child.removeAllListeners('exit');
-    p.child.once('exit', () => resolve());
-    p.child.kill('SIGKILL');
-  });
-}
 
 t.test('kill -9 of a gateway process after the journal flush loses nothing', async (t) => {
   const dir = tmpDir('gw-kill9-');
