@@ -9,18 +9,9 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { baseConfig, bearer, call, chatBody, KEYS, ROOT, startGateway, writeConfig } from '../helpers/gateway.js';
 import { ConfigError } from '../../core/config/load.js';
-import { sleep } from '../helpers/upstream.js';
+import { sleep, until } from '../helpers/upstream.js';
 
 const NEW_KEY = 'sk-' + '77'.repeat(32);
-
-async function until(fn: () => Promise<boolean>, ms = 5000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return true;
-    await sleep(50);
-  }
-  return false;
-}
 
 t.test('reload(): valid config swaps in, invalid config is rejected and the old one keeps serving', async (t) => {
   const cfg = baseConfig();

@@ -12,6 +12,10 @@ import { startMockServer, type MockServer } from '../../core/mock/server.js';
 import { baseConfig, tmpDir } from '../helpers/gateway.js';
 import { RedisServer } from '../helpers/redis.js';
 import { request, startGatewayProcess, type Answer, type GatewayProcess } from '../helpers/process.js';
+import { until as poll } from '../helpers/upstream.js';
+
+/** Multi-process waits are longer than the shared default. */
+const until = (cond: () => Promise<boolean> | boolean, ms = 30_000) => poll(cond, ms, 50);
 
 const KEY = `sk-${'5a'.repeat(32)}`;
 /** USD per million tokens: 1000 micro-USD a token, so charges are easy to recompute. */
@@ -100,15 +104,6 @@ async function keysOf(prefix: string): Promise<string[]> {
     out.push(...batch);
   } while (cursor !== '0');
   return out;
-}
-
-async function until(cond: () => Promise<boolean> | boolean, ms = 30_000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await cond()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
 }
 
 /** Leaves at least `need` ms in the current clock minute of Redis, so a burst does not straddle two. */

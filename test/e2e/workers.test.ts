@@ -12,6 +12,10 @@ import { promisify } from 'node:util';
 import { ROOT, tmpDir } from '../helpers/gateway.js';
 import { RedisServer } from '../helpers/redis.js';
 import { request, startGatewayProcess, type GatewayProcess } from '../helpers/process.js';
+import { until as poll } from '../helpers/upstream.js';
+
+/** Multi-process waits are longer than the shared default. */
+const until = (cond: () => Promise<boolean> | boolean, ms = 20_000) => poll(cond, ms, 50);
 
 const README = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
 const blocks = (lang: string) => [...README.matchAll(new RegExp('```' + lang + '\\n([\\s\\S]*?)```', 'g'))].map((m) => m[1]);
@@ -74,15 +78,6 @@ function stream(url: string, key: string): { started: Promise<void>; done: Promi
     req.end(body);
   });
   return { started: startedP, done };
-}
-
-async function until(cond: () => Promise<boolean>, ms = 20_000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await cond()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
 }
 
 t.test('workers: 2 passes the README quick start, and reloads reach every worker', async (t) => {

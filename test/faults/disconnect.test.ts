@@ -9,6 +9,7 @@ import t from 'tap';
 import net from 'node:net';
 import { baseConfig, bearer, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { sseText } from '../helpers/raw.js';
+import { until } from '../helpers/upstream.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
@@ -41,15 +42,6 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 const stats = (key: string) => g.gw.store.keyStats(key, '2000-01-01', '2100-01-01').then((s) => s.total);
-async function until(fn: () => Promise<boolean>, ms = 5000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await fn()) return true;
-    await sleep(20);
-  }
-  return false;
-}
-
 function rawPost(path: string, key: string, body: string): string {
   return `POST ${path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;

@@ -50,3 +50,13 @@ export async function scriptedUpstream(handler: (req: http.IncomingMessage, res:
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls `fn` every `step` ms until it is true (true) or `ms` have passed (false). */
+export async function until(fn: () => Promise<boolean> | boolean, ms = 5000, step = 20): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await fn()) return true;
+    if (Date.now() > end) return false;
+    await sleep(step);
+  }
+}

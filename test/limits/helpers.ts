@@ -3,10 +3,10 @@
  * mock's exact usage, error assertions per wire-notes, and polling of /v1/usage.
  */
 import { bearer, call, type Reply, type TapTest } from '../helpers/gateway.js';
-import { sleep } from '../helpers/upstream.js';
+import { sleep, until } from '../helpers/upstream.js';
 import { priceUsage, type Price, type Usage } from '../../core/money.js';
 
-export { sleep };
+export { sleep, until };
 
 /** A deterministic `sk-` key from a small number. */
 export const key = (n: number): string => `sk-${n.toString(16).padStart(64, '0')}`;
@@ -51,16 +51,6 @@ export async function usageOf(g: Gw, apiKey: string, query = ''): Promise<any> {
   const r = await call(g.url + '/v1/usage' + query, { headers: bearer(apiKey) });
   if (r.status !== 200) throw new Error(`/v1/usage answered ${r.status}: ${r.text}`);
   return r.json;
-}
-
-/** Polls until `fn` is true (settlement of an aborted stream happens after the client left). */
-export async function until(fn: () => Promise<boolean> | boolean, ms = 5000, step = 20): Promise<boolean> {
-  const end = Date.now() + ms;
-  for (;;) {
-    if (await fn()) return true;
-    if (Date.now() > end) return false;
-    await sleep(step);
-  }
 }
 
 /** micro-USD → the USD number /v1/usage reports. */

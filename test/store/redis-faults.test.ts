@@ -9,6 +9,10 @@ import { createLogger } from '../../core/log.js';
 import { RedisStore } from '../../core/store/redis/index.js';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { freePort, RedisServer } from '../helpers/redis.js';
+import { until as poll } from '../helpers/upstream.js';
+
+/** Multi-process waits are longer than the shared default. */
+const until = (cond: () => Promise<boolean> | boolean, ms = 20_000) => poll(cond, ms, 50);
 
 const OPEN_KEY = `sk-${'0e'.repeat(32)}`;
 
@@ -39,15 +43,6 @@ const chat = (g: TestGateway, key = KEYS.chat, extra: Record<string, unknown> = 
 async function metric(g: TestGateway, name: string): Promise<number> {
   const text = (await call(`${g.url}/metrics`)).text;
   return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
-}
-
-async function until(cond: () => Promise<boolean>, ms = 20_000): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await cond()) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return false;
 }
 
 t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back by itself, the queued usage counted once', async (t) => {
