@@ -14,7 +14,7 @@
  *   UNKEYED_PER_MINUTE a minute are written, without their body.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Logger } from './log.js';
@@ -166,7 +166,10 @@ export class FailedRequestLog {
     const text = JSON.stringify({ at: new Date(now).toISOString(), ...scrub(r, this.opts.secrets()) }) + '\n';
     void this.ready
       .then(() => mkdir(folder, { recursive: true }))
-      .then(() => writeFile(file, text))
+      // Written aside, then renamed: a reader (an operator's tooling, a log shipper) never sees a
+      // record half-written under its final name.
+      .then(() => writeFile(`${file}.partial`, text))
+      .then(() => rename(`${file}.partial`, file))
       .then(() => {
         const size = Buffer.byteLength(text);
         this.files.push({ file, size });

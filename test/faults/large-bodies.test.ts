@@ -145,7 +145,7 @@ t.test('bad large bodies: 400 with a clear message; the record keeps the head an
   const ok = await call(`${g.url}/v1/chat/completions`, { method: 'POST', headers: bearer(KEYS.chat), json: { model: 'up-model', messages: [{ role: 'user', content: 'hi' }] } });
   t.equal(ok.status, 200);
   await sleep(300);
-  const records = readdirSync(failedDir).flatMap((d) => readdirSync(path.join(failedDir, d)).map((f) => JSON.parse(readFileSync(path.join(failedDir, d, f), 'utf8'))));
+  const records = readdirSync(failedDir).flatMap((d) => readdirSync(path.join(failedDir, d)).filter((f) => f.endsWith('.json')).map((f) => JSON.parse(readFileSync(path.join(failedDir, d, f), 'utf8'))));
   const invalid = records.find((r) => /Unexpected token/.test(r.error?.message ?? ''));
   t.ok(invalid, 'the invalid JSON was recorded');
   t.equal(invalid.body_truncated_from, Buffer.byteLength(cases[0][1]), 'with the full length of the body');
