@@ -42,12 +42,19 @@ const USAGE = `npm run bench:instructions -- [options]
   --out DIR         keep the callgrind files there (default: a temporary folder)
   --gateway-root DIR  run the gateway of another checkout (built), to compare two versions
   --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
-                    where they are spent (more requests by default: 20000 after 5000)`;
+                    where they are spent (more requests by default: 20000 after 5000)
+  --store KIND      the gateway's store: memory (default) or redis (a throwaway redis-server,
+                    started here, on another core than the gateway where taskset is available)`;
 
-interface Opts { requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string; cpuProf: boolean }
+interface Opts {
+  requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string; cpuProf: boolean;
+  store: 'memory' | 'redis';
+  /** Set once the redis-server runs (`--store redis`). */
+  redisUrl?: string;
+}
 
 function parse(argv: string[]): Opts {
-  const o: Opts = { requests: 0, warmup: 0, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root, cpuProf: false };
+  const o: Opts = { requests: 0, warmup: 0, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root, cpuProf: false, store: 'memory' };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -64,6 +71,11 @@ function parse(argv: string[]): Opts {
     else if (a === '--out') o.out = v();
     else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
     else if (a === '--cpu-prof') o.cpuProf = true;
+    else if (a === '--store') {
+      const k = v();
+      if (k !== 'memory' && k !== 'redis') throw new Error(`--store takes memory or redis\n${USAGE}`);
+      o.store = k;
+    }
     else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
@@ -180,7 +192,9 @@ function serverCommand(o: Opts, side: string, port: number, work: string, mockUr
     const dataDir = path.join(work, `gateway-data-${port}`);
     fs.mkdirSync(dataDir, { recursive: true });
     const cfg = path.join(work, `gateway-${port}.yaml`);
-    fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000 })));
+    // A fresh prefix per server: one run's counters and leases never meet another's.
+    const store = o.redisUrl ? { kind: 'redis', url: o.redisUrl, prefix: `bench${port}:` } : undefined;
+    fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store })));
     return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
   }
   return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
@@ -196,6 +210,7 @@ async function main(): Promise<void> {
   const mock = launch(process.execPath, [path.join(here, 'roles.js'), 'mock', String(mockPort)], mockLog);
   const mockUrl = `http://127.0.0.1:${mockPort}`;
   await waitFor(mockUrl + '/', mock, mockLog, 30_000);
+  if (o.store === 'redis') o.redisUrl = await startRedis(work);
   const targets: Record<string, { auth: string; body: string }> = {
     json: { auth: AUTH_CHAT, body: chatBody('bench-chat', false, o.words) },
     stream: { auth: AUTH_CHAT, body: chatBody('bench-chat', true, o.words) },
@@ -203,7 +218,7 @@ async function main(): Promise<void> {
   };
   if (o.cpuProf) {
     await profileAll(o, work, mockUrl, targets);
-    mock.kill('SIGKILL');
+    for (const c of children) c.kill('SIGKILL'); // the mock and redis-server
     return;
   }
   const results: Record<string, Record<string, number>> = {};
@@ -236,7 +251,7 @@ async function main(): Promise<void> {
       await new Promise((r) => child.once('exit', r));
     }
   }
-  mock.kill('SIGKILL');
+  for (const c of children) c.kill('SIGKILL'); // the mock and redis-server
   console.log(`| scenario | ${o.sides.join(' | ')} | ratio |`);
   console.log(`|---|${o.sides.map(() => '---').join('|')}|---|`);
   for (const [name, r] of Object.entries(results)) {
@@ -299,6 +314,29 @@ async function profileAll(o: Opts, work: string, mockUrl: string, targets: Recor
     for (const [c, ...v] of rows) if (v.some((x) => x >= 0.5)) console.log(`| ${c} | ${v.map((x) => x.toFixed(1)).join(' | ')} |`);
   }
   console.log(`\n(profiles in ${work}; open a .cpuprofile in Chrome DevTools for the call tree)`);
+}
+
+/**
+ * `--store redis`: a throwaway redis-server without persistence, on core 1 (the gateway under the
+ * profiler is on core 0), as `run.ts` runs it beside the mock upstream. Killed with the other children.
+ */
+async function startRedis(work: string): Promise<string> {
+  const port = await freePort();
+  const pin = os.availableParallelism() > 1 && hasTaskset() ? ['taskset', '-c', '1'] : [];
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', work];
+  const log = path.join(work, 'redis.log');
+  const child = pin.length ? launch(pin[0], [...pin.slice(1), 'redis-server', ...args], log) : launch('redis-server', args, log);
+  const t0 = Date.now();
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`redis-server exited\n${fs.readFileSync(log, 'utf8').slice(-2000)}`);
+    const up = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
+      s.on('error', () => resolve(false));
+    });
+    if (up) return `redis://127.0.0.1:${port}`;
+    if (Date.now() - t0 > 30_000) throw new Error(`redis-server: not up within 30 s\n${fs.readFileSync(log, 'utf8').slice(-2000)}`);
+    await sleep(100);
+  }
 }
 
 function hasTaskset(): boolean {
