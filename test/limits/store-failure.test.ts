@@ -6,6 +6,7 @@
 import t from 'tap';
 import { baseConfig, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { assertError, modelCall, usageOf } from './helpers.js';
+import type { InstrumentedStore } from '../../core/metrics.js';
 
 let g: TestGateway;
 t.before(async () => {
@@ -14,7 +15,7 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 t.test('admission that cannot reach the store: 503 billing_service_error, retryable, in the protocol format', async (t) => {
-  const store = g.gw.store as unknown as { admit: (...a: unknown[]) => Promise<unknown> };
+  const store = (g.gw.store as InstrumentedStore).inner as unknown as { admit: (...a: unknown[]) => Promise<unknown> };
   const admit = store.admit;
   store.admit = async () => { throw new Error('store unavailable'); };
   try {

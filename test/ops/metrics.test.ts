@@ -14,6 +14,7 @@ import { bodyFor, directive, key, modelCall, usageOf } from '../limits/helpers.j
 import { find, parseProm, total, type Sample } from '../helpers/prom.js';
 import { builtinPlugins } from '../../plugins/index.js';
 import { definePlugin } from '../../core/plugin.js';
+import type { InstrumentedStore } from '../../core/metrics.js';
 
 const LIMITED = key(0x7001);
 const boom = definePlugin({
@@ -78,7 +79,8 @@ t.before(async () => {
   // a plugin that throws
   if ((await call(g.url + '/boom/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status !== 500) throw new Error('expected 500');
   // the store failing one admission
-  const store = g.gw.store as unknown as Record<string, unknown>;
+  // On the store the instrumentation wraps: its failure is counted like a real one.
+  const store = (g.gw.store as InstrumentedStore).inner as unknown as Record<string, unknown>;
   store.admit = async () => { throw new Error('store down'); };
   const down = await chat();
   delete store.admit;

@@ -6,6 +6,7 @@
  */
 import t from 'tap';
 import { createLogger } from '../../core/log.js';
+import type { InstrumentedStore } from '../../core/metrics.js';
 import { RedisStore } from '../../core/store/redis/index.js';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { freePort, RedisServer } from '../helpers/redis.js';
@@ -87,7 +88,7 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   await new Promise((r) => setTimeout(r, 300));
   const again = await call(`${g.url}/v1/usage`, { headers: bearer(OPEN_KEY) });
   t.equal(again.json.usage.total.requests, 5, 'and only once');
-  t.equal((g.gw.store as RedisStore).pendingCount, 0, 'nothing left queued');
+  t.equal(((g.gw.store as InstrumentedStore).inner as RedisStore).pendingCount, 0, 'nothing left queued');
 });
 
 t.test('Redis frozen: every call is bounded by the timeout; thawed, it serves again', async (t) => {
