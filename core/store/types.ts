@@ -200,32 +200,58 @@ export interface Store {
 }
 
 // ---- calendar helpers shared by both stores (UTC) ------------------------------------------
+//
+// Every admission and settlement asks for the day, week and month of "now" (≈ 7 µs a request when
+// computed through Date each time). They change only at a day boundary, so the answers for the
+// last UTC day asked about are kept and recomputed when `t` falls on another day (later or
+// earlier: an injected test clock may go back). Pure functions of `t` all the same.
 
+const DAY_MS = 86_400_000;
+let cachedDay = NaN;
+let cachedKey = '';
+let cachedWeek = 0;
+let cachedMonth = 0;
+let cachedNextMonth = 0;
+
+function calendar(t: number): void {
+  const day = Math.floor(t / DAY_MS);
+  if (day === cachedDay) return;
+  const start = day * DAY_MS;
+  const d = new Date(start);
+  const key = d.toISOString().slice(0, 10); // throws on an invalid time, as before: nothing is cached
+  cachedWeek = start - ((d.getUTCDay() + 6) % 7) * DAY_MS; // Monday = 0
+  cachedMonth = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+  cachedNextMonth = Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+  cachedKey = key;
+  cachedDay = day;
+}
+
+/** The UTC day containing t, as YYYY-MM-DD. */
 export function dayKey(t: number): string {
-  return new Date(t).toISOString().slice(0, 10);
+  calendar(t);
+  return cachedKey;
 }
 
 /** Start of the UTC day containing t. */
 export function dayStart(t: number): number {
-  return Math.floor(t / 86_400_000) * 86_400_000;
+  return Math.floor(t / DAY_MS) * DAY_MS;
 }
 
 /** Start of the ISO week (Monday 00:00 UTC) containing t. */
 export function weekStart(t: number): number {
-  const d = dayStart(t);
-  const dow = (new Date(d).getUTCDay() + 6) % 7; // Monday = 0
-  return d - dow * 86_400_000;
+  calendar(t);
+  return cachedWeek;
 }
 
 /** Start of the calendar month (UTC) containing t. */
 export function monthStart(t: number): number {
-  const d = new Date(t);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+  calendar(t);
+  return cachedMonth;
 }
 
 export function nextMonthStart(t: number): number {
-  const d = new Date(t);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+  calendar(t);
+  return cachedNextMonth;
 }
 
 export function minuteStart(t: number): number {
