@@ -200,8 +200,8 @@ t.test('persistence: a settlement reaches the OS by the end of its event-loop tu
   t.equal(readFileSync(path.join(dir, 'journal.jsonl'), 'utf8'), '', 'batched: not written on the request path');
   await new Promise((r) => setImmediate(r));
   const text = readFileSync(path.join(dir, 'journal.jsonl'), 'utf8');
-  t.match(text, /"id":"x"/);
-  t.match(text, /"id":"y"/);
+  t.match(text, /"x"/);
+  t.match(text, /"y"/);
   await store.close();
 });
 
@@ -292,4 +292,69 @@ t.test('store lock: one process per folder; a stale lock is taken over', async (
   t.equal(readFileSync(path.join(dir, 'gateway.lock'), 'utf8').trim(), String(process.pid), 'the stale lock was taken over');
   await third.close();
   t.notOk(existsSync(path.join(dir, 'gateway.lock')), 'close removes the lock');
+});
+
+// ---- journal format: today's positional lines, and journals written by earlier versions ---------
+
+const OLD_JOURNAL = fileURLToPath(new URL('../../../test/store/fixtures/journal-v1.jsonl', import.meta.url));
+
+/** What the fixture journal (written by the previous version, keyed objects) holds, once replayed. */
+async function expectOldJournal(t: TapTest, store: MemoryStore, label: string) {
+  t.equal(await store.balanceSpent('u1'), 40 + 7, `${label}: old-1 settled (40), old-open recovered (7); old-2 is plan, old-3 cancelled`);
+  t.same(await store.planUsage('u1', 'g1'), { daily: 25, weekly: 25, monthly: 25 }, `${label}: plan`);
+  const k1 = await store.keyState('k1');
+  t.equal(k1.used, 40 + 25 + 7, `${label}: key quota`);
+  t.same(k1.windows['5h'], { start: T0, used: 40 + 25, reserved: 0 }, `${label}: window started by the journal, recovery has no windows`);
+  t.equal(k1.windows['1d'].used, 25);
+  const stats = await store.keyStats('k1', '2026-01-05', '2026-01-05');
+  t.same(stats.byModel.m1, { requests: 2, input: 17, output: 20, cacheRead: 3, cacheWrite: 4, cost: 80 + 14, actual: 47, durationMs: 24 }, `${label}: m1 counters`);
+  t.same(stats.byModel.m2, { requests: 1, input: 10, output: 20, cacheRead: 3, cacheWrite: 4, cost: 50, actual: 25, durationMs: 12 }, `${label}: m2 counters`);
+  t.equal((await store.keyState('k2')).used, 5, `${label}: k2 after its reset`);
+  t.equal(await store.balanceSpent('u2'), 5);
+}
+
+t.test('upgrade: a journal written by the previous version (keyed objects) replays in full, recovery included', async (t) => {
+  const dir = await tmp(t);
+  await writeFile(path.join(dir, 'journal.jsonl'), await readFile(OLD_JOURNAL, 'utf8'));
+  const clock = new ManualClock(T0 + 60_000);
+  const lines: string[] = [];
+  const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, log: createLogger('warn', (l) => lines.push(l)) });
+  await expectOldJournal(t, store, 'after the upgrade');
+  t.equal(lines.filter((l) => l.includes('recovery rule')).length, 1, 'old-open, in flight at the crash, settled by its recovery');
+  t.notOk(lines.some((l) => /unknown entry|unreadable/.test(l)), 'every old line understood');
+  await store.settle('old-1', settlement({ actual: 1000 }));
+  t.equal(await store.balanceSpent('u1'), 47, 'ids settled in the old journal stay settled');
+
+  // New lines go after the old state; a kill now (no close) and the next start keep both.
+  t.ok((await store.admit({ requestId: 'new-1', reserve: 10, claims: [quota(1_000_000)] })).ok);
+  await store.settle('new-1', settlement({ actual: 3, usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0 }, windows: ['5h'], estimated: true }));
+  await store.admit({ requestId: 'new-open', reserve: 10, claims: [quota(1_000_000)], recovery: settlement({ actual: 9, cost: 9, windows: [] }) });
+  await store.flush();
+  const crashed = await tmp(t);
+  await cp(dir, crashed, { recursive: true });
+  await store.close();
+  const journal = readFileSync(path.join(crashed, 'journal.jsonl'), 'utf8').trim().split('\n');
+  t.same(journal.map((l) => JSON.parse(l)[0]), [1, 2], 'the new settlement and admission are positional lines');
+  const again = await MemoryStore.open({ path: crashed, clock });
+  t.equal(await again.balanceSpent('u1'), 47 + 3 + 9, 'the new settlement and the new recovery on top of the old state');
+  t.equal((await again.keyState('k1')).used, 72 + 3 + 9);
+  await again.close();
+});
+
+t.test('journal: old keyed lines and positional lines in one file replay in seq order; a torn positional tail is dropped', async (t) => {
+  const dir = await tmp(t);
+  const old = await readFile(OLD_JOURNAL, 'utf8');
+  // seq 11: a settlement of k1/u1 (balance, m1, 5h window, estimated); seq 12: an admission whose
+  // recovery (3, flagged estimated and recovered) applies at the start; then a torn line.
+  const added = '[1,11,1767614402000,"mixed-1","k1","u1","g1","m1","balance",2,3,0,0,8,4,5,"5h",1]\n' +
+    '[2,12,1767614402000,"mixed-open","k1","u1","g1","m1","balance",3,0,0,0,3,3,0,"",3]\n' +
+    '[1,13,1767614402000,"torn","k1","u1","g1","m1","bal';
+  await writeFile(path.join(dir, 'journal.jsonl'), old + added);
+  const lines: string[] = [];
+  const store = await MemoryStore.open({ path: dir, clock: new ManualClock(T0 + 60_000), log: createLogger('warn', (l) => lines.push(l)) });
+  t.equal(await store.balanceSpent('u1'), 47 + 4 + 3);
+  t.equal((await store.keyState('k1')).windows['5h'].used, 65 + 4);
+  t.ok(lines.some((l) => l.includes('torn last line')), 'the torn tail is reported');
+  t.equal(lines.filter((l) => l.includes('recovery rule')).length, 2, 'old-open and mixed-open recovered');
+  await store.close();
 });
