@@ -415,6 +415,12 @@ export class MemoryStore implements Store {
 
   /** A slot that belongs to an admission: its settlement or cancel releases it (or leaves the queue). */
   private admissionSlot(requestId: string, adm: Admission, req: SlotRequest): Promise<SlotResult> {
+    // Decided at once (the usual case): no queue to leave, so no AbortController and no listener.
+    const now = this.slotNow(req);
+    if (now) {
+      if (now.ok) adm.slot = now.release;
+      return Promise.resolve(now);
+    }
     const leave = new AbortController();
     const forward = () => leave.abort();
     if (req.signal.aborted) leave.abort();
@@ -627,7 +633,8 @@ export class MemoryStore implements Store {
 
   // ---- slots -----------------------------------------------------------------------------------
 
-  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
+  /** The answer to a slot request when it needs no wait; undefined when it joins the queue. */
+  private slotNow(req: SlotRequest): SlotResult | undefined {
     if (req.signal.aborted) return { ok: false, reason: 'aborted' };
     if (req.limit <= 0) return { ok: true, release: () => {} };
     const g = getOr(this.slots, req.scope, () => ({ scope: req.scope, active: 0, limit: req.limit, waiters: new Set<Waiter>() }));
@@ -638,6 +645,13 @@ export class MemoryStore implements Store {
       return { ok: true, release: this.slotRelease(g) };
     }
     if (g.waiters.size >= req.queueSize) return { ok: false, reason: 'queue_full' };
+    return undefined;
+  }
+
+  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    const now = this.slotNow(req);
+    if (now) return now;
+    const g = this.slots.get(req.scope)!;
     return new Promise<SlotResult>((resolve) => {
       const waiter: Waiter = {
         resolve,
