@@ -483,12 +483,29 @@ export class InstrumentedStore implements Store {
     return this.timed(op, t0, p);
   }
 
+  // The two calls of every request, written out (no closure per call).
   admit(req: AdmitRequest): Promise<AdmitResult> {
-    return this.call('admit', () => this.inner.admit(req));
+    const t0 = performance.now();
+    let p: Promise<AdmitResult>;
+    try {
+      p = this.inner.admit(req);
+    } catch (e) {
+      this.errors.inc(this.l('admit'));
+      throw e;
+    }
+    return this.timed('admit', t0, p);
   }
 
   settle(requestId: string, s: Settlement): Promise<void> {
-    return this.call('settle', () => this.inner.settle(requestId, s));
+    const t0 = performance.now();
+    let p: Promise<void>;
+    try {
+      p = this.inner.settle(requestId, s);
+    } catch (e) {
+      this.errors.inc(this.l('settle'));
+      throw e;
+    }
+    return this.timed('settle', t0, p);
   }
 
   cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void> {

@@ -336,6 +336,8 @@ export class MemoryStore implements Store {
   private readonly admissions = new Map<string, Admission>();
   /** requestId → settle time (insertion ordered, trimmed by age and count). */
   private readonly settled = new Map<string, number>();
+  /** The time of `settled`'s first (oldest inserted) entry. */
+  private settledFirst = 0;
   private readonly slots = new Map<string, SlotGroup>();
   private readonly remembered = new LRUCache<string, string>({
     maxSize: REMEMBER_MAX_CHARS,
@@ -624,9 +626,15 @@ export class MemoryStore implements Store {
   }
 
   private rememberSettled(requestId: string, now: number): void {
+    if (this.settled.size === 0) this.settledFirst = now;
     this.settled.set(requestId, now);
+    // Nothing to forget (the usual case) is known without iterating: the first entry's time is kept.
+    if (this.settled.size <= SETTLED_MAX && this.settledFirst > now - SETTLED_TTL_MS) return;
     for (const [id, t] of this.settled) {
-      if (this.settled.size <= SETTLED_MAX && t > now - SETTLED_TTL_MS) break;
+      if (this.settled.size <= SETTLED_MAX && t > now - SETTLED_TTL_MS) {
+        this.settledFirst = t;
+        break;
+      }
       this.settled.delete(id);
     }
   }
@@ -637,9 +645,13 @@ export class MemoryStore implements Store {
   private slotNow(req: SlotRequest): SlotResult | undefined {
     if (req.signal.aborted) return { ok: false, reason: 'aborted' };
     if (req.limit <= 0) return { ok: true, release: () => {} };
-    const g = getOr(this.slots, req.scope, () => ({ scope: req.scope, active: 0, limit: req.limit, waiters: new Set<Waiter>() }));
+    let g = this.slots.get(req.scope);
+    if (g === undefined) {
+      g = { scope: req.scope, active: 0, limit: req.limit, waiters: new Set<Waiter>() };
+      this.slots.set(req.scope, g);
+    }
     g.limit = req.limit;
-    this.pumpSlots(g); // a raised limit first serves those already waiting
+    if (g.waiters.size > 0) this.pumpSlots(g); // a raised limit first serves those already waiting
     if (g.active < g.limit) {
       g.active++;
       return { ok: true, release: this.slotRelease(g) };
