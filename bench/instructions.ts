@@ -192,8 +192,10 @@ function serverCommand(o: Opts, side: string, port: number, work: string, mockUr
     const dataDir = path.join(work, `gateway-data-${port}`);
     fs.mkdirSync(dataDir, { recursive: true });
     const cfg = path.join(work, `gateway-${port}.yaml`);
-    // A fresh prefix per server: one run's counters and leases never meet another's.
-    const store = o.redisUrl ? { kind: 'redis', url: o.redisUrl, prefix: `bench${port}:` } : undefined;
+    // A fresh prefix per server: one run's counters and leases never meet another's. A longer call
+    // timeout than the shipped 500 ms: on a busy machine a stall of a second or two would otherwise
+    // mark Redis away and fail the run; what a call costs the gateway's CPU is the same.
+    const store = o.redisUrl ? { kind: 'redis', url: o.redisUrl, prefix: `bench${port}:`, timeout: '5s' } : undefined;
     fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store })));
     return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
   }
