@@ -147,9 +147,15 @@ function int(v: number): string {
   return String(v);
 }
 
+/** Names already checked by `field` (config names: bounded; cleared if it ever grows large). */
+const checkedNames = new Set<string>();
+
 /** A name packed into a script argument (config names never hold the separators). */
 function field(v: string): string {
+  if (checkedNames.has(v)) return v;
   if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1d-0x1f: ${JSON.stringify(v)}`);
+  if (checkedNames.size >= 10_000) checkedNames.clear();
+  checkedNames.add(v);
   return v;
 }
 
@@ -159,11 +165,11 @@ function field(v: string): string {
  */
 function packSettlement(s: Settlement): string {
   const u = s.usage;
-  const windows = s.windows.filter((w) => WINDOW_MS[w] !== undefined).join(',');
-  return [
-    field(s.keyId), field(s.user), field(s.group), field(s.model), s.billing, int(s.actual), int(s.cost),
-    int(u.input), int(u.output), int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), windows, s.estimated ? '1' : '0',
-  ].join(SEP);
+  let windows = '';
+  for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
+  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
+    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
+    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
 }
 
 function unpackSettlement(text: string): Settlement {
@@ -532,11 +538,14 @@ export class RedisStore implements Store {
 
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
-    const rec = this.keys.record(part.tag, req.requestId);
-    const keys = [rec, this.keys.done(part.tag, req.requestId), this.cluster ? rec : this.ownIndex];
     let claims = '';
     for (const { index, claim } of part.claims) claims += (claims ? LIST : '') + this.claimSpec(index, claim);
-    const sl = part.slot;
+    return this.admitScript(req, part.tag, claims, part.slot, indexEntry);
+  }
+
+  private async admitScript(req: AdmitRequest, tag: string, claims: string, sl: Part['slot'], indexEntry: string): Promise<number[]> {
+    const rec = this.keys.record(tag, req.requestId);
+    const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
     const slot = sl ? `${this.keys.slotTag(sl.req.scope)}${SEP}${sl.id}${SEP}${int(sl.req.limit)}${SEP}${int(Math.max(0, sl.req.queueSize))}` : '';
     return (await this.run('admit', keys, [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry, claims, slot])) as number[];
   }
@@ -554,6 +563,7 @@ export class RedisStore implements Store {
     // A slot asked for with the admission goes into the same script, unless there is nothing to take.
     const sr = req.slot;
     const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: `${this.instanceId}/${++this.slotSeq}` } : undefined;
+    if (!this.cluster) return this.admitSingle(req, slot);
     const parts = this.partition(req, slot);
     const tags = parts.map((p) => p.tag);
     // For the reaper: the parts, and the settlement to apply if this process dies (PARTS-separated).
@@ -589,20 +599,50 @@ export class RedisStore implements Store {
       }
       if (r[3] >= 0 && (heldIndex < 0 || r[3] < heldIndex)) heldIndex = r[3];
     }
-    if (failIndex < 0 && heldIndex < 0) {
-      const live: LiveAdmission = { tags };
-      this.live.set(req.requestId, live);
-      if (!sr) return { ok: true };
-      if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
-      const state = reply(parts.findIndex((p) => p.slot))![1];
-      if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
-      live.slot = { scope: sr.scope, id: slot.id };
-      if (state === 1) return { ok: true, slot: Promise.resolve(this.granted(sr.scope, slot.id, req.requestId)) };
-      return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
-    }
+    if (failIndex < 0 && heldIndex < 0) return this.admitted(req, tags, slot, slot ? reply(parts.findIndex((p) => p.slot))![1] : -1);
     if (this.cluster) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: admittedTags });
     if (failIndex >= 0) return retry >= 0 ? { ok: false, index: failIndex, retryAfterMs: retry } : { ok: false, index: failIndex };
     return { ok: false, index: heldIndex, held: true };
+  }
+
+  /**
+   * admit() on a single Redis: what the general path does for one part (one script), without
+   * building parts and combining settled promises — it runs on every request.
+   */
+  private async admitSingle(req: AdmitRequest, slot: Part['slot']): Promise<AdmitResult> {
+    const tag = this.keys.request(req.requestId);
+    let claims = '';
+    for (let i = 0; i < req.claims.length; i++) claims += (i > 0 ? LIST : '') + this.claimSpec(i, req.claims[i]);
+    const entry = tag + PARTS + (req.recovery ? packSettlement(req.recovery) : '');
+    let r: number[];
+    try {
+      r = await this.admitScript(req, tag, claims, slot, entry);
+    } catch (e) {
+      if (!(e instanceof Unavailable)) throw e;
+      // The answer was lost: take back what may have been applied (its cancel marker also
+      // refuses the admission should it reach Redis later), now or once Redis answers.
+      await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
+      throw this.refuse(e);
+    }
+    if (r[0] === 1) return this.admitted(req, [tag], slot, r[1]);
+    const failIndex = r[1] >= 0 ? r[1] : -1;
+    const heldIndex = r[3] >= 0 ? r[3] : -1;
+    if (failIndex >= 0) return r[2] >= 0 ? { ok: false, index: failIndex, retryAfterMs: r[2] } : { ok: false, index: failIndex };
+    if (heldIndex >= 0) return { ok: false, index: heldIndex, held: true };
+    return this.admitted(req, [tag], slot, -1);
+  }
+
+  /** An admission every part admitted; `state`: the slot's (0 queued, 1 granted, 2 queue full). */
+  private admitted(req: AdmitRequest, tags: string[], slot: Part['slot'], state: number): AdmitResult {
+    const sr = req.slot;
+    const live: LiveAdmission = { tags };
+    this.live.set(req.requestId, live);
+    if (!sr) return { ok: true };
+    if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
+    if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
+    live.slot = { scope: sr.scope, id: slot.id };
+    if (state === 1) return { ok: true, slot: Promise.resolve(this.granted(sr.scope, slot.id, req.requestId)) };
+    return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
   }
 
   /** Redis away: RPM-only admissions run locally at the per-instance share; money fails closed. */
@@ -719,11 +759,18 @@ export class RedisStore implements Store {
       return;
     }
     const packed = packSettlement(op.s);
+    if (!this.cluster) {
+      // One part: no fan-out (every request settles here).
+      if ((await this.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
+      return;
+    }
     const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, packed, 's', instance)));
     if (this.cluster) await this.indexDel(instance, op.id);
-    if (codes.includes(2)) {
-      this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
-    }
+    if (codes.includes(2)) this.lateSettlement(op);
+  }
+
+  private lateSettlement(op: { id: string; s: Settlement }): void {
+    this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
   }
 
   private cancelTags(id: string, tags: string[]): string[] {
