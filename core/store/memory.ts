@@ -307,10 +307,18 @@ function errCode(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | null)?.code;
 }
 
-type Check = { ok: true; apply: (adm: Admission) => void } | { ok: false; retryAfterMs?: number; held?: true };
+type Check = { ok: true } | { ok: false; retryAfterMs?: number; held?: true };
+const OK: Check = { ok: true };
 const FAIL: Check = { ok: false };
 /** Refused only because of reservations in flight. */
 const HELD: Check = { ok: false, held: true };
+
+/** One period of a plan claim with a limit: OK, HELD (reservations fill it) or FAIL (used up). */
+function planCheck(period: Period, start: number, limit: number): Check {
+  const used = periodUsed(period, start);
+  if (used >= limit) return FAIL;
+  return used + period.reserved >= limit ? HELD : OK;
+}
 
 export interface MemoryStoreOptions {
   /** Directory for the snapshot and journal; undefined = nothing on disk. */
@@ -336,6 +344,10 @@ export class MemoryStore implements Store {
   private readonly admissions = new Map<string, Admission>();
   /** requestId → settle time (insertion ordered, trimmed by age and count). */
   private readonly settled = new Map<string, number>();
+  /** What the claims of the admission being checked do once all pass (see check()). */
+  private readonly toHold: Held[] = [];
+  private readonly toCount: MinuteCounter[] = [];
+  private readonly toStart: { w: WindowCounter; key: string; window: Window }[] = [];
   /** The time of `settled`'s first (oldest inserted) entry. */
   private settledFirst = 0;
   private readonly slots = new Map<string, SlotGroup>();
@@ -393,18 +405,35 @@ export class MemoryStore implements Store {
     if (this.admissions.has(req.requestId) || this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
     const now = this.clock.now();
     // No await from here to the end: check and apply are one atomic step.
-    const applies: ((adm: Admission) => void)[] = [];
+    this.toHold.length = 0;
+    this.toCount.length = 0;
+    this.toStart.length = 0;
     let heldAt = -1;
     for (let i = 0; i < req.claims.length; i++) {
-      const c = this.check(req.claims[i], now, req.reserve);
-      if (c.ok) applies.push(c.apply);
+      const c = this.check(req.claims[i], now);
+      if (c.ok) continue;
       // A held claim is reported only if no later claim is refused outright: exhaustion wins.
-      else if (c.held) heldAt = heldAt < 0 ? i : heldAt;
+      if (c.held) heldAt = heldAt < 0 ? i : heldAt;
       else return c.retryAfterMs === undefined ? { ok: false, index: i } : { ok: false, index: i, retryAfterMs: c.retryAfterMs };
     }
     if (heldAt >= 0) return { ok: false, index: heldAt, held: true };
-    const adm: Admission = { reserve: req.reserve, held: [], counted: [], t: now };
-    for (const apply of applies) apply(adm);
+    // Every claim passed: perform what they noted, exactly what was checked.
+    const adm: Admission = { reserve: req.reserve, held: this.toHold.slice(), counted: [], t: now };
+    for (const { w, key, window } of this.toStart) {
+      w.start = now;
+      w.used = 0;
+      this.append({ op: 'wstart', t: now, key, w: window });
+    }
+    for (const h of adm.held) h.reserved += req.reserve;
+    const minute = Math.floor(now / MINUTE);
+    for (const counter of this.toCount) {
+      if (counter.minute !== minute) {
+        counter.minute = minute;
+        counter.count = 0;
+      }
+      counter.count++;
+      adm.counted.push({ counter, minute });
+    }
     this.admissions.set(req.requestId, adm);
     if (req.recovery && this.dir !== undefined) {
       assertMoney('recovery.actual', req.recovery.actual);
@@ -440,55 +469,48 @@ export class MemoryStore implements Store {
     });
   }
 
-  /** Evaluates one claim without side effects; `apply` performs exactly what was checked. */
-  private check(c: Claim, now: number, reserve: number): Check {
-    const hold = (h: Held, adm: Admission) => {
-      h.reserved += reserve;
-      adm.held.push(h);
-    };
+  /**
+   * Evaluates one claim without side effects on the limits; what passing it will do is noted in
+   * `toHold` / `toCount` / `toStart` (cleared by each admit), which `admit` performs once every
+   * claim has passed — no closure per claim, on the path of every request.
+   */
+  private check(c: Claim, now: number): Check {
     const minute = Math.floor(now / MINUTE);
-    const untilNextMinute = minuteStart(now) + MINUTE - now;
-    const count = (counter: MinuteCounter, adm: Admission) => {
-      if (counter.minute !== minute) {
-        counter.minute = minute;
-        counter.count = 0;
-      }
-      counter.count++;
-      adm.counted.push({ counter, minute });
-    };
-
     switch (c.kind) {
       case 'balance': {
         const w = this.wallet(c.user);
-        if (c.credit - w.spent - w.reserved > 0) return { ok: true, apply: (adm) => hold(w, adm) };
+        if (c.credit - w.spent - w.reserved > 0) {
+          this.toHold.push(w);
+          return OK;
+        }
         if (!c.free) return c.credit - w.spent > 0 ? HELD : FAIL;
-        const fc = getOr(this.freeCalls, c.user, () => ({ minute, count: 0 }));
+        let fc = this.freeCalls.get(c.user);
+        if (fc === undefined) this.freeCalls.set(c.user, (fc = { minute, count: 0 }));
         const used = fc.minute === minute ? fc.count : 0;
-        if (c.freeRpm > 0 && used >= c.freeRpm) return { ok: false, retryAfterMs: untilNextMinute };
-        return { ok: true, apply: (adm) => { hold(w, adm); count(fc, adm); } };
+        if (c.freeRpm > 0 && used >= c.freeRpm) return { ok: false, retryAfterMs: minuteStart(now) + MINUTE - now };
+        this.toHold.push(w);
+        this.toCount.push(fc);
+        return OK;
       }
       case 'plan': {
         const p = this.plan(c.user, c.group);
-        const periods: [Period, number, number][] = [
-          [p.daily, dayStart(now), c.limits.daily],
-          [p.weekly, weekStart(now), c.limits.weekly],
-          [p.monthly, monthStart(now), c.limits.monthly],
-        ];
-        let held = false;
-        for (const [period, start, limit] of periods) {
-          if (limit <= 0) continue;
-          const used = periodUsed(period, start);
-          if (used >= limit) return FAIL;
-          if (used + period.reserved >= limit) held = true;
-        }
-        if (held) return HELD;
-        return { ok: true, apply: (adm) => { for (const [period] of periods) hold(period, adm); } };
+        const l = c.limits;
+        const d = l.daily > 0 ? planCheck(p.daily, dayStart(now), l.daily) : OK;
+        if (d === FAIL) return FAIL;
+        const w = l.weekly > 0 ? planCheck(p.weekly, weekStart(now), l.weekly) : OK;
+        if (w === FAIL) return FAIL;
+        const m = l.monthly > 0 ? planCheck(p.monthly, monthStart(now), l.monthly) : OK;
+        if (m === FAIL) return FAIL;
+        if (d === HELD || w === HELD || m === HELD) return HELD;
+        this.toHold.push(p.daily, p.weekly, p.monthly);
+        return OK;
       }
       case 'key-quota': {
         const k = this.keyCounters(c.key);
         if (c.limit > 0 && k.used >= c.limit) return FAIL;
         if (c.limit > 0 && k.used + k.reserved >= c.limit) return HELD;
-        return { ok: true, apply: (adm) => hold(k, adm) };
+        this.toHold.push(k);
+        return OK;
       }
       case 'key-window': {
         const k = this.keyCounters(c.key);
@@ -497,17 +519,9 @@ export class MemoryStore implements Store {
         const used = restart ? 0 : w.used;
         if (c.limit > 0 && used >= c.limit) return FAIL;
         if (c.limit > 0 && used + w.reserved >= c.limit) return HELD;
-        return {
-          ok: true,
-          apply: (adm) => {
-            if (restart) {
-              w.start = now;
-              w.used = 0;
-              this.append({ op: 'wstart', t: now, key: c.key, w: c.window });
-            }
-            hold(w, adm);
-          },
-        };
+        if (restart) this.toStart.push({ w, key: c.key, window: c.window });
+        this.toHold.push(w);
+        return OK;
       }
       case 'spend-cap': {
         const p = this.cap(c.user)[c.period];
@@ -518,13 +532,17 @@ export class MemoryStore implements Store {
           const end = c.period === 'weekly' ? start + WEEK : nextMonthStart(now);
           return { ok: false, retryAfterMs: end - now };
         }
-        return { ok: true, apply: (adm) => hold(p, adm) };
+        this.toHold.push(p);
+        return OK;
       }
       case 'rpm': {
-        const r = getOr(this.rpm, rpmKey(c.scope, c.id), () => ({ minute, count: 0 }));
+        const id = rpmKey(c.scope, c.id);
+        let r = this.rpm.get(id);
+        if (r === undefined) this.rpm.set(id, (r = { minute, count: 0 }));
         const used = r.minute === minute ? r.count : 0;
-        if (c.limit > 0 && used >= c.limit) return { ok: false, retryAfterMs: untilNextMinute };
-        return { ok: true, apply: (adm) => count(r, adm) };
+        if (c.limit > 0 && used >= c.limit) return { ok: false, retryAfterMs: minuteStart(now) + MINUTE - now };
+        this.toCount.push(r);
+        return OK;
       }
       default: {
         const never: never = c;
