@@ -136,7 +136,7 @@ export class HotCounter<T extends string = string> extends Counter<T> {
     (this as { inc: unknown }).inc = (labels?: Labels | number, value?: number): void => {
       if (isObject(labels) && this.tree.enabled) {
         const e = this.tree.get(self, labels);
-        if (value === undefined) value = 1;
+        if (value === undefined || value === null) value = 1; // as prom-client reads them
         // Anything prom-client would refuse (negative, infinite) or treat oddly (NaN) takes its path.
         if (e !== undefined && value >= 0 && value < Infinity) {
           e.value += value;

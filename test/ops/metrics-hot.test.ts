@@ -49,6 +49,7 @@ t.test('the gateway\'s metric classes scrape exactly like prom-client\'s for the
         m.g.set({ a: 'x' }, 5); // replaces prom-client's series object
         m.c.remove('y', '1');
         m.h.labels('z', '2').observe(0.5);
+        m.c.inc({ a: 'x', b: '2' }, null as unknown as number); // prom-client counts a null as 1
       }
     }
     if (i === 4000) {
