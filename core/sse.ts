@@ -6,6 +6,13 @@
  * source text in `raw`, so passthrough can forward upstream bytes unchanged while still seeing
  * event names and data. A block with no `data:` line (a keepalive comment, a stray `event:`) is
  * still returned, with `data === undefined`; per the spec it is not an event.
+ *
+ * Two modes, one grammar: `feed` works on text (bytes are decoded first); `feedBytes` works on the
+ * bytes themselves and returns `SseBytesBlock`s — views of the chunk they arrived in, with only
+ * the `event`/`id`/`retry` values decoded and `data` decoded when first read. The stream path
+ * uses the byte mode: a passthrough stream forwards the upstream's bytes as they came and scans
+ * them for the few things it needs, and a converted one decodes each event's data once. One
+ * parser instance is used in one mode.
  */
 
 export interface SseBlock {
@@ -17,6 +24,53 @@ export interface SseBlock {
   retry?: number;
   /** The block's source text, line terminators and the closing blank line included. */
   raw: string;
+}
+
+const LF = 10;
+const CR = 13;
+const COLON = 58;
+const SPACE = 32;
+const NEWLINE = Buffer.from('\n');
+
+/**
+ * A block read in byte mode. `bytes` is its source, line terminators and the closing blank line
+ * included (a view of the chunk it came in when it fits in one); `data` and `raw` are decoded when
+ * first read. Scanners read the data in place: `dataBuf[dataStart, dataEnd)` (the block itself
+ * for one `data:` line, a joined copy for several; undefined when the block has no data).
+ */
+export class SseBytesBlock implements SseBlock {
+  id?: string;
+  retry?: number;
+  readonly dataBuf: Buffer | undefined;
+  readonly dataStart: number = 0;
+  readonly dataEnd: number = 0;
+  private text: string | undefined;
+
+  constructor(readonly bytes: Buffer, readonly event: string | undefined, ranges: number[] | undefined) {
+    if (ranges === undefined) return;
+    if (ranges.length === 2) {
+      this.dataBuf = bytes;
+      this.dataStart = ranges[0];
+      this.dataEnd = ranges[1];
+    } else {
+      const parts: Buffer[] = [];
+      for (let i = 0; i < ranges.length; i += 2) {
+        if (i > 0) parts.push(NEWLINE);
+        parts.push(bytes.subarray(ranges[i], ranges[i + 1]));
+      }
+      this.dataBuf = Buffer.concat(parts);
+      this.dataEnd = this.dataBuf.length;
+    }
+  }
+
+  get data(): string | undefined {
+    if (this.dataBuf === undefined) return undefined;
+    return (this.text ??= this.dataBuf.toString('utf8', this.dataStart, this.dataEnd));
+  }
+
+  get raw(): string {
+    return this.bytes.toString('utf8');
+  }
 }
 
 export class SseParser {
@@ -99,6 +153,154 @@ export class SseParser {
       if (this.raw.length > 0 && (this.dataLines || this.event !== undefined)) out.push(this.take());
     }
     return out;
+  }
+
+  /**
+   * Byte mode: returns the blocks completed by this chunk, each a view of the bytes it came in
+   * (a block split across chunks is copied once into the parser's own buffer). A UTF-8 sequence
+   * split across chunks needs no care here: nothing is decoded before its line is complete.
+   */
+  feedBytes(chunk: Uint8Array): SseBytesBlock[] {
+    const c = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    let buf: Buffer;
+    let blockStart: number;
+    let pos: number;
+    const inAcc = this.accLen > this.accStart;
+    if (inAcc) {
+      this.append(c);
+      buf = this.acc!.subarray(0, this.accLen);
+      blockStart = this.accStart;
+      pos = blockStart + this.scanFrom;
+    } else {
+      if (c.length === 0) return [];
+      buf = c;
+      blockStart = 0;
+      pos = 0;
+    }
+    const len = buf.length;
+    if (!this.started) {
+      // A leading BOM is not part of any block (the text mode's decoder drops it the same way).
+      if (len - pos < 3 && buf[pos] === 0xef && (len - pos < 2 || buf[pos + 1] === 0xbb)) {
+        this.carry(buf, blockStart, pos, inAcc);
+        return [];
+      }
+      this.started = true;
+      if (buf[pos] === 0xef && buf[pos + 1] === 0xbb && buf[pos + 2] === 0xbf) blockStart = pos += 3;
+    }
+    if (this.pendingCR && pos < len) {
+      this.pendingCR = false;
+      if (buf[pos] === LF) pos++; // the LF of a CRLF split across chunks: it leads the next block's bytes
+    }
+    const out: SseBytesBlock[] = [];
+    let cr = -2; // the next CR at or after `pos` (-1: none left; -2: not looked for yet)
+    while (pos < len) {
+      const lf = buf.indexOf(LF, pos);
+      if (cr !== -1 && cr < pos) cr = buf.indexOf(CR, pos);
+      let end: number;
+      let next: number;
+      if (cr !== -1 && (lf === -1 || cr < lf)) {
+        end = cr;
+        if (cr + 1 < len) next = buf[cr + 1] === LF ? cr + 2 : cr + 1;
+        else {
+          next = cr + 1;
+          this.pendingCR = true;
+        }
+      } else if (lf !== -1) {
+        end = lf;
+        next = lf + 1;
+      } else break;
+      if (end === pos) {
+        out.push(this.takeBytes(buf, blockStart, next));
+        blockStart = next;
+      } else {
+        this.lineBytes(buf, pos, end, blockStart);
+      }
+      pos = next;
+    }
+    this.carry(buf, blockStart, pos, inAcc);
+    return out;
+  }
+
+  /** Byte mode's `end`: an unterminated block is discarded, or returned with `flushIncomplete`. */
+  endBytes(flushIncomplete = false): SseBytesBlock[] {
+    if (!flushIncomplete || this.accLen <= this.accStart) return [];
+    const buf = this.acc!.subarray(0, this.accLen);
+    const start = this.accStart;
+    const line = start + this.scanFrom;
+    if (line < buf.length) this.lineBytes(buf, line, buf.length, start);
+    this.accStart = this.accLen;
+    if (this.dataRanges || this.event !== undefined) return [this.takeBytes(buf, start, buf.length)];
+    return [];
+  }
+
+  // Byte mode: the unfinished block is acc[accStart, accLen); its unfinished line starts scanFrom
+  // bytes into it. Bytes are only ever appended past accLen, so views handed out stay valid.
+  private acc: Buffer | undefined;
+  private accStart = 0;
+  private accLen = 0;
+  private scanFrom = 0;
+  /** Data values of the block being read: [start, end) pairs relative to the block's first byte. */
+  private dataRanges: number[] | undefined;
+
+  private carry(buf: Buffer, blockStart: number, pos: number, inAcc: boolean): void {
+    const left = buf.length - blockStart;
+    this.scanFrom = pos - blockStart;
+    if (left === 0) {
+      this.acc = undefined;
+      this.accStart = this.accLen = 0;
+    } else if (inAcc) {
+      this.accStart = blockStart; // already in our buffer
+    } else {
+      this.acc = Buffer.allocUnsafe(Math.max(256, left * 2));
+      buf.copy(this.acc, 0, blockStart);
+      this.accStart = 0;
+      this.accLen = left;
+    }
+  }
+
+  private append(c: Buffer): void {
+    const acc = this.acc!;
+    if (this.accLen + c.length > acc.length) {
+      const keep = this.accLen - this.accStart;
+      const grown = Buffer.allocUnsafe(Math.max(256, (keep + c.length) * 2));
+      acc.copy(grown, 0, this.accStart, this.accLen);
+      this.acc = grown;
+      this.accStart = 0;
+      this.accLen = keep;
+    }
+    c.copy(this.acc!, this.accLen);
+    this.accLen += c.length;
+  }
+
+  private lineBytes(buf: Buffer, s: number, e: number, blockStart: number): void {
+    const c0 = buf[s];
+    if (c0 === COLON) return; // comment
+    let colon = s;
+    while (colon < e && buf[colon] !== COLON) colon++;
+    const nameLen = colon - s;
+    const v = colon === e ? e : colon + 1 < e && buf[colon + 1] === SPACE ? colon + 2 : colon + 1;
+    if (nameLen === 4 && c0 === 0x64 && buf[s + 1] === 0x61 && buf[s + 2] === 0x74 && buf[s + 3] === 0x61) {
+      (this.dataRanges ??= []).push(v - blockStart, e - blockStart); // data
+    } else if (nameLen === 5 && c0 === 0x65 && buf.toString('latin1', s, colon) === 'event') {
+      this.event = buf.toString('utf8', v, e);
+    } else if (nameLen === 2 && c0 === 0x69 && buf[s + 1] === 0x64) {
+      const value = buf.toString('utf8', v, e); // id
+      if (!value.includes('\0')) this.id = value;
+    } else if (nameLen === 5 && c0 === 0x72 && buf.toString('latin1', s, colon) === 'retry') {
+      const value = buf.toString('latin1', v, e);
+      if (/^\d+$/.test(value)) this.retry = Number(value);
+    }
+  }
+
+  private takeBytes(buf: Buffer, start: number, end: number): SseBytesBlock {
+    const block = new SseBytesBlock(buf.subarray(start, end), this.event, this.dataRanges);
+    if (this.id !== undefined) block.id = this.id;
+    if (this.retry !== undefined) block.retry = this.retry;
+    this.event = undefined;
+    this.dataRanges = undefined;
+    this.id = undefined;
+    this.retry = undefined;
+    return block;
   }
 
   /** Bytes received but not yet part of a completed block. */

@@ -17,15 +17,15 @@ import { GatewayError, toGatewayError, type ErrorId } from './errors.js';
 import type { AccountConfig, ProtocolName, ProviderConfig } from './config/types.js';
 import type { AccountPools } from './pool/index.js';
 import type { PluginInstance } from './plugin.js';
-import { KEEPALIVE, SseParser } from './sse.js';
+import { KEEPALIVE, SseParser, type SseBytesBlock } from './sse.js';
 import { passthrough } from './protocols/passthrough.js';
 import type { Conversion, ErrorInfo, ResponseTranslator } from './protocols/types.js';
 import { resolveModel, upstreamProtocol } from './routing.js';
 import { Transport, TransportError, type UpstreamResponse } from './transport.js';
 import { estimateTokens } from './protocols/usage.js';
-import { isFree, priceUsage, type Usage } from './money.js';
+import { isFree, type Usage } from './money.js';
 import { chargeRate, choices } from './billing.js';
-import { PassthroughCut } from './stream-cut.js';
+import { OutputCap } from './stream-cut.js';
 import { LARGE_BODY, yieldTurn } from './body.js';
 import { largeWork } from './json/share.js';
 import { type OutgoingBody } from './json/text.js';
@@ -444,6 +444,23 @@ function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars =
   return { input: estimateTokens(ctx.requestChars), output: estimateTokens(outputChars || fallbackChars), cacheRead: 0, cacheWrite: 0 };
 }
 
+/**
+ * What goes to the client for some upstream bytes: text the gateway wrote, or the upstream's own
+ * bytes (passthrough forwards views of the chunks as they came).
+ */
+type Out = string | Buffer;
+
+/** `a` then `b`, copying only when it must: adjacent views of one chunk become one view. */
+function join(a: Out, b: Out): Out {
+  if (!b.length) return a;
+  if (!a.length) return b;
+  if (typeof a === 'string' && typeof b === 'string') return a + b;
+  if (typeof a !== 'string' && typeof b !== 'string' && a.buffer === b.buffer && a.byteOffset + a.length === b.byteOffset) {
+    return Buffer.from(a.buffer, a.byteOffset, a.length + b.length);
+  }
+  return Buffer.concat([typeof a === 'string' ? Buffer.from(a) : a, typeof b === 'string' ? Buffer.from(b) : b]);
+}
+
 export function writeHead(ctx: RequestContext, status: number, headers: Record<string, string>): void {
   if (ctx.committed) return;
   ctx.committed = true;
@@ -455,7 +472,23 @@ async function deliverStream(
   ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks, totalTimedOut: () => boolean,
   socketIdle: () => boolean,
 ): Promise<boolean> {
-  const translator: ResponseTranslator = attempt.conversion!.stream({ model: attempt.model.id, requestId: ctx.ledgerId });
+  // Once the charge of what was streamed passes the request's reservation (input as reported, else
+  // estimated; output estimated from the streamed text, 4 characters a token), the stream ends as a
+  // length stop: no upstream can overspend a limit by more than a reservation. Reported output
+  // arrives with the terminal event, so a stream is never cut after its own end. The output that
+  // fits is solved for once per stream (OutputCap); each event compares a character count.
+  const body0 = ctx.parsed;
+  const reserve = ctx.admission.reserve;
+  const cap = reserve > 0 && !isFree(attempt.model.price)
+    ? new OutputCap(attempt.model.price, chargeRate(ctx.user, ctx.group), reserve, estimateTokens(ctx.requestChars))
+    : undefined;
+  const translator: ResponseTranslator = attempt.conversion!.stream({
+    model: attempt.model.id, requestId: ctx.ledgerId,
+    cut: cap && attempt.conversion!.passthrough ? {
+      choices: body0 ? choices(body0) : 1,
+      includeUsage: (body0?.json.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+    } : undefined,
+  });
   const parser = new SseParser();
   const res: ServerResponse = ctx.res;
   const body = up.body;
@@ -488,9 +521,9 @@ async function deliverStream(
     ctx.signal.addEventListener('abort', done, { once: true });
   });
   /** Writes and reports whether the client's buffer is full (no promise per chunk on the hot path). */
-  const writeNow = (text: string): boolean => !text || ctx.signal.aborted || res.write(text);
-  const write = async (text: string) => {
-    if (!writeNow(text)) await drained();
+  const writeNow = (out: Out): boolean => !out.length || ctx.signal.aborted || res.write(out);
+  const write = async (out: Out) => {
+    if (!writeNow(out)) await drained();
   };
   /**
    * The client left after this upstream answered 200: no fallback, nothing written, and the usage
@@ -544,40 +577,24 @@ async function deliverStream(
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
     res.end(translator.fail({ type: attempt.error.type, message, code: attempt.error.code }));
   };
-  // Once the charge of what was streamed passes the request's reservation (input as reported, else
-  // estimated; output estimated from the streamed text, 4 characters a token), the stream ends as a
-  // length stop: no upstream can overspend a limit by more than a reservation. Reported output
-  // arrives with the terminal event, so a stream is never cut after its own end.
-  const body0 = ctx.parsed;
-  const reserve = ctx.admission.reserve;
-  const rate = chargeRate(ctx.user, ctx.group);
-  const guarded = reserve > 0 && !isFree(attempt.model.price);
-  const passCut = attempt.conversion!.passthrough ? new PassthroughCut(ctx.protocol!, {
-    choices: body0 ? choices(body0) : 1,
-    includeUsage: (body0?.json.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
-  }) : undefined;
-  const overCap = (): boolean => {
-    const r = translator.usage();
-    const u = { input: r?.input ?? estimateTokens(ctx.requestChars), cacheRead: r?.cacheRead ?? 0, cacheWrite: r?.cacheWrite ?? 0, output: estimateTokens(translator.outputChars()) };
-    return priceUsage(u, attempt.model.price, rate).actual > reserve;
-  };
   /** Set once the output passed the cap: the blocks after that one are dropped. */
   let overflow = false;
-  const handOut = (blocks: ReturnType<SseParser['feed']>): string => {
-    let out = '';
+  const onEvent = hooks.onEvent.length > 0 ? hooks.onEvent : undefined;
+  const handOut = (blocks: SseBytesBlock[]): Out => {
+    let out: Out = '';
     for (const b of blocks) {
       if (overflow) break;
-      passCut?.observe(b);
-      out += translator.block(b);
-      if (b.data !== undefined) for (const p of hooks.onEvent) p.onEvent!(ctx, { event: b.event, data: b.data });
-      if (guarded && !translator.upstreamError && overCap()) overflow = true;
+      const piece = translator.block(b);
+      if (piece.length) out = join(out, piece);
+      if (onEvent && b.dataBuf !== undefined) for (const p of onEvent) p.onEvent!(ctx, { event: b.event, data: b.data! });
+      if (cap && !translator.upstreamError && cap.over(translator.usage(), translator.outputChars())) overflow = true;
     }
     return out;
   };
 
   // The preamble (message_start, response.created, Chat's role chunk) is held until content begins,
   // at most `server.preamble_hold`: a model that thinks silently for minutes still gets its headers out.
-  let held = '';
+  let held: Out = '';
   let committing: Promise<boolean> | undefined;
   let holdTimer: NodeJS.Timeout | undefined;
   const commitHeld = (): Promise<boolean> => (committing ??= (async () => {
@@ -600,30 +617,30 @@ async function deliverStream(
   }, Math.max(10, Math.floor(keepaliveMs / 2)));
   keepalive.unref();
   /** Past the reservation: stop the upstream, end the client's stream as a length stop, bill what came. */
-  const cut = async (pending: string): Promise<boolean> => {
+  const cut = async (pending: Out): Promise<boolean> => {
     body.destroy();
     clearTimeout(holdTimer);
     if (!firstSent) {
-      held += pending;
+      held = join(held, pending);
       pending = '';
       if (!(await commitHeld())) return notCommitted(false);
     }
     settleUsage(false);
     ctx.usageEstimated = true;
     const usage = ctx.usage ?? estimate();
-    const frames = translator.truncate ? translator.truncate(usage) : passCut ? passCut.frames(usage) : '';
+    const frames = translator.truncate ? translator.truncate(usage) : '';
     ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
       model: attempt.model.id, reserve, output: usage.output,
     });
-    if (!ctx.signal.aborted) res.end(pending + frames);
+    if (!ctx.signal.aborted) res.end(join(pending, frames));
     return true;
   };
   try {
     for await (const chunk of body) {
-      const out = handOut(parser.feed(chunk as Buffer));
+      const out = handOut(parser.feedBytes(chunk as Buffer));
       if (overflow) return await cut(out);
       if (!firstSent) {
-        held += out;
+        held = join(held, out);
         const upstreamErr = translator.upstreamError;
         // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
         if (upstreamErr && !committing) return await failBeforeCommit(errorFromEvent(upstreamErr), 'event');
@@ -643,16 +660,16 @@ async function deliverStream(
         lastWrite = Date.now();
         continue;
       }
-      if (out) {
+      if (out.length) {
         lastWrite = Date.now();
         if (!writeNow(out)) await drained();
       }
     }
     if (committing && !(await committing)) return notCommitted(false);
-    let out = held + handOut(parser.end(true));
+    let out = join(held, handOut(parser.endBytes(true)));
     held = '';
     const end = translator.end();
-    out += end.text;
+    out = join(out, end.text);
     if (!firstSent) {
       if (translator.upstreamError) return await failBeforeCommit(errorFromEvent(translator.upstreamError), 'event');
       if (!end.complete) return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));

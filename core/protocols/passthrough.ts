@@ -2,11 +2,13 @@
  * Same protocol on both sides: the client's bytes go up with only `model` rewritten (`models`
  * removed; Chat streams also get `stream_options.include_usage: true`, since usage is always
  * requested), and the upstream's bytes come back unchanged — complete SSE blocks only, so an
- * error frame appended after a failure never lands inside a half-written event.
+ * error frame appended after a failure never lands inside a half-written event. A stream's blocks
+ * are forwarded as the bytes they came in (never decoded and re-encoded); the tap reads them in place.
  */
 import type { ProtocolName } from '../config/types.js';
 import type { Usage } from '../money.js';
-import type { SseBlock } from '../sse.js';
+import type { SseBytesBlock } from '../sse.js';
+import { PassthroughCut } from '../stream-cut.js';
 import type { Conversion, EncodeOptions, ErrorInfo, RequestInput, ResponseTranslator } from './types.js';
 import { spliceJson, spliceLarge, type SpliceOps } from './splice.js';
 import type { OutgoingBody } from '../json/text.js';
@@ -41,11 +43,13 @@ export function passthrough(protocol: ProtocolName): Conversion {
       } catch { /* forwarded as is; no usage */ }
       return { body: text, usage };
     },
-    stream(_opts: EncodeOptions): ResponseTranslator {
+    stream(opts: EncodeOptions): ResponseTranslator {
       const tap = wire.createTap();
       let upstreamError: ErrorInfo | undefined;
-      return {
-        block(b: SseBlock): string {
+      const cut = opts.cut ? new PassthroughCut(protocol, opts.cut, () => tap.meta) : undefined;
+      const translator: ResponseTranslator = {
+        block(b: SseBytesBlock): string | Buffer {
+          cut?.observe(b);
           const forward = tap.observe(b);
           if (tap.errored && !upstreamError && b.data !== undefined) {
             upstreamError = readError(b.data);
@@ -54,7 +58,7 @@ export function passthrough(protocol: ProtocolName): Conversion {
             // error frames are already named and pass unchanged).
             if (protocol === 'openai-chat' && b.event === undefined) return wire.streamError(upstreamError, tap.meta);
           }
-          return forward ? b.raw : '';
+          return forward ? b.bytes : '';
         },
         end() {
           return { text: '', complete: tap.complete };
@@ -74,6 +78,8 @@ export function passthrough(protocol: ProtocolName): Conversion {
         usage: () => tap.usage,
         outputChars: () => tap.outputChars,
       };
+      if (cut) translator.truncate = (usage) => cut.frames(usage);
+      return translator;
     },
   };
 }

@@ -1,5 +1,5 @@
 import type { Usage } from '../money.js';
-import type { SseBlock } from '../sse.js';
+import type { SseBytesBlock } from '../sse.js';
 import type { StreamMeta, StreamTap } from './types.js';
 
 /** What every passthrough tap tracks; each protocol's wire says how its events move it. */
@@ -9,11 +9,15 @@ export abstract class BaseTap implements StreamTap {
   errored = false;
   started = false;
   outputChars = 0;
-  meta: StreamMeta = {};
+  protected m: StreamMeta = {};
 
-  abstract observe(b: SseBlock): boolean;
+  get meta(): StreamMeta {
+    return this.m;
+  }
 
-  closing(_estimate: () => Usage): string {
+  abstract observe(b: SseBytesBlock): boolean;
+
+  closing(_estimate: () => Usage): string | Buffer {
     return '';
   }
 }

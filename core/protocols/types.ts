@@ -7,7 +7,7 @@
  * IR and encoded for the upstream; responses and streams go back the same way.
  */
 import type { Usage } from '../money.js';
-import type { SseBlock } from '../sse.js';
+import type { SseBlock, SseBytesBlock } from '../sse.js';
 import type { ProtocolName } from '../config/types.js';
 import type { IRRequest, IRResponse, IRStreamEvent, IRTool } from './ir.js';
 import type { LargeBody } from '../json/parse.js';
@@ -52,6 +52,11 @@ export interface EncodeOptions {
    * converter keeps them so later `item_reference`s can be answered).
    */
   onOutputItems?: (items: ReadonlyArray<Record<string, unknown>>) => void;
+  /**
+   * Passthrough streams the core may cut at the reservation: what the length-stop frames need
+   * from the request (Chat's `n` and `include_usage`). Without it a passthrough stream has no `truncate`.
+   */
+  cut?: { choices: number; includeUsage: boolean };
 }
 
 /** Meta a stream carries that error frames may need (Responses' failed event names the response). */
@@ -93,10 +98,13 @@ export interface ProtocolCodec extends ProtocolWire {
   createStreamEncoder(opts: EncodeOptions): StreamEncoder;
 }
 
-/** Watches a passthrough stream; decodes only events that can carry usage or end the stream. */
+/**
+ * Watches a passthrough stream; decodes only events that can carry usage or end the stream, and
+ * reads the others' bytes in place (core/protocols/scan.ts).
+ */
 export interface StreamTap {
   /** Inspects a block; false means "do not forward it now" (`closing()` accounts for it). */
-  observe(block: SseBlock): boolean;
+  observe(block: SseBytesBlock): boolean;
   /** Best usage known so far (cumulative totals). */
   readonly usage: Usage | undefined;
   /** The protocol's terminal event was seen (message_stop, response.completed, finish + [DONE]…). */
@@ -109,8 +117,8 @@ export interface StreamTap {
   readonly outputChars: number;
   /** What the stream said about itself (id, model, sequence), for error frames. */
   readonly meta: StreamMeta;
-  /** Client text to append at a clean, complete upstream end (e.g. a missing `data: [DONE]`). */
-  closing(estimate: () => Usage): string;
+  /** Client bytes to append at a clean, complete upstream end (e.g. a missing `data: [DONE]`). */
+  closing(estimate: () => Usage): string | Buffer;
 }
 
 export interface RequestInput {
@@ -139,14 +147,17 @@ export interface RequestInput {
  */
 export type BuiltinToolsPolicy = 'map' | 'drop' | 'reject';
 
-/** Translates one attempt's response for the client. */
+/**
+ * Translates one attempt's response for the client. Client output is text the gateway wrote, or
+ * (passthrough) the upstream's own bytes: a view of the block as it came.
+ */
 export interface ResponseTranslator {
-  /** One complete upstream block in; client text out ('' when nothing is due yet). */
-  block(b: SseBlock): string;
+  /** One complete upstream block in (from the byte-mode parser); client output out ('' when nothing is due yet). */
+  block(b: SseBytesBlock): string | Buffer;
   /** Upstream ended. `complete: false` means it stopped before its terminal event. */
   end(): { text: string; complete: boolean };
-  /** After a complete end: closing text the client still needs (a usage chunk, `[DONE]`). */
-  closing(estimate: () => Usage): string;
+  /** After a complete end: closing output the client still needs (a usage chunk, `[DONE]`). */
+  closing(estimate: () => Usage): string | Buffer;
   /** Client frames reporting a failure after commit. */
   fail(err: ErrorInfo): string;
   /** The upstream's own error event, if one passed through (the stream is then over). */
@@ -161,8 +172,8 @@ export interface ResponseTranslator {
   outputChars(): number;
   /**
    * Ends the stream now as the client protocol's length stop, reporting `usage` (the core cuts a
-   * stream whose output passes its reservation). Absent on passthrough, whose stream the core ends
-   * itself (core/stream-cut.ts).
+   * stream whose output passes its reservation). A passthrough stream has it only when opened with
+   * `EncodeOptions.cut` (it then watches what its closing frames need, core/stream-cut.ts).
    */
   truncate?(usage: Usage): string;
 }

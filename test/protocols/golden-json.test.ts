@@ -141,8 +141,8 @@ t.test('the hub stream translator over every transcript', async (t) => {
         const tx = hubConversion(to, from)!.stream(OPTS);
         const p = new SseParser();
         let out = '';
-        for (const b of p.feed(tr.bytes)) out += tx.block(b);
-        for (const b of p.end(true)) out += tx.block(b);
+        for (const b of p.feedBytes(tr.bytes)) out += tx.block(b);
+        for (const b of p.endBytes(true)) out += tx.block(b);
         const end = tx.end();
         out += end.text + tx.closing(() => ZERO);
         const name = `${from}/${tr.name} → ${to}`;

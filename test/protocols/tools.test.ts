@@ -51,7 +51,7 @@ function stream(conv: Conversion, upstream: string): string {
   const tr = conv.stream(OPTS);
   const parser = new SseParser();
   let out = '';
-  for (const b of [...parser.feed(upstream), ...parser.end(true)]) out += tr.block(b);
+  for (const b of [...parser.feedBytes(Buffer.from(upstream)), ...parser.endBytes(true)]) out += tr.block(b);
   const end = tr.end();
   t.equal(end.complete, true, 'the upstream stream is complete');
   return out + end.text;

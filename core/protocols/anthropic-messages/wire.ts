@@ -3,42 +3,43 @@
  * `message_start.message.usage` and (cumulative) in `message_delta.usage`; `message_stop` ends.
  */
 import { GatewayError } from '../../errors.js';
-import { formatJsonEvent, type SseBlock } from '../../sse.js';
+import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage, stringValueLength } from '../usage.js';
+import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage } from '../usage.js';
+import { bytesValueLength, valueNeedles } from '../scan.js';
 import { validateHistory } from './history.js';
 
-const TEXT_KEYS = ['text', 'partial_json', 'thinking'] as const;
+const TEXT_KEYS = valueNeedles(['text', 'partial_json', 'thinking']);
 
 class MessagesTap extends BaseTap {
 
-  observe(b: SseBlock): boolean {
+  observe(b: SseBytesBlock): boolean {
     this.inspect(b);
     return true;
   }
 
-  private inspect(b: SseBlock): void {
-    if (b.data === undefined) return;
+  private inspect(b: SseBytesBlock): void {
+    if (b.dataBuf === undefined) return;
     switch (b.event) {
       case 'content_block_start':
         this.started = true;
         return;
       case 'content_block_delta':
         this.started = true;
-        this.outputChars += stringValueLength(b.data, TEXT_KEYS);
+        this.outputChars += bytesValueLength(b.dataBuf, b.dataStart, b.dataEnd, TEXT_KEYS);
         return;
       case 'message_start':
         try {
-          const m = JSON.parse(b.data).message ?? {};
-          this.meta = { id: m.id, model: m.model };
+          const m = JSON.parse(b.data!).message ?? {};
+          this.m = { id: m.id, model: m.model };
           const u = fromAnthropicUsagePartial(m.usage);
           if (u) this.usage = mergeUsage(this.usage, u);
         } catch { /* ignore */ }
         return;
       case 'message_delta':
         try {
-          const u = fromAnthropicUsagePartial(JSON.parse(b.data).usage);
+          const u = fromAnthropicUsagePartial(JSON.parse(b.data!).usage);
           if (u) this.usage = mergeUsage(this.usage, u);
         } catch { /* ignore */ }
         return;

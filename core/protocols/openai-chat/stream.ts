@@ -211,8 +211,12 @@ export class ChatStreamEncoder implements StreamEncoder {
   private usage: Usage | undefined;
   private reasoningTokens: number | undefined;
 
+  /** Every chunk's frame up to its delta: the same for the whole stream, so serialised once. */
+  private readonly head: string;
+
   constructor(private readonly opts: EncodeOptions) {
     this.id = completionId(opts.requestId);
+    this.head = `data: ${JSON.stringify({ id: this.id, object: 'chat.completion.chunk', created: this.created, model: opts.model }).slice(0, -1)},"choices":[{"index":0,"delta":`;
   }
 
   fail(err: ErrorInfo): string {
@@ -220,14 +224,9 @@ export class ChatStreamEncoder implements StreamEncoder {
     return chatWire.streamError(err);
   }
 
+  /** The frame `formatJsonEvent` would write for this chunk object (JSON text has no raw newline). */
   private chunk(delta: Obj, finish: string | null = null): string {
-    return formatJsonEvent({
-      id: this.id,
-      object: 'chat.completion.chunk',
-      created: this.created,
-      model: this.opts.model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-    });
+    return `${this.head}${JSON.stringify(delta)},"logprobs":null,"finish_reason":${finish === null ? 'null' : JSON.stringify(finish)}}]}\n\n`;
   }
 
   private ensureStart(): string {

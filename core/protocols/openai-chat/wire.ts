@@ -4,74 +4,79 @@
  * chunk (the gateway always asks for it) and `data: [DONE]` ends the stream.
  */
 import { GatewayError } from '../../errors.js';
-import { formatEvent, formatJsonEvent, type SseBlock } from '../../sse.js';
+import { formatEvent, formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromChatUsage, stringValueLength, toChatUsage } from '../usage.js';
+import { fromChatUsage, toChatUsage } from '../usage.js';
+import { bytesValueLength, hasKey, keyNeedle, startsWith, startsWithKey, valueNeedles } from '../scan.js';
 
-const USAGE = /"usage"\s*:\s*\{/;
-const FINISH = /"finish_reason"\s*:\s*"/;
-const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
-const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
-const TEXT_KEYS = ['content', 'arguments', 'reasoning_content', 'refusal'] as const;
+const USAGE = keyNeedle('usage');
+const FINISH = keyNeedle('finish_reason');
+const ERROR = keyNeedle('error');
+const TOOL_CALLS = keyNeedle('tool_calls');
+const DONE = Buffer.from('[DONE]');
+const TEXT_KEYS = valueNeedles(['content', 'arguments', 'reasoning_content', 'refusal']);
 
 class ChatTap extends BaseTap {
   /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
-  private doneRaw: string | undefined;
+  private doneBytes: Buffer | undefined;
   private finished = false;
 
-  observe(b: SseBlock): boolean {
-    if (this.doneRaw !== undefined) return false; // nothing after [DONE] reaches the client
-    const data = b.data;
-    if (data === undefined) return true;
-    if (data.startsWith('[DONE]')) {
-      this.doneRaw = b.raw;
+  observe(b: SseBytesBlock): boolean {
+    if (this.doneBytes !== undefined) return false; // nothing after [DONE] reaches the client
+    const buf = b.dataBuf;
+    if (buf === undefined) return true;
+    const s = b.dataStart;
+    const e = b.dataEnd;
+    if (startsWith(buf, s, e, DONE)) {
+      this.doneBytes = b.bytes;
       this.complete = this.finished;
       return false;
     }
-    if (this.meta.id === undefined) {
+    if (this.m.id === undefined) {
       try {
-        const j = JSON.parse(data);
-        this.meta = { id: j.id, model: j.model, created: j.created };
+        const j = JSON.parse(b.data!);
+        this.m = { id: j.id, model: j.model, created: j.created };
       } catch { /* not JSON: ignored like the SDKs would fail on it later */ }
     }
-    if (ERROR_FIRST.test(data) || b.event === 'error') {
+    if (startsWithKey(buf, s, e, ERROR) || b.event === 'error') {
       this.errored = true;
       return true;
     }
-    if (USAGE.test(data)) {
+    if (hasKey(buf, s, e, USAGE, '{')) {
       try {
-        const u = fromChatUsage(JSON.parse(data).usage);
+        const u = fromChatUsage(JSON.parse(b.data!).usage);
         if (u) this.usage = u;
       } catch { /* ignore */ }
     }
-    if (FINISH.test(data)) {
+    if (hasKey(buf, s, e, FINISH, '"')) {
       this.finished = true;
       this.complete = true;
       this.started = true;
     }
-    const chars = stringValueLength(data, TEXT_KEYS);
+    const chars = bytesValueLength(buf, s, e, TEXT_KEYS);
     this.outputChars += chars;
-    if (chars > 0 || TOOL_CALLS.test(data)) this.started = true;
+    if (chars > 0 || hasKey(buf, s, e, TOOL_CALLS, '[{')) this.started = true;
     return true;
   }
 
-  override closing(estimate: () => Usage): string {
+  override closing(estimate: () => Usage): string | Buffer {
     let out = '';
     if (!this.usage) {
       // The upstream ignored include_usage: the client still gets its usage chunk (estimated).
       this.usage = estimate();
       out += formatJsonEvent({
-        id: this.meta.id ?? 'chatcmpl-gateway',
+        id: this.m.id ?? 'chatcmpl-gateway',
         object: 'chat.completion.chunk',
-        created: this.meta.created ?? Math.floor(Date.now() / 1000),
-        model: this.meta.model ?? '',
+        created: this.m.created ?? Math.floor(Date.now() / 1000),
+        model: this.m.model ?? '',
         choices: [],
         usage: toChatUsage(this.usage),
       });
     }
-    return out + (this.doneRaw ?? formatEvent('[DONE]'));
+    if (this.doneBytes === undefined) return out + formatEvent('[DONE]');
+    return out ? Buffer.concat([Buffer.from(out), this.doneBytes]) : this.doneBytes;
   }
 }
 

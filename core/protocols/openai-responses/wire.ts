@@ -4,10 +4,11 @@
  * `error` event followed by `response.failed` (wire-notes).
  */
 import { GatewayError } from '../../errors.js';
-import { formatJsonEvent, type SseBlock } from '../../sse.js';
+import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromResponsesUsage, stringValueLength } from '../usage.js';
+import { fromResponsesUsage } from '../usage.js';
+import { bytesValueLength, sequenceNumber, startsWith, valueNeedles } from '../scan.js';
 
 /**
  * Frames without an `event:` line (some servers, the SDK's own fixtures) name their type only in
@@ -21,21 +22,22 @@ function topLevelType(data: string): string | undefined {
     return undefined;
   }
 }
-const SEQ = /"sequence_number"\s*:\s*(\d+)/;
+const DONE = Buffer.from('[DONE]');
+const DELTA = valueNeedles(['delta']);
 
 class ResponsesTap extends BaseTap {
 
-  observe(b: SseBlock): boolean {
+  observe(b: SseBytesBlock): boolean {
     this.inspect(b);
     return true;
   }
 
-  private inspect(b: SseBlock): void {
-    const data = b.data;
-    if (data === undefined || data.startsWith('[DONE]')) return;
-    const type = b.event ?? topLevelType(data);
-    const seq = SEQ.exec(data);
-    if (seq) this.meta.sequence = Number(seq[1]);
+  private inspect(b: SseBytesBlock): void {
+    const buf = b.dataBuf;
+    if (buf === undefined || startsWith(buf, b.dataStart, b.dataEnd, DONE)) return;
+    const type = b.event ?? topLevelType(b.data!);
+    const seq = sequenceNumber(buf, b.dataStart, b.dataEnd);
+    if (seq !== undefined) this.m.sequence = seq;
     switch (type) {
       case 'response.output_text.delta':
       case 'response.function_call_arguments.delta':
@@ -43,21 +45,21 @@ class ResponsesTap extends BaseTap {
       case 'response.reasoning_text.delta':
       case 'response.refusal.delta':
         this.started = true;
-        this.outputChars += stringValueLength(data, ['delta']);
+        this.outputChars += bytesValueLength(buf, b.dataStart, b.dataEnd, DELTA);
         return;
       case 'response.output_item.added':
         this.started = true;
         return;
       case 'response.created':
         try {
-          const r = JSON.parse(data).response ?? {};
-          this.meta = { ...this.meta, id: r.id, model: r.model, created: r.created_at };
+          const r = JSON.parse(b.data!).response ?? {};
+          this.m = { ...this.m, id: r.id, model: r.model, created: r.created_at };
         } catch { /* ignore */ }
         return;
       case 'response.completed':
       case 'response.incomplete':
         try {
-          const u = fromResponsesUsage(JSON.parse(data).response?.usage);
+          const u = fromResponsesUsage(JSON.parse(b.data!).response?.usage);
           if (u) this.usage = u;
         } catch { /* ignore */ }
         this.complete = true;
