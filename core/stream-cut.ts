@@ -48,6 +48,8 @@ export class OutputCap {
 }
 
 const D = 1_000_000n * BigInt(PPM);
+/** Beyond this many tokens (4 characters each, still exact as a number) the cap is no cap. */
+const HUGE = BigInt(Math.floor(Number.MAX_SAFE_INTEGER / 8));
 
 /**
  * The largest output token count whose charge with `fixed`'s other buckets stays within
@@ -65,7 +67,7 @@ export function maxOutputTokens(fixed: Usage, price: Price, ratePpm: number, res
   const perToken = BigInt(price.output) * rate;
   if (perToken <= 0n) return Infinity;
   const max = room / perToken;
-  return max > BigInt(Number.MAX_SAFE_INTEGER >> 3) ? Infinity : Number(max);
+  return max > HUGE ? Infinity : Number(max);
 }
 
 export class PassthroughCut {
