@@ -3,75 +3,141 @@
  * passthrough taps find what they need (usage, the finish, the length of generated text) with
  * these, and JSON-parse only the few events that carry usage or metadata.
  *
- * Each works on `buf[start, end)`. They read keys the way the taps' patterns always have: a key is
- * its quoted name (an escaped quote inside a string value never matches one), JSON whitespace may
- * surround the colon, and the first matching occurrence wins.
+ * Each works on `buf[start, end)` and reads keys the way the taps' text patterns did (their
+ * oracle in test/protocols/scan.test.ts): a key is its quoted name followed by a colon, JSON
+ * whitespace may surround the colon, and the first matching occurrence wins. One JavaScript pass
+ * per event: a native `Buffer.indexOf` per key cost more than the whole pass (its call overhead
+ * dominates on events of a few hundred bytes).
  */
-
-/** A needle for `key`: its quoted name. */
-export function keyNeedle(key: string): Buffer {
-  return Buffer.from(`"${key}"`, 'latin1');
-}
 
 const isSpace = (c: number): boolean => c === 32 || c === 9 || c === 10 || c === 13;
 
-/** After `i`, skipping JSON whitespace: the offset of `expect` if it comes next, else -1. */
-function next(buf: Buffer, i: number, end: number, expect: number): number {
-  while (i < end && isSpace(buf[i])) i++;
-  return i < end && buf[i] === expect ? i : -1;
-}
+/**
+ * What `KeyScan` looks for about a key:
+ *  - `text`: the length of its first string value written `"key": "…"` (no space before the colon,
+ *    only spaces after it), in UTF-16 code units as the text form counts them (an escape counts once,
+ *    a character outside the BMP twice);
+ *  - `number`: its first value written as digits (`"key"\s*:\s*(\d+)`), plus one;
+ *  - a string of characters: whether some occurrence is followed by `:` and then those characters
+ *    in turn, JSON whitespace allowed between them (`'{'` is `"key"\s*:\s*\{`): 1 or 0.
+ */
+export type KeyRule = 'text' | 'number' | string;
 
 /**
- * Whether `needle` (a quoted key) occurs followed by `:` and then by `after`'s characters in turn
- * (whitespace allowed between them): `"usage"\s*:\s*\{` is `hasKey(…, keyNeedle('usage'), '{')`.
+ * One pass over an event's JSON data, in place, for a fixed set of keys. A key is a string
+ * followed by `:` (at any depth); string values are skipped whole, so text that merely contains a
+ * key's name never matches. Built once per protocol; `run` resets it per event (one stream at a
+ * time per call: the results are read right after `run`).
  */
-export function hasKey(buf: Buffer, start: number, end: number, needle: Buffer, after: string): boolean {
-  let k = buf.indexOf(needle, start);
-  while (k !== -1 && k + needle.length <= end) {
-    let i = next(buf, k + needle.length, end, 58 /* : */);
-    for (let j = 0; i !== -1 && j < after.length; j++) i = next(buf, i + 1, end, after.charCodeAt(j));
-    if (i !== -1) return true;
-    k = buf.indexOf(needle, k + 1);
+export class KeyScan {
+  private readonly names: Buffer[];
+  private readonly rules: KeyRule[];
+  /** Per key, by its rule: the text length found (-1: none), the number plus one (0: none), or 1 when matched (0: no). */
+  readonly found: Int32Array;
+
+  constructor(keys: Record<string, KeyRule>) {
+    this.names = Object.keys(keys).map((k) => Buffer.from(k, 'latin1'));
+    this.rules = Object.values(keys);
+    this.found = new Int32Array(this.names.length);
   }
-  return false;
+
+  run(buf: Buffer, start: number, end: number): this {
+    const found = this.found;
+    for (let n = 0; n < found.length; n++) found[n] = this.rules[n] === 'text' ? -1 : 0;
+    let i = start;
+    while (i < end) {
+      if (buf[i] !== 34) {
+        i++;
+        continue;
+      }
+      let j = i + 1;
+      while (j < end) {
+        const d = buf[j];
+        if (d === 92) j += 2;
+        else if (d === 34) break;
+        else j++;
+      }
+      if (j >= end) break;
+      let k = j + 1;
+      while (k < end && isSpace(buf[k])) k++;
+      if (k < end && buf[k] === 58) {
+        const n = this.match(buf, i + 1, j);
+        if (n >= 0) this.visit(n, buf, j, k, end);
+      }
+      i = j + 1;
+    }
+    return this;
+  }
+
+  /** The key at `buf[a, b)`: its index, or -1. */
+  private match(buf: Buffer, a: number, b: number): number {
+    const len = b - a;
+    const names = this.names;
+    for (let n = 0; n < names.length; n++) {
+      const name = names[n];
+      if (name.length !== len) continue;
+      let x = 0;
+      while (x < len && name[x] === buf[a + x]) x++;
+      if (x === len) return n;
+    }
+    return -1;
+  }
+
+  /** Key `n` closed at `quote`, its colon at `colon`. */
+  private visit(n: number, buf: Buffer, quote: number, colon: number, end: number): void {
+    const rule = this.rules[n];
+    if (rule === 'text') {
+      if (this.found[n] >= 0 || colon !== quote + 1) return;
+      let v = colon + 1;
+      while (v < end && buf[v] === 32) v++;
+      if (v < end && buf[v] === 34) this.found[n] = utf16Length(buf, v + 1, end);
+      return;
+    }
+    if (rule === 'number') {
+      if (this.found[n] > 0) return;
+      let v = colon + 1;
+      while (v < end && isSpace(buf[v])) v++;
+      let x = 0;
+      const d0 = v;
+      while (v < end && buf[v] >= 48 && buf[v] <= 57) x = x * 10 + (buf[v++] - 48);
+      if (v > d0) this.found[n] = x + 1;
+      return;
+    }
+    if (this.found[n] === 1) return;
+    let v = colon;
+    for (let r = 0; r < rule.length; r++) {
+      v++;
+      while (v < end && isSpace(buf[v])) v++;
+      if (v >= end || buf[v] !== rule.charCodeAt(r)) return;
+    }
+    this.found[n] = 1;
+  }
+
+  /** The first text length found among keys `from`, in order (0 when none has a string value). */
+  firstText(...keys: number[]): number {
+    for (const n of keys) if (this.found[n] >= 0) return this.found[n];
+    return 0;
+  }
 }
 
-/** Whether the data begins (after whitespace) with `{` and the key `needle` followed by `:`. */
-export function startsWithKey(buf: Buffer, start: number, end: number, needle: Buffer): boolean {
-  let i = next(buf, start, end, 123 /* { */);
-  if (i === -1) return false;
+/** Whether the data begins (after whitespace) with `{` and the key `"name"` followed by `:`. */
+export function startsWithKey(buf: Buffer, start: number, end: number, name: Buffer): boolean {
+  let i = start;
+  while (i < end && isSpace(buf[i])) i++;
+  if (i >= end || buf[i] !== 123) return false;
   i++;
   while (i < end && isSpace(buf[i])) i++;
-  if (end - i < needle.length || buf.compare(needle, 0, needle.length, i, i + needle.length) !== 0) return false;
-  return next(buf, i + needle.length, end, 58) !== -1;
+  if (buf[i] !== 34 || !startsWith(buf, i + 1, end, name) || buf[i + 1 + name.length] !== 34) return false;
+  i += name.length + 2;
+  while (i < end && isSpace(buf[i])) i++;
+  return i < end && buf[i] === 58;
 }
 
 /** Whether the bytes at `start` begin with `prefix`. */
 export function startsWith(buf: Buffer, start: number, end: number, prefix: Buffer): boolean {
-  return end - start >= prefix.length && buf.compare(prefix, 0, prefix.length, start, start + prefix.length) === 0;
-}
-
-/** Needles for `stringValueLength`: each key as `"key":`. */
-export function valueNeedles(keys: readonly string[]): Buffer[] {
-  return keys.map((k) => Buffer.from(`"${k}":`, 'latin1'));
-}
-
-/**
- * The byte form of `stringValueLength` (usage.ts): the length, in UTF-16 code units as the text
- * form counts them, of the JSON string value of the first of the keys present (`"key":`, spaces,
- * then a string). An escape counts once; a character outside the BMP counts twice.
- */
-export function bytesValueLength(buf: Buffer, start: number, end: number, needles: readonly Buffer[]): number {
-  for (const needle of needles) {
-    let k = buf.indexOf(needle, start);
-    while (k !== -1 && k + needle.length <= end) {
-      let i = k + needle.length;
-      while (i < end && buf[i] === 32) i++;
-      if (i < end && buf[i] === 34) return utf16Length(buf, i + 1, end);
-      k = buf.indexOf(needle, i);
-    }
-  }
-  return 0;
+  if (end - start < prefix.length) return false;
+  for (let x = 0; x < prefix.length; x++) if (buf[start + x] !== prefix[x]) return false;
+  return true;
 }
 
 /** UTF-16 code units of the JSON string whose first byte is at `i` (up to its closing quote). */
@@ -94,22 +160,3 @@ function utf16Length(buf: Buffer, i: number, end: number): number {
   }
   return len;
 }
-
-/** The first `"sequence_number": <digits>` value in the range (Responses events), or undefined. */
-export function sequenceNumber(buf: Buffer, start: number, end: number): number | undefined {
-  let k = buf.indexOf(SEQUENCE, start);
-  while (k !== -1 && k + SEQUENCE.length <= end) {
-    const i = next(buf, k + SEQUENCE.length, end, 58);
-    if (i !== -1) {
-      let j = i + 1;
-      while (j < end && isSpace(buf[j])) j++;
-      let n = 0;
-      const d0 = j;
-      while (j < end && buf[j] >= 48 && buf[j] <= 57) n = n * 10 + (buf[j++] - 48);
-      if (j > d0) return n;
-    }
-    k = buf.indexOf(SEQUENCE, k + 1);
-  }
-  return undefined;
-}
-const SEQUENCE = keyNeedle('sequence_number');

@@ -59,14 +59,14 @@ export function curlBody(rel: string): any {
   return JSON.parse(text.slice(start + 4, text.lastIndexOf("'")));
 }
 
-/** Feeds `chunks` through SseParser and the protocol's decoder, as the core does. */
+/** Feeds `chunks` through SseParser's byte mode and the protocol's decoder, as the core does. */
 export function decodeChunks(p: ProtocolName, chunks: Array<Uint8Array | string>): IRStreamEvent[] {
   const parser = new SseParser();
   const dec = codec(p).createStreamDecoder();
   const out: IRStreamEvent[] = [];
   const feed = (blocks: SseBlock[]) => { for (const b of blocks) out.push(...dec.push(b)); };
-  for (const c of chunks) feed(parser.feed(c));
-  feed(parser.end(true));
+  for (const c of chunks) feed(parser.feedBytes(typeof c === 'string' ? Buffer.from(c) : c));
+  feed(parser.endBytes(true));
   out.push(...dec.end());
   return out;
 }

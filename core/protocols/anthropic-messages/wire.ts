@@ -7,10 +7,11 @@ import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
 import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage } from '../usage.js';
-import { bytesValueLength, valueNeedles } from '../scan.js';
+import { KeyScan } from '../scan.js';
 import { validateHistory } from './history.js';
 
-const TEXT_KEYS = valueNeedles(['text', 'partial_json', 'thinking']);
+/** A delta's generated text: the first of text, partial_json, thinking. */
+const SCAN = new KeyScan({ text: 'text', partial_json: 'text', thinking: 'text' });
 
 class MessagesTap extends BaseTap {
 
@@ -27,7 +28,7 @@ class MessagesTap extends BaseTap {
         return;
       case 'content_block_delta':
         this.started = true;
-        this.outputChars += bytesValueLength(b.dataBuf, b.dataStart, b.dataEnd, TEXT_KEYS);
+        this.outputChars += SCAN.run(b.dataBuf, b.dataStart, b.dataEnd).firstText(0, 1, 2);
         return;
       case 'message_start':
         try {

@@ -9,14 +9,12 @@ import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
 import { fromChatUsage, toChatUsage } from '../usage.js';
-import { bytesValueLength, hasKey, keyNeedle, startsWith, startsWithKey, valueNeedles } from '../scan.js';
+import { KeyScan, startsWith, startsWithKey } from '../scan.js';
 
-const USAGE = keyNeedle('usage');
-const FINISH = keyNeedle('finish_reason');
-const ERROR = keyNeedle('error');
-const TOOL_CALLS = keyNeedle('tool_calls');
+const ERROR = Buffer.from('error');
 const DONE = Buffer.from('[DONE]');
-const TEXT_KEYS = valueNeedles(['content', 'arguments', 'reasoning_content', 'refusal']);
+/** One pass over each chunk: usage, the finish, tool calls, and the generated text (first of content, arguments, reasoning_content, refusal). */
+const SCAN = new KeyScan({ usage: '{', finish_reason: '"', tool_calls: '[{', content: 'text', arguments: 'text', reasoning_content: 'text', refusal: 'text' });
 
 class ChatTap extends BaseTap {
   /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
@@ -44,20 +42,21 @@ class ChatTap extends BaseTap {
       this.errored = true;
       return true;
     }
-    if (hasKey(buf, s, e, USAGE, '{')) {
+    const found = SCAN.run(buf, s, e).found;
+    if (found[0] === 1) {
       try {
         const u = fromChatUsage(JSON.parse(b.data!).usage);
         if (u) this.usage = u;
       } catch { /* ignore */ }
     }
-    if (hasKey(buf, s, e, FINISH, '"')) {
+    if (found[1] === 1) {
       this.finished = true;
       this.complete = true;
       this.started = true;
     }
-    const chars = bytesValueLength(buf, s, e, TEXT_KEYS);
+    const chars = SCAN.firstText(3, 4, 5, 6);
     this.outputChars += chars;
-    if (chars > 0 || hasKey(buf, s, e, TOOL_CALLS, '[{')) this.started = true;
+    if (chars > 0 || found[2] === 1) this.started = true;
     return true;
   }
 

@@ -8,7 +8,7 @@ import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
 import { BaseTap } from '../tap.js';
 import { fromResponsesUsage } from '../usage.js';
-import { bytesValueLength, sequenceNumber, startsWith, valueNeedles } from '../scan.js';
+import { KeyScan, startsWith } from '../scan.js';
 
 /**
  * Frames without an `event:` line (some servers, the SDK's own fixtures) name their type only in
@@ -23,7 +23,8 @@ function topLevelType(data: string): string | undefined {
   }
 }
 const DONE = Buffer.from('[DONE]');
-const DELTA = valueNeedles(['delta']);
+/** One pass over each event: its sequence number and a delta's text. */
+const SCAN = new KeyScan({ sequence_number: 'number', delta: 'text' });
 
 class ResponsesTap extends BaseTap {
 
@@ -36,8 +37,8 @@ class ResponsesTap extends BaseTap {
     const buf = b.dataBuf;
     if (buf === undefined || startsWith(buf, b.dataStart, b.dataEnd, DONE)) return;
     const type = b.event ?? topLevelType(b.data!);
-    const seq = sequenceNumber(buf, b.dataStart, b.dataEnd);
-    if (seq !== undefined) this.m.sequence = seq;
+    const found = SCAN.run(buf, b.dataStart, b.dataEnd).found;
+    if (found[0] > 0) this.m.sequence = found[0] - 1;
     switch (type) {
       case 'response.output_text.delta':
       case 'response.function_call_arguments.delta':
@@ -45,7 +46,7 @@ class ResponsesTap extends BaseTap {
       case 'response.reasoning_text.delta':
       case 'response.refusal.delta':
         this.started = true;
-        this.outputChars += bytesValueLength(buf, b.dataStart, b.dataEnd, DELTA);
+        this.outputChars += SCAN.firstText(1);
         return;
       case 'response.output_item.added':
         this.started = true;

@@ -1,0 +1,164 @@
+/**
+ * The passthrough taps read stream events as bytes, in place (core/protocols/scan.ts). Checked
+ * here against what a user's bill and stream depend on:
+ *  - the one-pass key scanner agrees with the text patterns it replaced (the oracle below) on
+ *    seeded random events: multi-byte and astral text, escapes, nulls, nesting, whitespace;
+ *  - a passthrough stream split at every byte boundary (usage and finish split across chunks,
+ *    UTF-8 characters split inside, CRLF framing) forwards exactly the upstream's bytes and reads
+ *    the same usage, completion and generated-text length as when it arrives whole — and that
+ *    length is the true UTF-16 length of the text, which the reservation cut and the estimate bill.
+ */
+import t from 'tap';
+import { passthrough } from '../../core/protocols/passthrough.js';
+import { KeyScan } from '../../core/protocols/scan.js';
+import { stringValueLength } from '../../core/protocols/usage.js';
+import { SseParser } from '../../core/sse.js';
+import type { ProtocolName } from '../../core/config/types.js';
+import type { Usage } from '../../core/money.js';
+
+// ---- the scanner against the text patterns it replaced -----------------------------------------
+
+const TEXT_KEYS = ['content', 'arguments', 'reasoning_content', 'refusal'];
+const oracle = (data: string) => ({
+  usage: /"usage"\s*:\s*\{/.test(data),
+  finish: /"finish_reason"\s*:\s*"/.test(data),
+  tools: /"tool_calls"\s*:\s*\[\s*\{/.test(data),
+  chars: stringValueLength(data, TEXT_KEYS),
+  seq: /"sequence_number"\s*:\s*(\d+)/.exec(data)?.[1],
+});
+const SCAN = new KeyScan({ usage: '{', finish_reason: '"', tool_calls: '[{', content: 'text', arguments: 'text', reasoning_content: 'text', refusal: 'text', sequence_number: 'number' });
+const scanned = (data: string) => {
+  const buf = Buffer.from(`xx${data}yy`); // not at offset 0: ranges are honoured
+  const f = SCAN.run(buf, 2, buf.length - 2).found;
+  return { usage: f[0] === 1, finish: f[1] === 1, tools: f[2] === 1, chars: SCAN.firstText(3, 4, 5, 6), seq: f[7] > 0 ? String(f[7] - 1) : undefined };
+};
+
+t.test('the key scanner reads what the text patterns read, on seeded random events', async (t) => {
+  let seed = 42;
+  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n);
+  const pick = <T>(xs: T[]): T => xs[rand(xs.length)];
+  const texts = ['', 'hi', 'héllo', '世界', '😀x😀', 'a"b', 'back\\slash', 'line\nbreak', '\u0000\u001f', '"usage":{', 'content', '\\"', 'é😀"\\'];
+  const ws = () => pick(['', ' ', '  ', '\t', '\n ']);
+  const value = (depth: number): unknown => {
+    switch (rand(depth > 2 ? 4 : 7)) {
+      case 0: return pick(texts);
+      case 1: return rand(1000);
+      case 2: return null;
+      case 3: return pick([true, false]);
+      case 4: return Array.from({ length: rand(3) }, () => value(depth + 1));
+      default: return object(depth + 1);
+    }
+  };
+  const keys = ['content', 'arguments', 'reasoning_content', 'refusal', 'usage', 'finish_reason', 'tool_calls', 'sequence_number', 'delta', 'id', 'x'];
+  const object = (depth: number): Record<string, unknown> => {
+    const o: Record<string, unknown> = {};
+    for (let i = rand(5); i > 0; i--) o[pick(keys)] = value(depth);
+    return o;
+  };
+  /** JSON text with random whitespace around colons and commas (as some servers write it). */
+  const write = (v: unknown): string => {
+    if (Array.isArray(v)) return `[${ws()}${v.map(write).join(`,${ws()}`)}${ws()}]`;
+    if (v && typeof v === 'object') return `{${ws()}${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}${pick(['', '', ' '])}:${ws()}${write(x)}`).join(`,${ws()}`)}${ws()}}`;
+    return JSON.stringify(v);
+  };
+  let bad: string | undefined;
+  let hits = 0;
+  for (let i = 0; i < 20_000 && !bad; i++) {
+    const data = write(object(0));
+    const want = oracle(data);
+    if (want.chars > 0 || want.usage || want.finish || want.tools || want.seq) hits++;
+    if (JSON.stringify(scanned(data)) !== JSON.stringify(want)) bad = data;
+  }
+  t.equal(bad, undefined, 'every event reads the same');
+  t.ok(hits > 3000, `the events exercise the keys (${hits} with a finding)`);
+  // The cases by name.
+  t.same(scanned('{"delta":{"content":"é😀\\n\\u00e9"}}').chars, 5, 'astral characters count twice, escapes once');
+  t.same(scanned('{"delta":{"content":null,"tool_calls":[ {"index":0}]}}'), { usage: false, finish: false, tools: true, chars: 0, seq: undefined });
+  t.same(scanned('{"choices":[],"usage" : {"prompt_tokens":1}}').usage, true);
+  t.same(scanned('{"content":"\\"usage\\": {","usage":null}').usage, false, 'a key inside text is not a key');
+  t.same(scanned('{"content" :"x","refusal":"yy"}').chars, 2, 'like the text form, `"content" :` is not read as text');
+});
+
+// ---- passthrough streams split anywhere ----------------------------------------------------------
+
+interface Run { out: Buffer; usage: Usage | undefined; chars: number; complete: boolean; started: boolean }
+
+function run(protocol: ProtocolName, chunks: Buffer[]): Run {
+  const tr = passthrough(protocol).stream({ model: 'm', requestId: 'r' });
+  const parser = new SseParser();
+  const parts: Buffer[] = [];
+  const add = (x: string | Buffer) => parts.push(typeof x === 'string' ? Buffer.from(x) : x);
+  for (const c of chunks) for (const b of parser.feedBytes(c)) add(tr.block(b));
+  for (const b of parser.endBytes(true)) add(tr.block(b));
+  const end = tr.end();
+  add(end.text);
+  if (end.complete) add(tr.closing(() => ({ input: 0, output: 0, cacheRead: 0, cacheWrite: 0 })));
+  return { out: Buffer.concat(parts), usage: tr.usage(), chars: tr.outputChars(), complete: end.complete, started: tr.started };
+}
+
+const words = ['Hé', 'llo ', '世界', ' 😀', '\n"q"', ' \\ ', 'ok'];
+const TEXT_LEN = words.join('').length; // UTF-16 code units
+
+const STREAMS: Record<ProtocolName, { text: string; usage: Usage }> = {
+  'openai-chat': {
+    text: [
+      ...words.map((w, i) => `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{${i === 0 ? '"role":"assistant",' : ''}"content":${JSON.stringify(w)}},"finish_reason":null}],"usage":null}\r\n\r\n`),
+      'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}\r\n\r\n',
+      'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":2}}}\r\n\r\n',
+      'data: [DONE]\r\n\r\n',
+    ].join(''),
+    usage: { input: 10, output: 9, cacheRead: 2, cacheWrite: 0 },
+  },
+  'anthropic-messages': {
+    text: [
+      'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":7,"output_tokens":1}}}\n\n',
+      'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+      ...words.map((w) => `event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(w)}}}\n\n`),
+      'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+      'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n',
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    ].join(''),
+    usage: { input: 7, output: 9, cacheRead: 0, cacheWrite: 0 },
+  },
+  'openai-responses': {
+    text: [
+      'event: response.created\r\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","model":"m","created_at":1}}\r\n\r\n',
+      ...words.map((w, i) => `event: response.output_text.delta\r\ndata: {"type":"response.output_text.delta","sequence_number":${i + 1},"item_id":"i","output_index":0,"content_index":0,"delta":${JSON.stringify(w)}}\r\n\r\n`),
+      'event: response.completed\r\ndata: {"type":"response.completed","sequence_number":99,"response":{"id":"resp_1","usage":{"input_tokens":5,"output_tokens":9,"input_tokens_details":{"cached_tokens":1}}}}\r\n\r\n',
+    ].join(''),
+    usage: { input: 4, output: 9, cacheRead: 1, cacheWrite: 0 },
+  },
+};
+
+for (const [protocol, s] of Object.entries(STREAMS) as [ProtocolName, { text: string; usage: Usage }][]) {
+  t.test(`${protocol}: a passthrough stream split at every byte reads and forwards the same`, async (t) => {
+    const bytes = Buffer.from(s.text);
+    const whole = run(protocol, [bytes]);
+    t.ok(whole.out.equals(bytes), 'the client gets the upstream bytes unchanged');
+    t.same(whole.usage, s.usage, 'usage read from the final event');
+    t.equal(whole.chars, TEXT_LEN, 'generated text counted in UTF-16 code units');
+    t.ok(whole.complete, 'complete');
+    t.ok(whole.started, 'started');
+    const expected = JSON.stringify({ ...whole, out: whole.out.toString('base64') });
+    // The LF of a last CRLF that comes apart from its CR belongs to a block that never comes, so it
+    // is not forwarded (as before the byte mode): the only split whose output differs.
+    const crlfTail = bytes.subarray(-2).toString() === '\r\n' ? bytes.length - 1 : -1;
+    const expectedAt = (i: number) => (i !== crlfTail || crlfTail < 0 ? expected
+      : JSON.stringify({ ...whole, out: whole.out.subarray(0, -1).toString('base64') }));
+    let bad = -1;
+    for (let i = 1; i < bytes.length && bad < 0; i++) {
+      const r = run(protocol, [bytes.subarray(0, i), bytes.subarray(i)]);
+      if (JSON.stringify({ ...r, out: r.out.toString('base64') }) !== expectedAt(i)) bad = i;
+    }
+    t.equal(bad, -1, 'every two-chunk split: same bytes out, same usage, text length and completion');
+    const r = run(protocol, [...bytes].map((b) => Buffer.of(b)));
+    t.equal(JSON.stringify({ ...r, out: r.out.toString('base64') }), expectedAt(crlfTail), 'one byte at a time');
+  });
+}
+
+t.test('Chat: an upstream without a usage chunk still gets its estimated usage chunk before its own [DONE]', async (t) => {
+  const text = STREAMS['openai-chat'].text.replace(/data: \{[^\n]*"choices":\[\],"usage":\{[^\n]*\r\n\r\n/, '');
+  const r = run('openai-chat', [Buffer.from(text)]);
+  const out = r.out.toString();
+  t.ok(out.endsWith('"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"prompt_tokens_details":{"cached_tokens":0}}}\n\ndata: [DONE]\r\n\r\n'), 'usage chunk, then the upstream\'s [DONE] bytes');
+});
