@@ -6,12 +6,10 @@ import { GatewayError } from '../../errors.js';
 import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage } from '../usage.js';
-import { KeyScan } from '../scan.js';
+import { fromAnthropicUsage, fromAnthropicUsagePartial, mergeUsage, textKeys, textLength } from '../usage.js';
 import { validateHistory } from './history.js';
 
-/** A delta's generated text: the first of text, partial_json, thinking. */
-const SCAN = new KeyScan({ text: 'text', partial_json: 'text', thinking: 'text' });
+const TEXT_KEYS = textKeys(['text', 'partial_json', 'thinking']);
 
 class MessagesTap extends BaseTap {
 
@@ -28,7 +26,7 @@ class MessagesTap extends BaseTap {
         return;
       case 'content_block_delta':
         this.started = true;
-        this.outputChars += SCAN.run(b.dataBuf, b.dataStart, b.dataEnd).firstText(0, 1, 2);
+        this.outputChars += textLength(b.data!, TEXT_KEYS);
         return;
       case 'message_start':
         try {

@@ -8,55 +8,52 @@ import { formatEvent, formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromChatUsage, toChatUsage } from '../usage.js';
-import { KeyScan, startsWith, startsWithKey } from '../scan.js';
+import { fromChatUsage, textKeys, textLength, toChatUsage } from '../usage.js';
 
-const ERROR = Buffer.from('error');
-const DONE = Buffer.from('[DONE]');
-/** One pass over each chunk: usage, the finish, tool calls, and the generated text (first of content, arguments, reasoning_content, refusal). */
-const SCAN = new KeyScan({ usage: '{', finish_reason: '"', tool_calls: '[{', content: 'text', arguments: 'text', reasoning_content: 'text', refusal: 'text' });
+const USAGE = /"usage"\s*:\s*\{/;
+const FINISH = /"finish_reason"\s*:\s*"/;
+const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
+const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
+const TEXT_KEYS = textKeys(['content', 'arguments', 'reasoning_content', 'refusal']);
 
 class ChatTap extends BaseTap {
-  /** The upstream's own `[DONE]` block, held back so a missing usage chunk can go before it. */
+  /** The upstream's own `[DONE]` block (its bytes), held back so a missing usage chunk can go before it. */
   private doneBytes: Buffer | undefined;
   private finished = false;
 
   observe(b: SseBytesBlock): boolean {
     if (this.doneBytes !== undefined) return false; // nothing after [DONE] reaches the client
-    const buf = b.dataBuf;
-    if (buf === undefined) return true;
-    const s = b.dataStart;
-    const e = b.dataEnd;
-    if (startsWith(buf, s, e, DONE)) {
+    const data = b.data;
+    if (data === undefined) return true;
+    if (data.startsWith('[DONE]')) {
       this.doneBytes = b.bytes;
       this.complete = this.finished;
       return false;
     }
     if (this.m.id === undefined) {
       try {
-        const j = JSON.parse(b.data!);
+        const j = JSON.parse(data);
         this.m = { id: j.id, model: j.model, created: j.created };
       } catch { /* not JSON: ignored like the SDKs would fail on it later */ }
     }
-    if (startsWithKey(buf, s, e, ERROR) || b.event === 'error') {
+    if (ERROR_FIRST.test(data) || b.event === 'error') {
       this.errored = true;
       return true;
     }
-    const found = SCAN.run(buf, s, e).found;
-    if (found[0] === 1) {
+    if (USAGE.test(data)) {
       try {
-        const u = fromChatUsage(JSON.parse(b.data!).usage);
+        const u = fromChatUsage(JSON.parse(data).usage);
         if (u) this.usage = u;
       } catch { /* ignore */ }
     }
-    if (found[1] === 1) {
+    if (FINISH.test(data)) {
       this.finished = true;
       this.complete = true;
       this.started = true;
     }
-    const chars = SCAN.firstText(3, 4, 5, 6);
+    const chars = textLength(data, TEXT_KEYS);
     this.outputChars += chars;
-    if (chars > 0 || found[2] === 1) this.started = true;
+    if (chars > 0 || TOOL_CALLS.test(data)) this.started = true;
     return true;
   }
 

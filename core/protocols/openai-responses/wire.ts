@@ -7,8 +7,7 @@ import { GatewayError } from '../../errors.js';
 import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
 import { BaseTap } from '../tap.js';
-import { fromResponsesUsage } from '../usage.js';
-import { KeyScan, startsWith } from '../scan.js';
+import { fromResponsesUsage, textKeys, textLength } from '../usage.js';
 
 /**
  * Frames without an `event:` line (some servers, the SDK's own fixtures) name their type only in
@@ -22,9 +21,8 @@ function topLevelType(data: string): string | undefined {
     return undefined;
   }
 }
-const DONE = Buffer.from('[DONE]');
-/** One pass over each event: its sequence number and a delta's text. */
-const SCAN = new KeyScan({ sequence_number: 'number', delta: 'text' });
+const SEQ = /"sequence_number"\s*:\s*(\d+)/;
+const DELTA = textKeys(['delta']);
 
 class ResponsesTap extends BaseTap {
 
@@ -34,11 +32,11 @@ class ResponsesTap extends BaseTap {
   }
 
   private inspect(b: SseBytesBlock): void {
-    const buf = b.dataBuf;
-    if (buf === undefined || startsWith(buf, b.dataStart, b.dataEnd, DONE)) return;
-    const type = b.event ?? topLevelType(b.data!);
-    const found = SCAN.run(buf, b.dataStart, b.dataEnd).found;
-    if (found[0] > 0) this.m.sequence = found[0] - 1;
+    const data = b.data;
+    if (data === undefined || data.startsWith('[DONE]')) return;
+    const type = b.event ?? topLevelType(data);
+    const seq = SEQ.exec(data);
+    if (seq) this.m.sequence = Number(seq[1]);
     switch (type) {
       case 'response.output_text.delta':
       case 'response.function_call_arguments.delta':
@@ -46,21 +44,21 @@ class ResponsesTap extends BaseTap {
       case 'response.reasoning_text.delta':
       case 'response.refusal.delta':
         this.started = true;
-        this.outputChars += SCAN.firstText(1);
+        this.outputChars += textLength(data, DELTA);
         return;
       case 'response.output_item.added':
         this.started = true;
         return;
       case 'response.created':
         try {
-          const r = JSON.parse(b.data!).response ?? {};
+          const r = JSON.parse(data).response ?? {};
           this.m = { ...this.m, id: r.id, model: r.model, created: r.created_at };
         } catch { /* ignore */ }
         return;
       case 'response.completed':
       case 'response.incomplete':
         try {
-          const u = fromResponsesUsage(JSON.parse(b.data!).response?.usage);
+          const u = fromResponsesUsage(JSON.parse(data).response?.usage);
           if (u) this.usage = u;
         } catch { /* ignore */ }
         this.complete = true;
