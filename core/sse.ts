@@ -33,10 +33,11 @@ const SPACE = 32;
 const NEWLINE = Buffer.from('\n');
 
 /**
- * A block read in byte mode. `bytes` is its source, line terminators and the closing blank line
- * included (a view of the chunk it came in when it fits in one); `data` and `raw` are decoded when
- * first read. Scanners read the data in place: `dataBuf[dataStart, dataEnd)` (the block itself
- * for one `data:` line, a joined copy for several; undefined when the block has no data).
+ * A block read in byte mode: its source is `buf[start, end)`, line terminators and the closing
+ * blank line included (`buf` is the chunk it came in when it fits in one, else the parser's own
+ * buffer; never written again). `data` and `raw` are decoded when first read. The data is
+ * `dataBuf[dataStart, dataEnd)`: `buf` itself for one `data:` line, a joined copy for several;
+ * `dataBuf` is undefined when the block has no data.
  */
 export class SseBytesBlock implements SseBlock {
   id?: string;
@@ -46,21 +47,27 @@ export class SseBytesBlock implements SseBlock {
   readonly dataEnd: number = 0;
   private text: string | undefined;
 
-  constructor(readonly bytes: Buffer, readonly event: string | undefined, ranges: number[] | undefined) {
-    if (ranges === undefined) return;
-    if (ranges.length === 2) {
-      this.dataBuf = bytes;
-      this.dataStart = ranges[0];
-      this.dataEnd = ranges[1];
+  /** `data`: the first data line's [start, end) in `buf`, then any further lines' (or undefined: no data). */
+  constructor(
+    readonly buf: Buffer, readonly start: number, readonly end: number, readonly event: string | undefined,
+    d0: number, d1: number, more: number[] | undefined,
+  ) {
+    if (d0 < 0) return;
+    if (more === undefined) {
+      this.dataBuf = buf;
+      this.dataStart = d0;
+      this.dataEnd = d1;
     } else {
-      const parts: Buffer[] = [];
-      for (let i = 0; i < ranges.length; i += 2) {
-        if (i > 0) parts.push(NEWLINE);
-        parts.push(bytes.subarray(ranges[i], ranges[i + 1]));
-      }
+      const parts: Buffer[] = [buf.subarray(d0, d1)];
+      for (let i = 0; i < more.length; i += 2) parts.push(NEWLINE, buf.subarray(more[i], more[i + 1]));
       this.dataBuf = Buffer.concat(parts);
       this.dataEnd = this.dataBuf.length;
     }
+  }
+
+  /** The block's source bytes (a view). */
+  get bytes(): Buffer {
+    return this.buf.subarray(this.start, this.end);
   }
 
   get data(): string | undefined {
@@ -69,7 +76,7 @@ export class SseBytesBlock implements SseBlock {
   }
 
   get raw(): string {
-    return this.bytes.toString('utf8');
+    return this.buf.toString('utf8', this.start, this.end);
   }
 }
 
@@ -229,7 +236,7 @@ export class SseParser {
     const line = start + this.scanFrom;
     if (line < buf.length) this.lineBytes(buf, line, buf.length, start);
     this.accStart = this.accLen;
-    if (this.dataRanges || this.event !== undefined) return [this.takeBytes(buf, start, buf.length)];
+    if (this.d0 >= 0 || this.event !== undefined) return [this.takeBytes(buf, start, buf.length)];
     return [];
   }
 
@@ -239,8 +246,13 @@ export class SseParser {
   private accStart = 0;
   private accLen = 0;
   private scanFrom = 0;
-  /** Data values of the block being read: [start, end) pairs relative to the block's first byte. */
-  private dataRanges: number[] | undefined;
+  /**
+   * Data values of the block being read, relative to its first byte: the first line's [d0, d1)
+   * (d0 < 0: none yet), further lines' pairs in `moreData`.
+   */
+  private d0 = -1;
+  private d1 = -1;
+  private moreData: number[] | undefined;
 
   private carry(buf: Buffer, blockStart: number, pos: number, inAcc: boolean): void {
     const left = buf.length - blockStart;
@@ -280,7 +292,10 @@ export class SseParser {
     const nameLen = colon - s;
     const v = colon === e ? e : colon + 1 < e && buf[colon + 1] === SPACE ? colon + 2 : colon + 1;
     if (nameLen === 4 && c0 === 0x64 && buf[s + 1] === 0x61 && buf[s + 2] === 0x74 && buf[s + 3] === 0x61) {
-      (this.dataRanges ??= []).push(v - blockStart, e - blockStart); // data
+      if (this.d0 < 0) {
+        this.d0 = v - blockStart;
+        this.d1 = e - blockStart;
+      } else (this.moreData ??= []).push(v - blockStart, e - blockStart);
     } else if (nameLen === 5 && c0 === 0x65 && buf.toString('latin1', s, colon) === 'event') {
       this.event = buf.toString('utf8', v, e);
     } else if (nameLen === 2 && c0 === 0x69 && buf[s + 1] === 0x64) {
@@ -293,11 +308,14 @@ export class SseParser {
   }
 
   private takeBytes(buf: Buffer, start: number, end: number): SseBytesBlock {
-    const block = new SseBytesBlock(buf.subarray(start, end), this.event, this.dataRanges);
+    let more = this.moreData;
+    if (more) for (let i = 0; i < more.length; i++) more[i] += start;
+    const block = new SseBytesBlock(buf, start, end, this.event, this.d0 < 0 ? -1 : this.d0 + start, this.d1 + start, more);
     if (this.id !== undefined) block.id = this.id;
     if (this.retry !== undefined) block.retry = this.retry;
     this.event = undefined;
-    this.dataRanges = undefined;
+    this.d0 = this.d1 = -1;
+    this.moreData = more = undefined;
     this.id = undefined;
     this.retry = undefined;
     return block;

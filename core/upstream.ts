@@ -450,6 +450,8 @@ function estimateUsage(ctx: RequestContext, outputChars: number, fallbackChars =
  */
 type Out = string | Buffer;
 
+const view = (buf: Buffer, start: number, end: number): Buffer => (start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+
 /** `a` then `b`, copying only when it must: adjacent views of one chunk become one view. */
 function join(a: Out, b: Out): Out {
   if (!b.length) return a;
@@ -582,14 +584,31 @@ async function deliverStream(
   const onEvent = hooks.onEvent.length > 0 ? hooks.onEvent : undefined;
   const handOut = (blocks: SseBytesBlock[]): Out => {
     let out: Out = '';
+    // Forwarded blocks that follow each other in one buffer go out as one view of it (the whole
+    // chunk itself when every block of it is forwarded).
+    let run: Buffer | undefined;
+    let runStart = 0;
+    let runEnd = 0;
     for (const b of blocks) {
       if (overflow) break;
       const piece = translator.block(b);
-      if (piece.length) out = join(out, piece);
+      if (typeof piece !== 'string') {
+        if (run === piece.buf && runEnd === piece.start) runEnd = piece.end;
+        else {
+          if (run) out = join(out, view(run, runStart, runEnd));
+          run = piece.buf;
+          runStart = piece.start;
+          runEnd = piece.end;
+        }
+      } else if (piece) {
+        if (run) out = join(out, view(run, runStart, runEnd));
+        run = undefined;
+        out = join(out, piece);
+      }
       if (onEvent && b.dataBuf !== undefined) for (const p of onEvent) p.onEvent!(ctx, { event: b.event, data: b.data! });
       if (cap && !translator.upstreamError && cap.over(translator.usage(), translator.outputChars())) overflow = true;
     }
-    return out;
+    return run ? join(out, view(run, runStart, runEnd)) : out;
   };
 
   // The preamble (message_start, response.created, Chat's role chunk) is held until content begins,

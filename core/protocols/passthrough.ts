@@ -48,7 +48,7 @@ export function passthrough(protocol: ProtocolName): Conversion {
       let upstreamError: ErrorInfo | undefined;
       const cut = opts.cut ? new PassthroughCut(protocol, opts.cut, () => tap.meta) : undefined;
       const translator: ResponseTranslator = {
-        block(b: SseBytesBlock): string | Buffer {
+        block(b: SseBytesBlock): string | SseBytesBlock {
           cut?.observe(b);
           const forward = tap.observe(b);
           if (tap.errored && !upstreamError && b.data !== undefined) {
@@ -58,7 +58,7 @@ export function passthrough(protocol: ProtocolName): Conversion {
             // error frames are already named and pass unchanged).
             if (protocol === 'openai-chat' && b.event === undefined) return wire.streamError(upstreamError, tap.meta);
           }
-          return forward ? b.bytes : '';
+          return forward ? b : '';
         },
         end() {
           return { text: '', complete: tap.complete };

@@ -147,13 +147,13 @@ export interface RequestInput {
  */
 export type BuiltinToolsPolicy = 'map' | 'drop' | 'reject';
 
-/**
- * Translates one attempt's response for the client. Client output is text the gateway wrote, or
- * (passthrough) the upstream's own bytes: a view of the block as it came.
- */
+/** Translates one attempt's response for the client. */
 export interface ResponseTranslator {
-  /** One complete upstream block in (from the byte-mode parser); client output out ('' when nothing is due yet). */
-  block(b: SseBytesBlock): string | Buffer;
+  /**
+   * One complete upstream block in (from the byte-mode parser); client output out: text ('' when
+   * nothing is due yet), or the block itself, meaning "forward its bytes as they came" (passthrough).
+   */
+  block(b: SseBytesBlock): string | SseBytesBlock;
   /** Upstream ended. `complete: false` means it stopped before its terminal event. */
   end(): { text: string; complete: boolean };
   /** After a complete end: closing output the client still needs (a usage chunk, `[DONE]`). */

@@ -12,7 +12,7 @@
 import t from 'tap';
 import { passthrough } from '../../core/protocols/passthrough.js';
 import { stringValueLength, textKeys, textLength } from '../../core/protocols/usage.js';
-import { SseParser } from '../../core/sse.js';
+import { SseParser, type SseBytesBlock } from '../../core/sse.js';
 import type { ProtocolName } from '../../core/config/types.js';
 import type { Usage } from '../../core/money.js';
 
@@ -76,7 +76,7 @@ function run(protocol: ProtocolName, chunks: Buffer[]): Run {
   const tr = passthrough(protocol).stream({ model: 'm', requestId: 'r' });
   const parser = new SseParser();
   const parts: Buffer[] = [];
-  const add = (x: string | Buffer) => parts.push(typeof x === 'string' ? Buffer.from(x) : x);
+  const add = (x: string | Buffer | SseBytesBlock) => parts.push(typeof x === 'string' ? Buffer.from(x) : Buffer.isBuffer(x) ? x : x.bytes);
   for (const c of chunks) for (const b of parser.feedBytes(c)) add(tr.block(b));
   for (const b of parser.endBytes(true)) add(tr.block(b));
   const end = tr.end();
