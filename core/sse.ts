@@ -27,7 +27,6 @@ export interface SseBlock {
 }
 
 const LF = 10;
-const CR = 13;
 const COLON = 58;
 const SPACE = 32;
 const NEWLINE = Buffer.from('\n');
@@ -199,10 +198,19 @@ export class SseParser {
       if (buf[pos] === LF) pos++; // the LF of a CRLF split across chunks: it leads the next block's bytes
     }
     const out: SseBytesBlock[] = [];
+    // Line ends are found in a latin1 copy of the bytes not yet read (one character per byte, so
+    // its offsets are byte offsets less `base`): V8's string search is much cheaper per call than
+    // Buffer#indexOf, which crosses into C++ each time.
+    const base = pos;
+    const str = buf.toString('latin1', pos, len);
     let cr = -2; // the next CR at or after `pos` (-1: none left; -2: not looked for yet)
     while (pos < len) {
-      const lf = buf.indexOf(LF, pos);
-      if (cr !== -1 && cr < pos) cr = buf.indexOf(CR, pos);
+      let lf = str.indexOf('\n', pos - base);
+      if (lf !== -1) lf += base;
+      if (cr !== -1 && cr < pos) {
+        cr = str.indexOf('\r', pos - base);
+        if (cr !== -1) cr += base;
+      }
       let end: number;
       let next: number;
       if (cr !== -1 && (lf === -1 || cr < lf)) {

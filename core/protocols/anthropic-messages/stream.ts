@@ -27,6 +27,9 @@ const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !
 
 // ---- decoder ---------------------------------------------------------------------------------
 
+/** `{"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"…"}}` exactly: the index and the text's JSON string. */
+const TEXT_DELTA = /^\{"type":"content_block_delta","index":(\d{1,9}),"delta":\{"type":"text_delta","text":("(?:[^"\\]|\\.)*")\}\}$/;
+
 export class MessagesStreamDecoder implements StreamDecoder {
   /** Upstream block index → IR index; null for skipped block types. */
   private readonly index = new Map<number, number | null>();
@@ -41,6 +44,19 @@ export class MessagesStreamDecoder implements StreamDecoder {
 
   push(b: SseBlock): IRStreamEvent[] {
     if (this.done || b.data === undefined || b.event === 'ping') return [];
+    if (b.event === 'content_block_delta') {
+      // Most of a stream: a text delta in Anthropic's exact shape is read without building its objects.
+      const m = TEXT_DELTA.exec(b.data);
+      let text: string | undefined;
+      try {
+        if (m) text = JSON.parse(m[2]) as string;
+      } catch { /* not valid JSON: the general path below decides */ }
+      if (m && text !== undefined) {
+        const index = this.index.get(Number(m[1]));
+        if (index === undefined || index === null || !this.open.has(index)) return [];
+        return text ? [{ type: 'delta', index, delta: { type: 'text', text } }] : [];
+      }
+    }
     let j: Obj;
     try {
       const v = JSON.parse(b.data);

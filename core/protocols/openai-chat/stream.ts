@@ -225,8 +225,8 @@ export class ChatStreamEncoder implements StreamEncoder {
   }
 
   /** The frame `formatJsonEvent` would write for this chunk object (JSON text has no raw newline). */
-  private chunk(delta: Obj, finish: string | null = null): string {
-    return `${this.head}${JSON.stringify(delta)},"logprobs":null,"finish_reason":${finish === null ? 'null' : JSON.stringify(finish)}}]}\n\n`;
+  private chunk(delta: Obj | string, finish: string | null = null): string {
+    return `${this.head}${typeof delta === 'string' ? delta : JSON.stringify(delta)},"logprobs":null,"finish_reason":${finish === null ? 'null' : JSON.stringify(finish)}}]}\n\n`;
   }
 
   private ensureStart(): string {
@@ -271,7 +271,7 @@ export class ChatStreamEncoder implements StreamEncoder {
         const d = ev.delta;
         switch (d.type) {
           case 'text':
-            return d.text ? this.ensureStart() + this.chunk({ content: d.text }) : '';
+            return d.text ? this.ensureStart() + this.chunk(`{"content":${JSON.stringify(d.text)}}`) : '';
           case 'thinking': {
             const st = this.thinking.get(ev.index);
             if (st) st.text += d.text;
