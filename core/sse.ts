@@ -15,6 +15,8 @@
  * parser instance is used in one mode.
  */
 
+import { isAscii } from 'node:buffer';
+
 export interface SseBlock {
   /** The `event:` field, when present. */
   event?: string;
@@ -49,8 +51,9 @@ export class SseBytesBlock implements SseBlock {
   /** `data`: the first data line's [start, end) in `buf`, then any further lines' (or undefined: no data). */
   constructor(
     readonly buf: Buffer, readonly start: number, readonly end: number, readonly event: string | undefined,
-    d0: number, d1: number, more: number[] | undefined,
+    d0: number, d1: number, more: number[] | undefined, text?: string,
   ) {
+    this.text = text;
     if (d0 < 0) return;
     if (more === undefined) {
       this.dataBuf = buf;
@@ -201,8 +204,12 @@ export class SseParser {
     // Line ends are found in a latin1 copy of the bytes not yet read (one character per byte, so
     // its offsets are byte offsets less `base`): V8's string search is much cheaper per call than
     // Buffer#indexOf, which crosses into C++ each time.
+    // When the bytes are ASCII (the usual case) that copy is also their text: field values and data
+    // are taken from it without decoding each one (a C++ call apiece).
     const base = pos;
     const str = buf.toString('latin1', pos, len);
+    this.lat = isAscii(buf) ? str : undefined;
+    this.latBase = base;
     let cr = -2; // the next CR at or after `pos` (-1: none left; -2: not looked for yet)
     while (pos < len) {
       let lf = str.indexOf('\n', pos - base);
@@ -238,6 +245,7 @@ export class SseParser {
 
   /** Byte mode's `end`: an unterminated block is discarded, or returned with `flushIncomplete`. */
   endBytes(flushIncomplete = false): SseBytesBlock[] {
+    this.lat = undefined; // offsets of the last feed's copy may not be this buffer's
     if (!flushIncomplete || this.accLen <= this.accStart) return [];
     const buf = this.acc!.subarray(0, this.accLen);
     const start = this.accStart;
@@ -261,6 +269,16 @@ export class SseParser {
   private d0 = -1;
   private d1 = -1;
   private moreData: number[] | undefined;
+  /** The first data line's text when it was read from an ASCII chunk's copy (no decoding needed later). */
+  private d0Text: string | undefined;
+  /** The current chunk's latin1 copy when its bytes are all ASCII (so it is their text), from byte `latBase`. */
+  private lat: string | undefined;
+  private latBase = 0;
+
+  /** `buf[s, e)` as text: a slice of the ASCII copy when there is one, else decoded. */
+  private textOf(buf: Buffer, s: number, e: number): string {
+    return this.lat !== undefined ? this.lat.slice(s - this.latBase, e - this.latBase) : buf.toString('utf8', s, e);
+  }
 
   private carry(buf: Buffer, blockStart: number, pos: number, inAcc: boolean): void {
     const left = buf.length - blockStart;
@@ -303,13 +321,14 @@ export class SseParser {
       if (this.d0 < 0) {
         this.d0 = v - blockStart;
         this.d1 = e - blockStart;
+        if (this.lat !== undefined) this.d0Text = this.textOf(buf, v, e);
       } else (this.moreData ??= []).push(v - blockStart, e - blockStart);
-    } else if (nameLen === 5 && c0 === 0x65 && buf.toString('latin1', s, colon) === 'event') {
-      this.event = buf.toString('utf8', v, e);
+    } else if (nameLen === 5 && c0 === 0x65 && buf[s + 1] === 0x76 && buf[s + 2] === 0x65 && buf[s + 3] === 0x6e && buf[s + 4] === 0x74) {
+      this.event = this.textOf(buf, v, e);
     } else if (nameLen === 2 && c0 === 0x69 && buf[s + 1] === 0x64) {
-      const value = buf.toString('utf8', v, e); // id
+      const value = this.textOf(buf, v, e); // id
       if (!value.includes('\0')) this.id = value;
-    } else if (nameLen === 5 && c0 === 0x72 && buf.toString('latin1', s, colon) === 'retry') {
+    } else if (nameLen === 5 && c0 === 0x72 && buf[s + 1] === 0x65 && buf[s + 2] === 0x74 && buf[s + 3] === 0x72 && buf[s + 4] === 0x79) {
       const value = buf.toString('latin1', v, e);
       if (/^\d+$/.test(value)) this.retry = Number(value);
     }
@@ -318,11 +337,12 @@ export class SseParser {
   private takeBytes(buf: Buffer, start: number, end: number): SseBytesBlock {
     let more = this.moreData;
     if (more) for (let i = 0; i < more.length; i++) more[i] += start;
-    const block = new SseBytesBlock(buf, start, end, this.event, this.d0 < 0 ? -1 : this.d0 + start, this.d1 + start, more);
+    const block = new SseBytesBlock(buf, start, end, this.event, this.d0 < 0 ? -1 : this.d0 + start, this.d1 + start, more, more ? undefined : this.d0Text);
     if (this.id !== undefined) block.id = this.id;
     if (this.retry !== undefined) block.retry = this.retry;
     this.event = undefined;
     this.d0 = this.d1 = -1;
+    this.d0Text = undefined;
     this.moreData = more = undefined;
     this.id = undefined;
     this.retry = undefined;
