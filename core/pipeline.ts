@@ -41,16 +41,23 @@ export interface ChainRun {
   reached: number;
 }
 
-/** onRequest → onAccess → admission → the route's terminal step. Throws nothing. */
-export async function runChain(ctx: RequestContext, chain: CompiledChain, terminal: () => Promise<void>): Promise<ChainRun> {
-  let reached = 0;
+/** The route's terminal step (a model call or a handler). */
+export type Terminal = (ctx: RequestContext, chain: CompiledChain) => Promise<void>;
+
+/**
+ * onRequest → onAccess → admission → the route's terminal step. Throws nothing.
+ *
+ * Hooks are called one after the other and only a returned promise is awaited (an await costs a
+ * turn of the microtask queue); the admission is awaited only when it has claims left to submit.
+ */
+export async function runChain(ctx: RequestContext, chain: CompiledChain, terminal: Terminal): Promise<ChainRun> {
+  const run: ChainRun = { reached: 0 };
   let current: PluginInstance | undefined;
   try {
-    // A hook that returns no promise is not awaited: an await costs a turn of the microtask queue.
     for (const p of chain.instances) {
-      reached++;
-      current = p;
+      run.reached++;
       if (p.onRequest) {
+        current = p;
         const r = p.onRequest(ctx);
         if (r) await r;
       }
@@ -61,25 +68,55 @@ export async function runChain(ctx: RequestContext, chain: CompiledChain, termin
       if (r) await r;
     }
     current = undefined;
-    await ctx.admission.commit();
-    await terminal();
-    return { reached };
+    const c = ctx.admission.commitIfPending();
+    if (c) await c;
+    await terminal(ctx, chain);
   } catch (e) {
     // A plugin's own exception names that plugin (upstream hooks name theirs where they run).
-    return { error: toGatewayError(e, current && chain.nameOf(current)), reached };
+    run.error = toGatewayError(e, current && chain.nameOf(current));
   }
+  return run;
 }
 
-/** onFinally of every reached plugin, in reverse chain order; a failing hook is logged, not fatal. */
-export async function runFinally(ctx: RequestContext, chain: CompiledChain, reached: number, outcome: Outcome): Promise<void> {
+/**
+ * onFinally of every reached plugin, in reverse chain order; a failing hook is logged, not fatal.
+ * Undefined when no hook returned a promise (nothing to wait for).
+ */
+export function runFinally(ctx: RequestContext, chain: CompiledChain, reached: number, outcome: Outcome): Promise<void> | undefined {
   for (let i = reached - 1; i >= 0; i--) {
+    const p = chain.instances[i];
+    if (!p.onFinally) continue;
+    let r;
+    try {
+      r = p.onFinally(ctx, outcome);
+    } catch (e) {
+      finallyFailed(ctx, chain, i, e);
+      continue;
+    }
+    if (r) return finishFinally(ctx, chain, i, outcome, r);
+  }
+  return undefined;
+}
+
+/** The rest of `runFinally` once a hook returned a promise (hook `i`'s). */
+async function finishFinally(ctx: RequestContext, chain: CompiledChain, i: number, outcome: Outcome, pending: Promise<void> | void): Promise<void> {
+  try {
+    await pending;
+  } catch (e) {
+    finallyFailed(ctx, chain, i, e);
+  }
+  for (i--; i >= 0; i--) {
     const p = chain.instances[i];
     if (!p.onFinally) continue;
     try {
       const r = p.onFinally(ctx, outcome);
       if (r) await r;
     } catch (e) {
-      ctx.log.error('onFinally hook failed', { plugin: chain.names[i], error: e as Error });
+      finallyFailed(ctx, chain, i, e);
     }
   }
+}
+
+function finallyFailed(ctx: RequestContext, chain: CompiledChain, i: number, e: unknown): void {
+  ctx.log.error('onFinally hook failed', { plugin: chain.names[i], error: e as Error });
 }

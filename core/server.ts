@@ -16,11 +16,11 @@ import type { Socket } from 'node:net';
 import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js';
 import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
 import type { PluginRegistry, Outcome } from './plugin.js';
-import { RequestContext } from './context.js';
+import { RequestContext, type ParsedBody } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
 import { BodyMemory, readBody, recordedBody } from './body.js';
 import { KEEPALIVE } from './sse.js';
-import { runChain, runFinally } from './pipeline.js';
+import { runChain, runFinally, type CompiledChain } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
 import { Transport } from './transport.js';
 import { runModelCall, type UpstreamDeps } from './upstream.js';
@@ -197,7 +197,18 @@ export class Gateway implements UpstreamDeps {
     });
     this.server.on('connection', (s: Socket) => {
       this.sockets.add(s);
-      s.on('close', () => this.sockets.delete(s));
+      // One listener per connection, not per request: the requests in flight on it learn of the
+      // client's FIN (`end`) and of its disconnect (`close`) from here.
+      (s as Conn)[IN_FLIGHT] = new Set();
+      s.on('end', () => {
+        for (const ctx of (s as Conn)[IN_FLIGHT]) probeClient(ctx, 20);
+      });
+      s.on('close', () => {
+        this.sockets.delete(s);
+        for (const ctx of (s as Conn)[IN_FLIGHT]) {
+          if (!ctx.res.writableFinished) ctx.clientGone.abort();
+        }
+      });
     });
     this.server.on('clientError', (err: Error & { code?: string }, socket: Socket) => this.onClientError(err, socket));
     const host = this.opts.host ?? config.server.host;
@@ -492,61 +503,40 @@ export class Gateway implements UpstreamDeps {
   }
 
   private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const ac = new AbortController();
-    const onClose = () => {
-      if (!res.writableFinished) ac.abort();
-    };
-    res.on('close', onClose);
-    // The client's FIN: a half-close (it still reads) or gone for good. Interim 102s tell them apart
-    // without touching the response: a closed socket answers the first with a reset, which the next
-    // write reports (then `close` aborts the request); a half-closed one ignores them, as HTTP
-    // requires of 1xx (on a stream already committed the probe is an SSE comment, which clients
-    // ignore too). Probes at 20 ms, 200 ms, 2 s, then every 10 s until the response ends.
-    let probeTimer: NodeJS.Timeout | undefined;
-    const probe = (next: number) => {
-      if (res.writableEnded || res.destroyed) return;
-      if (!res.headersSent) {
-        if (req.httpVersion === '1.0') return; // 1xx is not for HTTP/1.0 clients: served as a half-close
-        res.writeProcessing();
-      }
-      else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
-      else return;
-      probeTimer = setTimeout(() => probe(Math.min(next * 10, 10_000)), next);
-      probeTimer.unref();
-    };
-    const onEnd = () => probe(20);
-    req.socket.once('end', onEnd);
-    const log = this.log.child({ requestId: id });
-    const ledgerId = newRequestId();
-    const ctx = new RequestContext(id, ledgerId, req, res, route.info, rt.config, this.store, this.clock, log, ac.signal, (c) => readBody(c, this.bodyMemory));
+    const ctx = new RequestContext(id, newRequestId(), req, res, route.info, rt.config, this.store, this.clock, this.log, this.readBody);
+    // The client leaving (its connection closes before the response is complete) aborts the
+    // request; its FIN starts the half-close probes (probeClient). Both come from the connection.
+    const inFlight = (req.socket as Conn)[IN_FLIGHT];
+    inFlight.add(ctx);
     ctx.metrics = this.metrics;
     this.metrics.inFlight.inc({ route: route.info.name });
-    const handler = route.info.handler ? HANDLERS[route.info.handler] : undefined;
-    const run = await runChain(ctx, route.chain, () => (handler ? handler(ctx, this) : runModelCall(ctx, route.chain, this)));
+    const gone = ctx.clientGone;
+    const run = await runChain(ctx, route.chain, route.info.handler ? this.handlerCall : this.modelCall);
     let error = run.error;
-    if (error && !ctx.committed && !ac.signal.aborted) this.sendError(ctx, error);
+    if (error && !ctx.committed && !gone.aborted) this.sendError(ctx, error);
     if (!error && ctx.attempts.length > 0) error = ctx.attempts[ctx.attempts.length - 1].error;
-    if (!res.writableEnded && !ac.signal.aborted) {
+    if (!res.writableEnded && !gone.aborted) {
       // A terminal step that returned without ending the response is a bug; do not leave the client hanging.
       if (!ctx.committed) this.sendError(ctx, new GatewayError('INTERNAL'));
       else res.end();
     }
     const outcome: Outcome = {
-      status: ac.signal.aborted && !res.writableFinished ? 499 : res.statusCode,
+      status: gone.aborted && !res.writableFinished ? 499 : res.statusCode,
       error,
       committed: ctx.committed,
-      clientAborted: ac.signal.aborted,
+      clientAborted: gone.aborted,
     };
-    await runFinally(ctx, route.chain, run.reached, outcome);
+    const finals = runFinally(ctx, route.chain, run.reached, outcome);
+    if (finals) await finals;
     if (ctx.admission.isAdmitted) {
       // Admitted but never settled (no metering on this route, or it failed first): release the hold.
       // A request that reached an upstream still counts as a request (RPM); one refused before did not.
-      try { await ctx.admission.cancel({ keepCounts: ctx.attempts.length > 0 }); } catch (e) { log.error('could not release a reservation', { error: e as Error }); }
+      try { await ctx.admission.cancel({ keepCounts: ctx.attempts.length > 0 }); } catch (e) { ctx.log.error('could not release a reservation', { error: e as Error }); }
     }
     this.metrics.inFlight.dec({ route: route.info.name });
-    res.off('close', onClose);
-    req.socket.off('end', onEnd);
-    clearTimeout(probeTimer);
+    inFlight.delete(ctx);
+    const probing = probes.get(ctx);
+    if (probing) clearTimeout(probing);
     if (this.failed && (outcome.status >= 400 || error)) {
       this.failed.record({
         requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,
@@ -558,12 +548,20 @@ export class Gateway implements UpstreamDeps {
     if (error?.id === 'INTERNAL') {
       // A bug (the gateway's or a plugin's): its stack, and the plugin that threw when it was one.
       if (error.plugin) this.metrics.pluginErrors.inc({ plugin: error.plugin });
-      log.error(error.plugin ? `plugin '${error.plugin}' threw` : 'internal error', {
+      ctx.log.error(error.plugin ? `plugin '${error.plugin}' threw` : 'internal error', {
         route: route.info.name, plugin: error.plugin, error: (error.cause as Error | undefined) ?? error,
       });
     }
-    log.info('request', accessLine(ctx, route.info.name, outcome, error));
+    // On the process logger with the request id as its first field: the same line as through a
+    // child logger, without making one per request.
+    this.log.info('request', accessLine(ctx, route.info.name, outcome, error));
   }
+
+  // The terminal steps and the body reader: one function each for every request, not closures per request.
+  private readonly modelCall = (ctx: RequestContext, chain: CompiledChain): Promise<void> => runModelCall(ctx, chain, this);
+  private readonly handlerCall = (ctx: RequestContext): Promise<void> => HANDLERS[ctx.route.handler!](ctx, this);
+
+  private readonly readBody = (ctx: RequestContext): Promise<ParsedBody> => readBody(ctx, this.bodyMemory);
 
   private sendError(ctx: RequestContext, err: GatewayError): void {
     if (ctx.res.headersSent) return; // answered by clientError (malformed or too slow a body)
@@ -641,6 +639,34 @@ export class Gateway implements UpstreamDeps {
   }
 }
 
+/** The requests in flight on a connection (more than one only when the client pipelines). */
+const IN_FLIGHT = Symbol('inFlight');
+type Conn = Socket & { [IN_FLIGHT]: Set<RequestContext> };
+
+/** The half-close probe timer of a request, while one runs. */
+const probes = new WeakMap<RequestContext, NodeJS.Timeout>();
+
+/**
+ * The client's FIN: a half-close (it still reads) or gone for good. Interim 102s tell them apart
+ * without touching the response: a closed socket answers the first with a reset, which the next
+ * write reports (then the connection's `close` aborts the request); a half-closed one ignores them,
+ * as HTTP requires of 1xx (on a stream already committed the probe is an SSE comment, which clients
+ * ignore too). Probes at 20 ms, 200 ms, 2 s, then every 10 s until the response ends.
+ */
+function probeClient(ctx: RequestContext, next: number): void {
+  const { req, res } = ctx;
+  if (res.writableEnded || res.destroyed) return;
+  if (!res.headersSent) {
+    if (req.httpVersion === '1.0') return; // 1xx is not for HTTP/1.0 clients: served as a half-close
+    res.writeProcessing();
+  }
+  else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
+  else return;
+  const t = setTimeout(() => probeClient(ctx, Math.min(next * 10, 10_000)), next);
+  t.unref();
+  probes.set(ctx, t);
+}
+
 // Request ids: a random per-process prefix and a counter — unique, unguessable across restarts,
 // and no crypto call per request (it showed in profiles).
 const ID_PREFIX = randomBytes(6).toString('hex');
@@ -680,6 +706,7 @@ function accessLine(ctx: RequestContext, route: string, outcome: Outcome, error:
   const answered = ctx.answeredModel;
   const usage = ctx.usage;
   return {
+    requestId: ctx.id,
     route,
     method: ctx.req.method,
     status: outcome.status,

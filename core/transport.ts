@@ -33,9 +33,11 @@ export interface UpstreamRequest {
   headers: Record<string, string>;
   /** A string, or a large body's parts (written a part at a time as the socket drains). */
   body: string | OutgoingBody;
+  /** The whole attempt, from now until `done()`, the wait for the response headers included (`upstream_timeout`). */
+  timeoutMs: number;
   /**
-   * Longest silence once the upstream began answering (its response headers arrived). Waiting for
-   * the headers is bounded by the caller's whole-attempt timer (`upstream_timeout`) alone.
+   * Longest silence once the upstream began answering (its response headers arrived); 0: none.
+   * Waiting for the headers is bounded by `timeoutMs` alone.
    */
   idleTimeoutMs: number;
 }
@@ -68,11 +70,23 @@ interface Target {
 export interface UpstreamCall {
   response: Promise<UpstreamResponse>;
   abort: () => void;
+  /** The attempt is over (its response read or given up): its timer stops. */
+  done: () => void;
+  /** The whole attempt took longer than `timeoutMs` (it was aborted then). */
+  timedOut: () => boolean;
   /** The upstream went silent past the idle timeout after it began answering. */
   idleTimedOut: () => boolean;
   /** The request was fully handed to the upstream's socket. */
   sent: () => boolean;
 }
+
+/** Longest delay a Node timer takes (longer ones fire at once). */
+const MAX_DELAY = 2 ** 31 - 1;
+/**
+ * Silence checks per idle timeout: the attempt's one timer looks at the socket's byte counts this
+ * often, so a silence is noticed within 1/8 of the idle timeout after it reached it.
+ */
+const IDLE_CHECKS = 16;
 
 export class Transport {
   private readonly agents = new Map<string, http.Agent>();
@@ -110,13 +124,21 @@ export class Transport {
   /**
    * Sends one attempt. Resolves with the upstream's status line and headers (the body is a stream
    * the caller must consume or destroy); rejects with a TransportError on connection failure or
-   * when the upstream is silent past `idleTimeoutMs` once answering. `abort()` cancels.
+   * when the upstream is silent past `idleTimeoutMs` once answering, or when `timeoutMs` passes
+   * before it answered. `abort()` cancels; `done()` ends the attempt's timer.
+   *
+   * One timer per attempt covers both limits: it wakes at the whole-attempt deadline, and while
+   * the upstream is answering also every 1/16 of the idle timeout to see whether the socket
+   * read or wrote anything since (its byte counts), instead of a socket inactivity timer refreshed
+   * on every read and a second timer for the deadline.
    */
   send(u: UpstreamRequest): UpstreamCall {
     // Nothing below may keep `u` in a closure: it holds the body, which must not live for a stream's
     // life (the closures returned live as long as the attempt).
     const t = this.target(u.url);
     const idleMs = u.idleTimeoutMs;
+    const deadline = Date.now() + u.timeoutMs;
+    const step = idleMs > 0 ? Math.max(1, Math.ceil(idleMs / IDLE_CHECKS)) : MAX_DELAY;
     // A string body is handed to the socket as it is: encoded there into memory freed once written
     // (not a Buffer left for the garbage collector). ASCII (most bodies; base64 images always)
     // encodes as latin1, a copy: far cheaper than UTF-8. A large body's parts are encoded one at a
@@ -133,8 +155,51 @@ export class Transport {
     }
     headers.push('content-length', String(bytes));
     let timedOut = false;
+    let totalTimedOut = false;
     let sent = false;
     let settled = false;
+    /** While the upstream answers: the socket's byte count at the last check, and since when it has not moved. */
+    let answering: IncomingMessage | undefined;
+    let seen = 0;
+    let quietSince = 0;
+    let timer: NodeJS.Timeout | undefined;
+    let delay = 0;
+    const arm = (next: number) => {
+      if (timer && next === delay) timer.refresh();
+      else {
+        clearTimeout(timer);
+        delay = next;
+        timer = setTimeout(check, next);
+      }
+    };
+    const check = () => {
+      const now = Date.now();
+      if (now >= deadline) {
+        totalTimedOut = true;
+        abort();
+        return;
+      }
+      const sock = answering && !answering.complete ? req.socket : null;
+      if (sock) {
+        const bytes = sock.bytesRead + sock.bytesWritten;
+        if (bytes !== seen) {
+          seen = bytes;
+          quietSince = now;
+        } else if (now - quietSince >= idleMs) {
+          timedOut = true;
+          req.destroy(new Error('upstream idle timeout'));
+          return;
+        }
+      }
+      arm(Math.min(step, deadline - now, MAX_DELAY));
+    };
+    const abort = () => {
+      clearTimeout(timer);
+      req.destroy();
+      if (settled) return;
+      settled = true;
+      reject(new TransportError('aborted', 'aborted'));
+    };
     let resolve!: (r: UpstreamResponse) => void;
     let reject!: (e: Error) => void;
     const response = new Promise<UpstreamResponse>((res, rej) => {
@@ -151,11 +216,13 @@ export class Transport {
       agent: this.agentFor(u.provider, t.secure, u.account),
     }, (res) => {
       settled = true;
-      // From now on, silence is the idle timeout's; before, only the caller's whole-attempt timer runs.
-      req.setTimeout(idleMs, () => {
-        timedOut = true;
-        req.destroy(new Error('upstream idle timeout'));
-      });
+      // From now on, silence is the idle timeout's; before, only the whole-attempt deadline runs.
+      if (idleMs > 0) {
+        answering = res;
+        const sock = req.socket;
+        seen = sock ? sock.bytesRead + sock.bytesWritten : 0;
+        quietSince = Date.now();
+      }
       resolve({ status: res.statusCode ?? 502, headers: res.headers, body: res });
     });
     // Once the response began, errors surface on its body stream; this listener only keeps them from throwing.
@@ -167,14 +234,12 @@ export class Transport {
     req.once('finish', () => { sent = true; });
     if (typeof body === 'string') req.end(body, encoding);
     else writeParts(body, req);
+    arm(Math.min(step, u.timeoutMs, MAX_DELAY));
     return {
       response,
-      abort: () => {
-        req.destroy();
-        if (settled) return;
-        settled = true;
-        reject(new TransportError('aborted', 'aborted'));
-      },
+      abort,
+      done: () => clearTimeout(timer),
+      timedOut: () => totalTimedOut,
       idleTimedOut: () => timedOut,
       sent: () => sent,
     };

@@ -180,7 +180,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
   /** Why a model had no account at all (reported when no attempt failed for a better reason). */
   let noAccount: GatewayError | undefined;
   for (let i = 0; i < max; i++) {
-    if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    if (ctx.clientGone.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
     const cand = candidates[i];
     const pool = deps.pools.of(cand.provider);
     const choose = pool.chooser(ctx, cand.model);
@@ -215,7 +215,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       let failover = false;
       try {
         for (const p of hooks.onAttempt) {
-          const r = hook(hooks, p, () => p.onAttempt!(ctx, attempt!));
+          const r = hook(hooks, p, 'onAttempt', ctx, attempt);
           if (r) await r;
         }
         if (!attempt.conversion) {
@@ -233,7 +233,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       }
       if (ok) return;
       lastError = attempt.error;
-      if (ctx.committed || ctx.signal.aborted || !failover) break;
+      if (ctx.committed || ctx.clientGone.aborted || !failover) break;
     }
     if (!attempt) continue; // no account for this model: the next one in the list, if any
     if (!attempt.retry || ctx.committed) break;
@@ -250,9 +250,21 @@ function passthroughOf(protocol: ProtocolName): Conversion {
   return c;
 }
 
-async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> {
-  for (const p of hooks.onResponse) {
-    const r = hook(hooks, p, () => p.onResponse!(ctx, attempt));
+/** The onResponse hooks; undefined when none returned a promise (nothing to wait for). */
+function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks): Promise<void> | undefined {
+  const list = hooks.onResponse;
+  for (let i = 0; i < list.length; i++) {
+    const r = hook(hooks, list[i], 'onResponse', ctx, attempt);
+    if (r) return finishOnResponse(ctx, attempt, hooks, i, r);
+  }
+  return undefined;
+}
+
+async function finishOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks, i: number, pending: Promise<void>): Promise<void> {
+  await pending;
+  const list = hooks.onResponse;
+  for (i++; i < list.length; i++) {
+    const r = hook(hooks, list[i], 'onResponse', ctx, attempt);
     if (r) await r;
   }
 }
@@ -261,10 +273,10 @@ async function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: Chain
  * Runs a hook; an exception that is not a GatewayError becomes INTERNAL naming the plugin. A hook
  * that returns no promise is not awaited (`undefined`: nothing to wait for, no microtask turn).
  */
-function hook(hooks: ChainHooks, p: PluginInstance, run: () => unknown): Promise<void> | undefined {
+function hook(hooks: ChainHooks, p: PluginInstance, name: 'onAttempt' | 'onResponse', ctx: RequestContext, attempt: Attempt): Promise<void> | undefined {
   let r: unknown;
   try {
-    r = run();
+    r = p[name]!(ctx, attempt);
   } catch (e) {
     throw toGatewayError(e, hooks.nameOf?.(p));
   }
@@ -282,47 +294,44 @@ async function tryAttempt(
   if (large) await yieldTurn();
   // Built in a frame of its own: this one stays suspended for a stream's whole life, and nothing
   // of the request may stay in it.
-  let requestBody = await encodeRequest(ctx, attempt, conversion, stream);
+  let requestBody: string | OutgoingBody | Promise<OutgoingBody> = encodeRequest(ctx, attempt, conversion, stream);
+  if (requestBody instanceof Promise) requestBody = await requestBody;
   if (large) {
     await yieldTurn();
-    if (ctx.signal.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    if (ctx.clientGone.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
   }
   const url = accountBaseUrl(deps, provider, attempt.account) + upstreamPath(provider, attempt.upstreamProtocol);
   const headers = { ...upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream, attempt.account), ...attempt.headers };
   const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
   const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
   const started = Date.now();
-  const call = deps.transport.send({ provider, account: attempt.account?.name, url, headers, body: requestBody, idleTimeoutMs: idleMs });
+  // One timer for the attempt (the whole-attempt deadline and the idle timeout): the transport's.
+  const call = deps.transport.send({ provider, account: attempt.account?.name, url, headers, body: requestBody, timeoutMs: totalMs, idleTimeoutMs: idleMs });
   requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
-  let totalTimedOut = false;
-  const totalTimer = setTimeout(() => { totalTimedOut = true; call.abort(); }, totalMs);
-  const onAbort = () => call.abort();
-  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  const gone = ctx.clientGone;
+  gone.addEventListener('abort', call.abort);
   let up: UpstreamResponse;
   try {
     up = await call.response;
   } catch (e) {
-    clearTimeout(totalTimer);
-    ctx.signal.removeEventListener('abort', onAbort);
+    call.done();
+    gone.removeEventListener('abort', call.abort);
     const te = e as TransportError;
-    const timeout = totalTimedOut || te.kind === 'timeout';
+    const timeout = call.timedOut() || te.kind === 'timeout';
     // The client left after the upstream took the request: it processed the input, so that is billed.
-    if (ctx.signal.aborted && call.sent()) billInput(ctx, attempt);
-    attempt.error = ctx.signal.aborted
+    if (gone.aborted && call.sent()) billInput(ctx, attempt);
+    attempt.error = gone.aborted
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
       : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
     attempt.failure = timeout ? 'timeout' : 'connect';
     ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: timeout ? 'timeout' : 'connect_error' });
-    await runOnResponse(ctx, attempt, hooks);
+    const r = runOnResponse(ctx, attempt, hooks);
+    if (r) await r;
     return false;
   }
   ctx.metrics?.upstreamLatency.observe({ provider: provider.name, model: attempt.model.id }, (Date.now() - started) / 1000);
   attempt.status = up.status;
   attempt.responseHeaders = up.headers;
-  const cleanup = () => {
-    clearTimeout(totalTimer);
-    ctx.signal.removeEventListener('abort', onAbort);
-  };
   try {
     if (up.status >= 400) {
       let errText = '';
@@ -334,15 +343,19 @@ async function tryAttempt(
       return false;
     }
     ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: 'ok' });
-    if (stream) return await deliverStream(ctx, attempt, up, hooks, () => totalTimedOut, call.idleTimedOut);
+    if (stream) return await deliverStream(ctx, attempt, up, hooks, call.timedOut, call.idleTimedOut);
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {
-    cleanup();
+    call.done();
+    gone.removeEventListener('abort', call.abort);
   }
 }
 
-/** The upstream body of an attempt: a string, or a large body's parts built a share of each turn at a time. */
-async function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: Conversion, stream: boolean): Promise<string | OutgoingBody> {
+/**
+ * The upstream body of an attempt: a string (returned as it is, no promise), or a large body's
+ * parts built a share of each turn at a time.
+ */
+function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: Conversion, stream: boolean): string | Promise<OutgoingBody> {
   let body: string | OutgoingBody;
   try {
     const input = {
@@ -350,20 +363,31 @@ async function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: 
     };
     const largeBody = attempt.request.large;
     body = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);
-    if (typeof body === 'string') return body;
+  } catch (e) {
+    throw encodeError(e);
+  }
+  return typeof body === 'string' ? body : buildParts(ctx, body);
+}
+
+/** Builds a large body's parts a share of each turn at a time. */
+async function buildParts(ctx: RequestContext, body: OutgoingBody): Promise<OutgoingBody> {
+  try {
     for (;;) {
       if (largeWork.left === 0) await largeWork.next();
-      if (ctx.signal.aborted) return body;
+      if (ctx.clientGone.aborted) return body;
       const t = performance.now();
       const done = body.step(largeWork.left);
       largeWork.charge(performance.now() - t);
       if (done) return body;
     }
   } catch (e) {
-    // Converting walks the body recursively: a pathologically nested one is the client's error.
-    if (e instanceof RangeError) throw new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' });
-    throw e;
+    throw encodeError(e);
   }
+}
+
+/** Converting walks the body recursively: a pathologically nested one is the client's error. */
+function encodeError(e: unknown): unknown {
+  return e instanceof RangeError ? new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' }) : e;
 }
 
 async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks): Promise<boolean> {
@@ -371,8 +395,8 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   try {
     text = await readAll(up.body, MAX_JSON_BODY);
   } catch (e) {
-    if (ctx.signal.aborted) billInput(ctx, attempt); // it was answering when the client left
-    attempt.error = ctx.signal.aborted
+    if (ctx.clientGone.aborted) billInput(ctx, attempt); // it was answering when the client left
+    attempt.error = ctx.clientGone.aborted
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
       : new GatewayError('UPSTREAM_ERROR', { message: 'The upstream response was cut off' });
     attempt.failure = 'connect';
@@ -389,7 +413,8 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
     await runOnResponse(ctx, attempt, hooks);
     return false;
   }
-  await runOnResponse(ctx, attempt, hooks);
+  const r = runOnResponse(ctx, attempt, hooks);
+  if (r) await r;
   if (attempt.retry) return false;
   ctx.answeredModel = attempt.model;
   ctx.usage = out.usage;
@@ -516,14 +541,14 @@ async function deliverStream(
   const drained = () => new Promise<void>((resolve) => {
     const done = () => {
       res.off('drain', done);
-      ctx.signal.removeEventListener('abort', done);
+      ctx.clientGone.removeEventListener('abort', done);
       resolve();
     };
     res.on('drain', done);
-    ctx.signal.addEventListener('abort', done, { once: true });
+    ctx.clientGone.addEventListener('abort', done, { once: true });
   });
   /** Writes and reports whether the client's buffer is full (no promise per chunk on the hot path). */
-  const writeNow = (out: Out): boolean => !out.length || ctx.signal.aborted || res.write(out);
+  const writeNow = (out: Out): boolean => !out.length || ctx.clientGone.aborted || res.write(out);
   const write = async (out: Out) => {
     if (!writeNow(out)) await drained();
   };
@@ -539,11 +564,12 @@ async function deliverStream(
     return true;
   };
   /** After commit() said no: the client left (bill it, done) or a hook asked for the next model. */
-  const notCommitted = (complete: boolean): boolean => (ctx.signal.aborted && !attempt.retry ? clientGone(complete) : false);
+  const notCommitted = (complete: boolean): boolean => (ctx.clientGone.aborted && !attempt.retry ? clientGone(complete) : false);
   /** The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. */
   const commit = async (): Promise<boolean> => {
-    await runOnResponse(ctx, attempt, hooks);
-    if (attempt.retry || ctx.signal.aborted) return false;
+    const r = runOnResponse(ctx, attempt, hooks);
+    if (r) await r;
+    if (attempt.retry || ctx.clientGone.aborted) return false;
     ctx.answeredModel = attempt.model;
     writeHead(ctx, 200, {
       'content-type': 'text/event-stream; charset=utf-8',
@@ -629,7 +655,7 @@ async function deliverStream(
   let lastWrite = Date.now();
   const keepaliveMs = ctx.config.server.streamKeepaliveMs;
   const keepalive = setInterval(() => {
-    if (firstSent && !ctx.signal.aborted && !res.writableEnded && Date.now() - lastWrite >= keepaliveMs) {
+    if (firstSent && !ctx.clientGone.aborted && !res.writableEnded && Date.now() - lastWrite >= keepaliveMs) {
       res.write(KEEPALIVE);
       lastWrite = Date.now();
     }
@@ -651,7 +677,7 @@ async function deliverStream(
     ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
       model: attempt.model.id, reserve, output: usage.output,
     });
-    if (!ctx.signal.aborted) res.end(join(pending, frames));
+    if (!ctx.clientGone.aborted) res.end(join(pending, frames));
     return true;
   };
   try {
@@ -695,7 +721,7 @@ async function deliverStream(
       if (!(await commit())) return notCommitted(end.complete);
     }
     await write(out);
-    if (ctx.signal.aborted) return clientGone(end.complete);
+    if (ctx.clientGone.aborted) return clientGone(end.complete);
     if (!end.complete) {
       failAfterCommit();
       return true;
@@ -708,7 +734,7 @@ async function deliverStream(
     clearTimeout(holdTimer);
     if (committing) await committing.catch(() => false);
     // The client went away: the upstream is aborted; bill what was generated, write nothing.
-    if (ctx.signal.aborted) return clientGone(false);
+    if (ctx.clientGone.aborted) return clientGone(false);
     if (!firstSent) {
       return await failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
         message: socketIdle() ? 'The upstream stopped sending data (idle timeout)' : totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',

@@ -26,11 +26,10 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
   const call = deps.transport.send({
     provider, account: account.name, url, body: text,
     headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false, account),
+    timeoutMs: provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs,
     idleTimeoutMs: provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs,
   });
-  const timer = setTimeout(() => call.abort(), provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs);
-  const onAbort = () => call.abort();
-  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  ctx.clientGone.addEventListener('abort', call.abort);
   try {
     let up;
     try {
@@ -58,7 +57,7 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
     }
     sendJson(ctx, up.status, json);
   } finally {
-    clearTimeout(timer);
-    ctx.signal.removeEventListener('abort', onAbort);
+    call.done();
+    ctx.clientGone.removeEventListener('abort', call.abort);
   }
 };

@@ -263,7 +263,7 @@ export class Pool {
     let release: () => void = () => {};
     if (a.concurrency > 0) {
       try {
-        const r = await store.acquireSlot({ scope: `account:${a.id}`, limit: a.concurrency, queueSize: 0, maxWaitMs: 0, signal: ctx.signal });
+        const r = await store.acquireSlot({ scope: `account:${a.id}`, limit: a.concurrency, queueSize: 0, maxWaitMs: 0, signal: ctx.clientGone });
         if (!r.ok) return r.reason === 'aborted' ? 'aborted' : 'full';
         release = r.release;
       } catch (e) {

@@ -64,7 +64,7 @@ import { silentLogger, type Logger } from '../log.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../config/types.js';
 import {
   dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
-  type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage,
+  type AdmitRequest, type AdmitResult, type Claim, type ClientSignal, type KeyState, type KeyStats, type PeriodUsage,
   type Settlement, type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
 } from './types.js';
 
@@ -156,7 +156,7 @@ interface Admission {
 interface Waiter {
   resolve: (r: SlotResult) => void;
   timer: NodeJS.Timeout;
-  signal: AbortSignal;
+  signal: ClientSignal;
   onAbort: () => void;
 }
 

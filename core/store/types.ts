@@ -99,7 +99,17 @@ export interface SlotRequest {
   queueSize: number;
   maxWaitMs: number;
   /** Aborting it (client gone) removes the waiter from the queue at once. */
-  signal: AbortSignal;
+  signal: ClientSignal;
+}
+
+/**
+ * What a store may use of a request's signal. An AbortSignal is one; the gateway passes its
+ * request's `clientGone`, which costs far less to create on Node 20 than an AbortSignal.
+ */
+export interface ClientSignal {
+  readonly aborted: boolean;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
 }
 
 /**

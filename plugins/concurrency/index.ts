@@ -29,7 +29,7 @@ export default definePlugin<ConcurrencyOptions>({
         try {
           // With the admission, in one store call: the settlement (or cancel) releases the slot too.
           r = await ctx.admission.commitWithSlot({
-            scope: `user:${user.name}`, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.signal,
+            scope: `user:${user.name}`, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.clientGone,
           });
         } finally {
           metrics.queueWaiting.dec();

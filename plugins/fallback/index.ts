@@ -24,7 +24,7 @@ export default definePlugin<FallbackOptions>({
         return ctx.body().then(use);
       },
       onResponse(ctx, attempt) {
-        if (!attempt.error || ctx.committed || ctx.signal.aborted) return;
+        if (!attempt.error || ctx.committed || ctx.clientGone.aborted) return;
         // An error event streamed before commit counts by what it means (overloaded → 503, rate
         // limit → 429, invalid request → 400), not by the stream's HTTP 200.
         const s = attempt.failure === 'event' ? attempt.error.status : attempt.status ?? 0;
