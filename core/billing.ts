@@ -18,8 +18,20 @@ export function chargeRate(user: UserConfig | undefined, group: GroupConfig | un
 
 /** The requested model and the served fallback models: any of them may answer. */
 export async function candidateModels(ctx: RequestContext): Promise<ModelConfig[]> {
-  const body = await ctx.body();
-  const out = [(await ctx.model()).model];
+  await ctx.body();
+  await ctx.model();
+  return candidateModelsNow(ctx)!;
+}
+
+/**
+ * `candidateModels` without a promise once the requested model is resolved (an earlier hook
+ * asked for it); undefined before.
+ */
+export function candidateModelsNow(ctx: RequestContext): ModelConfig[] | undefined {
+  const body = ctx.parsed;
+  const requested = ctx.requested;
+  if (!body || !requested) return undefined;
+  const out = [requested.model];
   for (const name of body.fallback) {
     const r = resolveModel(ctx.config, ctx.group, name);
     if (r && !out.some((m) => m.id === r.model.id)) out.push(r.model);

@@ -364,9 +364,21 @@ export class RequestContext {
     }));
   }
 
-  /** Headers as Node received them, each name with every value (duplicates preserved). */
+  /**
+   * Headers as Node received them, each name with every value (duplicates preserved). Read from
+   * `rawHeaders`: a request asks for two or three names, and Node's `headersDistinct` would build
+   * a second map of every header for them.
+   */
   headerValues(name: string): string[] {
-    return this.req.headersDistinct[name.toLowerCase()] ?? [];
+    const raw = this.req.rawHeaders;
+    const lower = name.toLowerCase();
+    const len = lower.length;
+    let out: string[] | undefined;
+    for (let i = 0; i < raw.length; i += 2) {
+      const k = raw[i];
+      if (k.length === len && (k === lower || k.toLowerCase() === lower)) (out ??= []).push(raw[i + 1]);
+    }
+    return out ?? [];
   }
 }
 

@@ -48,6 +48,15 @@ export interface UpstreamResponse {
   body: IncomingMessage;
 }
 
+/** An upstream's answer. Node builds the header map of a response only when it is read: most are never read. */
+class Answer implements UpstreamResponse {
+  constructor(readonly status: number, readonly body: IncomingMessage) {}
+
+  get headers(): IncomingMessage['headers'] {
+    return this.body.headers;
+  }
+}
+
 export class TransportError extends Error {
   constructor(readonly kind: 'connect' | 'timeout' | 'aborted', message: string, readonly code?: string) {
     super(message);
@@ -223,7 +232,7 @@ export class Transport {
         seen = sock ? sock.bytesRead + sock.bytesWritten : 0;
         quietSince = Date.now();
       }
-      resolve({ status: res.statusCode ?? 502, headers: res.headers, body: res });
+      resolve(new Answer(res.statusCode ?? 502, res));
     });
     // Once the response began, errors surface on its body stream; this listener only keeps them from throwing.
     req.on('error', (err: Error & { code?: string }) => {

@@ -105,6 +105,24 @@ function passHeaders(headers: IncomingMessage['headers'], withRetry: boolean): R
   return out;
 }
 
+/**
+ * `passHeaders(headers, false)` read from the raw header list: the same names and values (Node
+ * joins a repeated `x-ratelimit-*` with ", "), without building the response's header map.
+ */
+function rateLimitHeaders(res: IncomingMessage): Record<string, string> {
+  const out: Record<string, string> = {};
+  const raw = res.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i];
+    if (name.length < 12 || !/^x-ratelimit-/i.test(name)) continue;
+    const k = name.toLowerCase();
+    const v = raw[i + 1];
+    const had = out[k];
+    out[k] = had === undefined ? v : `${had}, ${v}`;
+  }
+  return out;
+}
+
 export function readUpstreamError(text: string): ErrorInfo | undefined {
   try {
     const j = JSON.parse(text);
@@ -198,7 +216,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
           model: cand.model.id, account: attempt.account?.id, status: attempt.status, error: attempt.error?.message,
         });
       }
-      attempt = {
+      const state: AttemptState = {
         index: ctx.attempts.length,
         model: cand.model,
         provider: cand.provider,
@@ -207,7 +225,16 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         headers: {},
         retry: false,
         request: { text: body.text, json: body.json, large: body.large },
+        [ANSWER]: undefined,
+        [HEADERS]: undefined,
+        get responseHeaders() {
+          return this[HEADERS] ?? this[ANSWER]?.headers;
+        },
+        set responseHeaders(v) {
+          this[HEADERS] = v;
+        },
       };
+      attempt = state;
       ctx.attempts.push(attempt);
       /** The attempt, once it went upstream and came back (a hook or converter that threw leaves it unset). */
       let outcome: Attempt | undefined;
@@ -240,6 +267,17 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
     ctx.log.info('upstream attempt failed, falling back', { model: cand.model.id, status: attempt.status, error: attempt.error?.message });
   }
   throw lastError ?? noAccount ?? new GatewayError('UPSTREAM_ERROR');
+}
+
+const ANSWER = Symbol('answer');
+const HEADERS = Symbol('headers');
+/**
+ * An attempt as the core makes it: its `responseHeaders` are the upstream's (Node parses them
+ * only when read, and most requests never read them) until a plugin sets its own.
+ */
+interface AttemptState extends Attempt {
+  [ANSWER]: UpstreamResponse | undefined;
+  [HEADERS]: Attempt['responseHeaders'];
 }
 
 /** A passthrough conversion holds no per-request state (its stream translators do): one per protocol. */
@@ -331,7 +369,7 @@ async function tryAttempt(
   }
   ctx.metrics?.upstreamLatency.observe({ provider: provider.name, model: attempt.model.id }, (Date.now() - started) / 1000);
   attempt.status = up.status;
-  attempt.responseHeaders = up.headers;
+  (attempt as AttemptState)[ANSWER] = up; // responseHeaders reads it when asked
   try {
     if (up.status >= 400) {
       let errText = '';
@@ -422,7 +460,7 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
     ctx.usage = estimateUsage(ctx, 0, out.body.length);
     ctx.usageEstimated = true;
   }
-  writeHead(ctx, 200, { 'content-type': 'application/json', ...passHeaders(up.headers, false) });
+  writeHead(ctx, 200, { 'content-type': 'application/json', ...rateLimitHeaders(up.body) });
   ctx.res.end(out.body);
   return true;
 }
@@ -576,7 +614,7 @@ async function deliverStream(
       'cache-control': 'no-cache',
       connection: 'keep-alive',
       'x-accel-buffering': 'no',
-      ...passHeaders(up.headers, false),
+      ...rateLimitHeaders(up.body),
     });
     firstSent = true;
     ctx.ttftMs = ctx.clock.now() - ctx.startedAt;

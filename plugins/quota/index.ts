@@ -12,7 +12,8 @@
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import type { RequestContext } from '../../core/context.js';
-import { allFree, candidateModels, chargeRate, isModelCall, worstCaseCharge } from '../../core/billing.js';
+import { allFree, candidateModels, candidateModelsNow, chargeRate, isModelCall, worstCaseCharge } from '../../core/billing.js';
+import type { GroupConfig, ModelConfig, UserConfig } from '../../core/config/types.js';
 import { quotaSchema, type QuotaOptions } from './schema.js';
 
 function checkSubscription(ctx: RequestContext): void {
@@ -21,39 +22,49 @@ function checkSubscription(ctx: RequestContext): void {
   if (sub.status !== 'active') throw new GatewayError('SUBSCRIPTION_INVALID');
 }
 
+/** Routes that call no model: a plan needs its subscription, a balance some credit left. */
+async function eligible(ctx: RequestContext, user: UserConfig, group: GroupConfig): Promise<void> {
+  if (group.billing === 'plan') return checkSubscription(ctx);
+  const spent = await ctx.store.balanceSpent(user.name);
+  if (user.balance - spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
+}
+
 export default definePlugin<QuotaOptions>({
   name: 'quota',
   description: 'Billing eligibility (balance or plan), key quota, and the admission reservation',
   schema: quotaSchema,
   requires: ['auth'],
   create(_options, { config }) {
+    /** The reservation and the money claims of a model call, once its candidate models are known. */
+    const claim = (ctx: RequestContext, user: UserConfig, group: GroupConfig, models: ModelConfig[]): void => {
+      const key = ctx.key!;
+      const rate = chargeRate(user, group);
+      ctx.admission.reserve = Math.max(ctx.admission.reserve, worstCaseCharge(ctx.parsed!, models, rate));
+      if (group.billing === 'plan') {
+        checkSubscription(ctx);
+      } else {
+        const free = allFree(models);
+        ctx.admission.add(
+          { kind: 'balance', user: user.name, credit: user.balance, free, freeRpm: config.limits.freeRpmAtZeroBalance },
+          (ms) => free
+            ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
+            : new GatewayError('BILLING_ERROR', { message: 'Insufficient balance: top up to use this model, or use a model priced at $0' }),
+        );
+      }
+      if (key.quota > 0) {
+        ctx.admission.add({ kind: 'key-quota', key: key.id, limit: key.quota }, () => new GatewayError('API_KEY_QUOTA_EXHAUSTED'));
+      }
+    };
     return {
-      async onAccess(ctx) {
+      // Synchronous once the body and model are resolved; until then it waits for them (a
+      // promise only then: an await costs a turn of the microtask queue).
+      onAccess(ctx) {
         const { key, user, group } = ctx;
         if (!key || !user || !group) return;
-        if (!isModelCall(ctx)) {
-          if (group.billing === 'plan') return checkSubscription(ctx);
-          const spent = await ctx.store.balanceSpent(user.name);
-          if (user.balance - spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
-          return;
-        }
-        const models = await candidateModels(ctx);
-        const rate = chargeRate(user, group);
-        ctx.admission.reserve = Math.max(ctx.admission.reserve, worstCaseCharge(await ctx.body(), models, rate));
-        if (group.billing === 'plan') {
-          checkSubscription(ctx);
-        } else {
-          const free = allFree(models);
-          ctx.admission.add(
-            { kind: 'balance', user: user.name, credit: user.balance, free, freeRpm: config.limits.freeRpmAtZeroBalance },
-            (ms) => free
-              ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
-              : new GatewayError('BILLING_ERROR', { message: 'Insufficient balance: top up to use this model, or use a model priced at $0' }),
-          );
-        }
-        if (key.quota > 0) {
-          ctx.admission.add({ kind: 'key-quota', key: key.id, limit: key.quota }, () => new GatewayError('API_KEY_QUOTA_EXHAUSTED'));
-        }
+        if (!isModelCall(ctx)) return eligible(ctx, user, group);
+        const models = candidateModelsNow(ctx);
+        if (models) return claim(ctx, user, group, models);
+        return candidateModels(ctx).then((m) => claim(ctx, user, group, m));
       },
     };
   },

@@ -14,7 +14,9 @@
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError, WINDOW_MESSAGES } from '../../core/errors.js';
 import { WINDOWS } from '../../core/config/types.js';
-import { allFree, candidateModels, isModelCall } from '../../core/billing.js';
+import { allFree, candidateModels, candidateModelsNow, isModelCall } from '../../core/billing.js';
+import type { RequestContext } from '../../core/context.js';
+import type { ModelConfig, UserConfig } from '../../core/config/types.js';
 import { nextMonthStart } from '../../core/store/types.js';
 import { windowsSchema, type WindowsOptions } from './schema.js';
 
@@ -25,7 +27,9 @@ export default definePlugin<WindowsOptions>({
   requires: ['auth'],
   create() {
     return {
-      async onAccess(ctx) {
+      // A promise only while the candidate models are not known yet (quota, earlier in the
+      // shipped chain, resolves them): an await costs a turn of the microtask queue.
+      onAccess(ctx) {
         const { key, user, group } = ctx;
         if (!key || !user || !group || !isModelCall(ctx)) return;
         for (const w of WINDOWS) {
@@ -43,26 +47,34 @@ export default definePlugin<WindowsOptions>({
         }
         const caps = user.spendCaps;
         if (caps.weekly <= 0 && caps.monthly <= 0) return;
-        if (allFree(await candidateModels(ctx))) return;
-        for (const period of ['weekly', 'monthly'] as const) {
-          const limit = caps[period];
-          if (limit <= 0) continue;
-          ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, async (ms) => {
-            let wait = ms ?? 0;
-            // A refused weekly cap names the later reset when the monthly one is reached too
-            // (read only on refusal: the common path stays one store call).
-            const both = period === 'weekly' && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
-            if (period === 'weekly' && both && both.monthly >= caps.monthly) {
-              const now = ctx.clock.now();
-              wait = Math.max(wait, nextMonthStart(now) - now);
-            }
-            return new GatewayError('SPEND_CAP_REACHED', {
-              message: `Account ${period} spend cap reached`,
-              retryAfter: Math.max(1, Math.ceil(wait / 1000)),
-            });
-          });
-        }
+        const models = candidateModelsNow(ctx);
+        if (models) return capClaims(ctx, user, models);
+        return candidateModels(ctx).then((m) => capClaims(ctx, user, m));
       },
     };
   },
 });
+
+/** The account spend-cap claims of a balance request, unless every candidate model is free. */
+function capClaims(ctx: RequestContext, user: UserConfig, models: ModelConfig[]): void {
+  const caps = user.spendCaps;
+  if (allFree(models)) return;
+  for (const period of ['weekly', 'monthly'] as const) {
+    const limit = caps[period];
+    if (limit <= 0) continue;
+    ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, async (ms) => {
+      let wait = ms ?? 0;
+      // A refused weekly cap names the later reset when the monthly one is reached too
+      // (read only on refusal: the common path stays one store call).
+      const both = period === 'weekly' && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
+      if (period === 'weekly' && both && both.monthly >= caps.monthly) {
+        const now = ctx.clock.now();
+        wait = Math.max(wait, nextMonthStart(now) - now);
+      }
+      return new GatewayError('SPEND_CAP_REACHED', {
+        message: `Account ${period} spend cap reached`,
+        retryAfter: Math.max(1, Math.ceil(wait / 1000)),
+      });
+    });
+  }
+}
