@@ -13,7 +13,8 @@ import { GatewayError, type ErrorFormat } from './errors.js';
 import type {
   AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
 } from './config/types.js';
-import type { Claim, ClientSignal, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
+import type { Claim, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
+import { Abort } from './signal.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
@@ -187,56 +188,6 @@ export interface RouteInfo extends RouteConfig {
   readonly name: string;
 }
 
-/**
- * Whether the client of a request went away before its response was complete, as a minimal
- * signal (`aborted`, `abort` listeners): what the core, the bundled plugins and the stores use.
- * On Node 20 every AbortSignal costs microseconds to create (and listeners on it more), so the
- * request's `ctx.signal` is made only when something asks for it. Listeners run once, in the
- * order added (a listener added twice runs once, one added after the abort never runs).
- */
-export class ClientGone implements ClientSignal {
-  aborted = false;
-  private controller?: AbortController;
-  private listeners?: Array<() => void>;
-
-  /** An AbortSignal that follows this state (made on first call). */
-  signal(): AbortSignal {
-    if (!this.controller) {
-      this.controller = new AbortController();
-      if (this.aborted) this.controller.abort();
-    }
-    return this.controller.signal;
-  }
-
-  addEventListener(_type: 'abort', listener: () => void, _options?: { once?: boolean }): void {
-    if (this.aborted) return;
-    const l = (this.listeners ??= []);
-    if (!l.includes(listener)) l.push(listener);
-  }
-
-  removeEventListener(_type: 'abort', listener: () => void): void {
-    const l = this.listeners;
-    if (!l) return;
-    const i = l.indexOf(listener);
-    if (i >= 0) l.splice(i, 1);
-  }
-
-  /** The client went away (the server calls this once; later calls do nothing). */
-  abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    const l = this.listeners;
-    this.listeners = undefined;
-    if (l) {
-      for (const fn of l) {
-        // As an EventTarget does: a throwing listener neither stops the others nor the caller.
-        try { fn(); } catch (e) { process.nextTick(() => { throw e; }); }
-      }
-    }
-    this.controller?.abort();
-  }
-}
-
 export class RequestContext {
   readonly startedAt: number;
   /** The client's address: the socket's, or from X-Forwarded-For via a trusted proxy (ip-filter). */
@@ -307,7 +258,7 @@ export class RequestContext {
    * Set when the client disconnects before the response is complete: `clientGone.aborted`, and
    * `abort` listeners. Cheaper than `signal` (which follows it), for the core and plugins alike.
    */
-  readonly clientGone = new ClientGone();
+  readonly clientGone = new Abort();
   private childLog?: Logger;
 
   /** Aborted when the client disconnects before the response is complete (an AbortSignal, made on first use). */
