@@ -185,8 +185,9 @@ export interface ChainHooks {
  * account transparently before the next model is considered.
  */
 export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps: UpstreamDeps): Promise<void> {
-  const body = await ctx.body();
-  const primary = await ctx.model();
+  // Read and resolved by the chain already on a metered route: no await (a microtask turn) then.
+  const body = ctx.parsed ?? await ctx.body();
+  const primary = ctx.requested ?? await ctx.model();
   const candidates: ResolvedModel[] = [primary];
   for (const name of ctx.fallback.models) {
     const r = resolveModel(ctx.config, ctx.group, name);
