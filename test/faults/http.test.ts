@@ -169,6 +169,24 @@ t.test('upstream_timeout covers waiting for the headers; upstream_idle_timeout o
   t.match(never.json.error.message, /timed out/);
 });
 
+t.test('upstream_idle_timeout counts silence, not length: a stream that keeps sending for longer than it completes', async (t) => {
+  const cfg = baseConfig();
+  cfg.server.upstream_idle_timeout = '400ms';
+  cfg.server.upstream_timeout = '10s';
+  const g2 = await startGateway(cfg);
+  t.teardown(() => g2.close());
+  // 14 frames 100 ms apart: about 1.4 s of answer, never 400 ms silent.
+  const res = await fetch(`${g2.url}/v1/chat/completions`, {
+    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: 'x [[mock: words=12 chunk_delay=100]]' }] })),
+  });
+  t.equal(res.status, 200);
+  const text = await res.text();
+  t.notMatch(text, /event: error/, 'no error event');
+  t.match(text, /"finish_reason":"stop"/, 'the stream ended as the upstream ended it');
+  t.match(text, /data: \[DONE\]\n\n$/, 'and completed');
+});
+
 t.test('server.body_memory: a body that does not fit waits, then gets 503 body_memory_exhausted; room comes back', async (t) => {
   const cfg = baseConfig();
   cfg.server.body_limit = '256KiB';
