@@ -457,7 +457,7 @@ export class MemoryStore implements Store {
     if (req.signal.aborted) leave.abort();
     else req.signal.addEventListener('abort', forward, { once: true });
     adm.slot = () => leave.abort();
-    return this.acquireSlot({ ...req, signal: leave }).then((r) => {
+    return this.acquireSlot({ ...req, signal: leave.signal }).then((r) => {
       req.signal.removeEventListener('abort', forward);
       if (!r.ok) return r;
       if (this.admissions.get(requestId) !== adm) {
