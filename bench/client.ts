@@ -18,10 +18,24 @@ const FIRST_TOKEN = /"content":"[^"]/;
 
 function post(url: string, auth: string, body: Buffer, agent: http.Agent | false, extra: Record<string, string> = {}): http.ClientRequest {
   const u = new URL(url);
-  return http.request({
+  const req = http.request({
     host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
     headers: { 'content-type': 'application/json', 'content-length': body.length, ...(auth ? { authorization: auth } : {}), ...extra },
   });
+  req.on('socket', guard);
+  return req;
+}
+
+/**
+ * A server that answers before it has read the whole body (a 413 or 503 to a large upload) and
+ * closes can leave the socket's last write failing with EPIPE after the request has let go of the
+ * socket; without a listener of its own that error would end this process mid-run.
+ */
+const guarded = new WeakSet<object>();
+function guard(socket: import('node:net').Socket): void {
+  if (guarded.has(socket)) return;
+  guarded.add(socket);
+  socket.on('error', () => undefined);
 }
 
 /** One streaming request; resolves with the ms from sending the body to the first token (NaN: failed). */
