@@ -117,6 +117,23 @@ class SeriesTree<E> {
   clear(): void {
     this.root.clear();
   }
+
+  /**
+   * prom-client's own `slow(labels, value)` with a fast path: once the series for `labels` is
+   * known, `apply` updates it in place, returning false for a value prom-client must see itself.
+   */
+  wrap(self: Internals, slow: (labels?: unknown, value?: number) => void, apply: (e: E, value: number | undefined) => boolean) {
+    return (labels?: Labels | number, value?: number): void => {
+      if (isObject(labels) && this.enabled) {
+        const e = this.get(self, labels);
+        if (e !== undefined && apply(e, value)) return;
+        slow(labels, value);
+        if (e === undefined) this.learn(self, labels);
+        return;
+      }
+      slow(labels, value);
+    };
+  }
 }
 
 const isValueEntry = (e: any): boolean => typeof e?.value === 'number';
@@ -132,22 +149,13 @@ export class HotCounter<T extends string = string> extends Counter<T> {
     this.tree = new SeriesTree(cfg.labelNames ?? [], isValueEntry);
     if (cfg.enableExemplars) return; // `inc` takes another argument shape then
     const slow = this.inc.bind(this) as (labels?: unknown, value?: number) => void;
-    const self = this as unknown as Internals;
-    (this as { inc: unknown }).inc = (labels?: Labels | number, value?: number): void => {
-      if (isObject(labels) && this.tree.enabled) {
-        const e = this.tree.get(self, labels);
-        if (value === undefined || value === null) value = 1; // as prom-client reads them
-        // Anything prom-client would refuse (negative, infinite) or treat oddly (NaN) takes its path.
-        if (e !== undefined && value >= 0 && value < Infinity) {
-          e.value += value;
-          return;
-        }
-        slow(labels, value);
-        if (e === undefined) this.tree.learn(self, labels);
-        return;
-      }
-      slow(labels, value);
-    };
+    (this as { inc: unknown }).inc = this.tree.wrap(this as unknown as Internals, slow, (e, value) => {
+      const v = value ?? 1; // as prom-client reads undefined and null
+      // Anything prom-client would refuse (negative, infinite) or treat oddly (NaN) takes its path.
+      if (!(v >= 0 && v < Infinity)) return false;
+      e.value += v;
+      return true;
+    });
   }
 
   override remove(...args: any[]): void {
@@ -210,29 +218,20 @@ export class HotHistogram<T extends string = string> extends Histogram<T> {
       typeof e?.sum === 'number' && typeof e.count === 'number' && isObject(e.bucketValues) && bounds.length > 0 &&
       keys.every((k) => typeof e.bucketValues[k] === 'number'));
     if (cfg.enableExemplars) return; // `observe` takes another argument shape then
-    const slow = this.observe.bind(this) as (labels: unknown, value?: number) => void;
-    const self = this as unknown as Internals;
-    (this as { observe: unknown }).observe = (labels: Labels | number, value?: number): void => {
-      if (isObject(labels) && this.tree.enabled) {
-        const e = this.tree.get(self, labels);
-        if (e !== undefined && Number.isFinite(value)) {
-          const v = value as number;
-          e.sum += v;
-          e.count += 1;
-          for (let i = 0; i < bounds.length; i++) {
-            if (v <= bounds[i]) {
-              e.bucketValues[keys[i]] += 1;
-              break;
-            }
-          }
-          return;
+    const slow = this.observe.bind(this) as (labels?: unknown, value?: number) => void;
+    (this as { observe: unknown }).observe = this.tree.wrap(this as unknown as Internals, slow, (e, value) => {
+      if (!Number.isFinite(value)) return false;
+      const v = value as number;
+      e.sum += v;
+      e.count += 1;
+      for (let i = 0; i < bounds.length; i++) {
+        if (v <= bounds[i]) {
+          e.bucketValues[keys[i]] += 1;
+          break;
         }
-        slow(labels, value);
-        if (e === undefined) this.tree.learn(self, labels);
-        return;
       }
-      slow(labels, value);
-    };
+      return true;
+    });
   }
 
   override remove(...args: any[]): void {
