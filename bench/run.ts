@@ -587,7 +587,8 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
         if (served > 0) {
           const per = (n: number) => (n / served).toFixed(2);
           res.notes.push(`store round trips per request served by the gateway: ${per(after.scripts - before.scripts)} Lua scripts ` +
-            `(${served} requests recorded; expected 2: the admission, which takes the concurrency slot, and the settlement, which frees it; plus heartbeats)`);
+            `(${served} requests recorded; expected 2: the admission, which takes the concurrency slot, and the settlement, which frees it; plus heartbeats); ` +
+            `redis-server spent ${per(after.usec - before.usec)} µs per request running them (INFO commandstats), on the upstream's core`);
         }
         return res;
       } finally {
@@ -686,12 +687,16 @@ async function redisUnavailable(): Promise<string | null> {
  * inside are counted there too, so only the scripts are round trips) and the requests recorded for
  * the chat key.
  */
-function redisCalls(url: string): { scripts: number; requests: number } {
+function redisCalls(url: string): { scripts: number; usec: number; requests: number } {
   const cli = (...args: string[]) => execFileSync('redis-cli', ['-u', url, ...args], { stdio: 'pipe' }).toString();
   let scripts = 0;
-  for (const m of cli('INFO', 'commandstats').matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)) scripts += Number(m[2]);
+  let usec = 0;
+  for (const m of cli('INFO', 'commandstats').matchAll(/^cmdstat_(evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
+    scripts += Number(m[2]);
+    usec += Number(m[3]);
+  }
   const requests = Number(cli('HGET', 'gw:{k:bench-chat}:totals', 'requests').trim()) || 0;
-  return { scripts, requests };
+  return { scripts, usec, requests };
 }
 
 /** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */
