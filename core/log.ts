@@ -1,7 +1,10 @@
 /**
  * Structured logs on pino: one JSON object per line on stderr (`level` as a word, `time` ISO 8601,
- * `msg`), written asynchronously so a slow log consumer never blocks the event loop; pending lines
- * are flushed on exit. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info).
+ * `msg`). Lines go to a pipe or terminal asynchronously, so a slow log consumer never blocks the
+ * event loop, and pending lines are flushed on exit; to a regular file (stderr redirected, as a
+ * service manager or `2>>file` does) each line is written at once: a file takes a write at memory
+ * speed (about 2 µs here), while handing it to libuv's thread pool costs about 18 µs a line — a
+ * tenth of a request's CPU at the default `info` level. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info).
  *
  * What is never logged: keys (only key names), request or response bodies, credential headers,
  * query strings. Errors under `error` or `err` are written with their stack and their causes; a
@@ -9,6 +12,7 @@
  *
  * Plugins receive a `Logger` (deps.log, ctx.log): the same four methods whatever the backend.
  */
+import { fstatSync } from 'node:fs';
 import { pino, type DestinationStream, type Logger as Pino } from 'pino';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -55,7 +59,7 @@ function serializeError(v: unknown, depth = 0): unknown {
 export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base: Record<string, unknown> = {}): Logger {
   const destination: DestinationStream = sink
     ? { write: (s: string) => sink(s.endsWith('\n') ? s.slice(0, -1) : s) }
-    : pino.destination({ dest: 2, sync: false });
+    : pino.destination({ dest: 2, sync: stderrIsFile() });
   const p = pino({
     level,
     base: Object.keys(base).length > 0 ? base : undefined,
@@ -65,6 +69,15 @@ export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base:
     serializers: { error: serializeError, err: serializeError },
   }, destination);
   return wrap(p);
+}
+
+/** Whether stderr is a regular file (not a pipe, terminal or socket). */
+function stderrIsFile(): boolean {
+  try {
+    return fstatSync(2).isFile();
+  } catch {
+    return false;
+  }
 }
 
 function wrap(p: Pino): Logger {

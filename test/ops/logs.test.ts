@@ -166,3 +166,32 @@ t.test('levels, errors with causes, GatewayErrors with their code', async (t) =>
   t.equal(logLevel('debug'), 'debug');
   t.equal(logLevel('loud'), 'info', 'an unknown level falls back to info');
 });
+
+t.test('stderr to a file gets every line at once, even from a process killed right after; to a pipe, every line too', async (t) => {
+  const { spawn } = await import('node:child_process');
+  const fs = await import('node:fs');
+  const os = await import('node:os');
+  const path = await import('node:path');
+  const { pathToFileURL } = await import('node:url');
+  const logModule = pathToFileURL(path.resolve(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '../../core/log.js')).href;
+  // Logs three lines; with `kill`, then dies at once (SIGKILL: no exit handler runs, no turn passes).
+  const child = (kill: boolean) => `import(${JSON.stringify(logModule)}).then(({ createLogger }) => {
+    const log = createLogger('info');
+    for (let i = 1; i <= 3; i++) log.info('line ' + i, { i });
+    if (${kill}) process.kill(process.pid, 'SIGKILL');
+  });`;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-log-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'err.log');
+  const fd = fs.openSync(file, 'w');
+  await new Promise((resolve) => spawn(process.execPath, ['-e', child(true)], { stdio: ['ignore', 'ignore', fd] }).on('exit', resolve));
+  fs.closeSync(fd);
+  const inFile = fs.readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l).msg);
+  t.same(inFile, ['line 1', 'line 2', 'line 3'], 'a file: every line was written before the kill');
+
+  const p = spawn(process.execPath, ['-e', child(false)], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let piped = '';
+  p.stderr.on('data', (c: Buffer) => (piped += c.toString()));
+  await new Promise((resolve) => p.on('close', resolve));
+  t.same(piped.trim().split('\n').map((l) => JSON.parse(l).msg), ['line 1', 'line 2', 'line 3'], 'a pipe: every line, written asynchronously');
+});
