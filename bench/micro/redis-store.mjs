@@ -42,7 +42,8 @@ const one = async () => {
   await r.slot;
   await store.settle(id, settlement(31));
 };
-const batch = async (n) => { for (let i = 0; i < n; i += 10) await Promise.all(Array.from({ length: 10 }, one)); };
+const C = Number(process.env.CONC ?? 10);
+const batch = async (n) => { for (let i = 0; i < n; i += C) await Promise.all(Array.from({ length: C }, one)); };
 const redisCpu = () => { const m = cli('INFO', 'cpu'); const g = (k) => Number(new RegExp(`^${k}:([0-9.]+)`, 'm').exec(m)[1]); return (g('used_cpu_user') + g('used_cpu_sys')) * 1e6; };
 const scriptUsec = () => { let u = 0; for (const m of cli('INFO', 'commandstats').matchAll(/^cmdstat_(?:evalsha|eval):calls=\d+,usec=(\d+)/gm)) u += Number(m[1]); return u; };
 const N = 10000;

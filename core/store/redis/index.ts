@@ -56,6 +56,8 @@ const PROBE_MS = 250;
 const WAITER_POLL_MS = 1_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
+/** Most operations in one batch.lua call (each runs for tens of microseconds in Redis). */
+const BATCH_MAX = 32;
 const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 /** Separators of packed script arguments (lib.lua): fields, list items, parts of an index entry. */
@@ -129,6 +131,16 @@ interface Waiter {
   onAbort: () => void;
 }
 
+/** An admission, settlement or cancel waiting for this turn's batch (single Redis). */
+interface BatchOp {
+  kind: 'a' | 's' | 'c';
+  name: ScriptName;
+  keys: string[];
+  args: string[];
+  resolve: (r: Reply) => void;
+  reject: (e: unknown) => void;
+}
+
 type Client = Redis | Cluster;
 type Reply = string | number | null | Reply[];
 
@@ -164,12 +176,16 @@ function field(v: string): string {
  * recovery settlement is kept in its instance index for the reaper.
  */
 function packSettlement(s: Settlement): string {
+  return settlementFields(s).join(SEP);
+}
+
+/** The fields of a packed settlement, in order (settle() sends them as separate arguments). */
+function settlementFields(s: Settlement): string[] {
   const u = s.usage;
   let windows = '';
   for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
-  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
-    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
-    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
+  return [field(s.keyId), field(s.user), field(s.group), field(s.model), s.billing, int(s.actual), int(s.cost), int(u.input), int(u.output),
+    int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), windows, s.estimated ? '1' : '0'];
 }
 
 function unpackSettlement(text: string): Settlement {
@@ -226,6 +242,10 @@ export class RedisStore implements Store {
   private slotSeq = 0;
 
   private readonly timers: NodeJS.Timeout[] = [];
+  /** Operations of this event-loop turn for one batch.lua call; at most one batch in flight. */
+  private batchOps: BatchOp[] = [];
+  private batchArmed = false;
+  private batchInFlight: Promise<void> | undefined;
   /** This instance's index of admissions (single Redis: written by admit.lua). */
   private readonly ownIndex: string;
 
@@ -430,6 +450,76 @@ export class RedisStore implements Store {
     }
   }
 
+  /**
+   * An admission, settlement or cancel. On a single Redis the operations of one event-loop turn
+   * (and those that arrive while a batch is in flight) go to Redis as one batch.lua call: still at
+   * most one round trip each, and Redis reads and writes each hash they share once. A batch of one
+   * runs its own script. On a cluster each runs at once (its keys are in its own hash slot).
+   */
+  private op(kind: BatchOp['kind'], name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
+    if (this.cluster) return this.run(name, keys, args);
+    return new Promise<Reply>((resolve, reject) => {
+      this.batchOps.push({ kind, name, keys, args, resolve, reject });
+      this.armBatch();
+    });
+  }
+
+  private armBatch(): void {
+    if (this.batchArmed || this.batchInFlight || this.batchOps.length === 0) return;
+    this.batchArmed = true;
+    setImmediate(this.flushBatch);
+  }
+
+  private readonly flushBatch = (): void => {
+    this.batchArmed = false;
+    const ops = this.batchOps.length <= BATCH_MAX ? this.batchOps : this.batchOps.slice(0, BATCH_MAX);
+    this.batchOps = ops === this.batchOps ? [] : this.batchOps.slice(BATCH_MAX);
+    if (ops.length === 0) return;
+    this.batchInFlight = this.sendBatch(ops).finally(() => {
+      this.batchInFlight = undefined;
+      this.armBatch();
+    });
+  };
+
+  private async sendBatch(ops: BatchOp[]): Promise<void> {
+    if (ops.length === 1) {
+      const o = ops[0];
+      try {
+        o.resolve(await this.run(o.name, o.keys, o.args));
+      } catch (e) {
+        o.reject(e);
+      }
+      return;
+    }
+    const keys: string[] = [];
+    const args: string[] = [];
+    for (const o of ops) {
+      for (const k of o.keys) keys.push(k);
+      args.push(o.kind, String(o.keys.length), String(o.args.length));
+      for (const a of o.args) args.push(a);
+    }
+    let replies: Reply[];
+    try {
+      replies = (await this.run('batch', keys, args)) as Reply[];
+    } catch (e) {
+      for (const o of ops) o.reject(e);
+      return;
+    }
+    for (let i = 0; i < ops.length; i++) {
+      const r = replies[i];
+      if (ops[i].kind === 'a' && r === -1) ops[i].reject(new Error('ERR request already admitted'));
+      else ops[i].resolve(r);
+    }
+  }
+
+  /** Resolves once no batched operation waits or runs (close()). */
+  private async batchesDone(): Promise<void> {
+    while (this.batchOps.length > 0 || this.batchInFlight) {
+      if (this.batchInFlight) await this.batchInFlight;
+      else await new Promise((r) => setImmediate(r));
+    }
+  }
+
   private async cmd<T>(f: (c: Client) => Promise<T>): Promise<T> {
     try {
       return await f(this.client);
@@ -538,16 +628,22 @@ export class RedisStore implements Store {
 
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
-    let claims = '';
-    for (const { index, claim } of part.claims) claims += (claims ? LIST : '') + this.claimSpec(index, claim);
-    return this.admitScript(req, part.tag, claims, part.slot, indexEntry);
+    return this.admitScript(req, part.tag, part.claims, part.slot, indexEntry);
   }
 
-  private async admitScript(req: AdmitRequest, tag: string, claims: string, sl: Part['slot'], indexEntry: string): Promise<number[]> {
+  private async admitScript(req: AdmitRequest, tag: string, claims: readonly { index: number; claim: Claim }[] | readonly Claim[], sl: Part['slot'], indexEntry: string): Promise<number[]> {
     const rec = this.keys.record(tag, req.requestId);
     const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
-    const slot = sl ? `${this.keys.slotTag(sl.req.scope)}${SEP}${sl.id}${SEP}${int(sl.req.limit)}${SEP}${int(Math.max(0, sl.req.queueSize))}` : '';
-    return (await this.run('admit', keys, [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry, claims, slot])) as number[];
+    const args = [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];
+    if (sl) args.push(this.keys.slotTag(sl.req.scope), sl.id, int(sl.req.limit), int(Math.max(0, sl.req.queueSize)));
+    else args.push('', '', '', '');
+    let spec = '';
+    for (let i = 0; i < claims.length; i++) {
+      const c = claims[i];
+      spec += (i > 0 ? LIST : '') + ('claim' in c ? this.claimSpec(c.index, c.claim) : this.claimSpec(i, c));
+    }
+    args.push(spec);
+    return (await this.op('a', 'admit', keys, args)) as number[];
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -611,12 +707,10 @@ export class RedisStore implements Store {
    */
   private async admitSingle(req: AdmitRequest, slot: Part['slot']): Promise<AdmitResult> {
     const tag = this.keys.request(req.requestId);
-    let claims = '';
-    for (let i = 0; i < req.claims.length; i++) claims += (i > 0 ? LIST : '') + this.claimSpec(i, req.claims[i]);
     const entry = tag + PARTS + (req.recovery ? packSettlement(req.recovery) : '');
     let r: number[];
     try {
-      r = await this.admitScript(req, tag, claims, slot, entry);
+      r = await this.admitScript(req, tag, req.claims, slot, entry);
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;
       // The answer was lost: take back what may have been applied (its cancel marker also
@@ -784,18 +878,22 @@ export class RedisStore implements Store {
 
   private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
     const rec = this.keys.record(tag, id);
-    await this.run('cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
+    await this.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
   }
 
   /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis). */
-  private async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
+  /** `packed`: the settlement as one packed text (from an index entry) or as its fields. */
+  private async settlePart(id: string, tag: string, s: Settlement, packed: string | string[], mode: 's' | 'r', instance: string): Promise<number> {
     const k = this.keys;
     const rec = k.record(tag, id);
     const keyTag = k.apiKey(s.keyId);
     const userTag = k.user(s.user);
     const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
     const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.run('settle', keys, [this.now(), mode, id, instance, effects, keyTag, userTag, packed])) as number;
+    const args = [this.now(), mode, id, instance, effects, keyTag, userTag];
+    if (typeof packed === 'string') args.push(packed);
+    else for (const f of packed) args.push(f);
+    return (await this.op('s', 'settle', keys, args)) as number;
   }
 
   // ---- crash recovery ---------------------------------------------------------------------------
@@ -1177,6 +1275,7 @@ export class RedisStore implements Store {
         await this.probe().catch(() => undefined);
       }
     }
+    await this.batchesDone();
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
     for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
     this.held.clear();

@@ -7,11 +7,16 @@
 local DAY = 86400000
 local MINUTE = 60000
 
--- Milliseconds from the server's clock; tests pass a fixed time instead ('0' = use TIME).
+-- Milliseconds from the server's clock, read once per script (a batch of operations shares it);
+-- tests pass a fixed time instead ('0' = use TIME).
+local TNOW
 local function now_ms(override)
   if override ~= nil and override ~= '0' and override ~= '' then return tonumber(override) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not TNOW then
+    local t = redis.call('TIME')
+    TNOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return TNOW
 end
 
 local function I(n) return string.format('%d', n) end
@@ -81,6 +86,19 @@ local function split(s, sep)
   end
 end
 
+-- split() of a text that many operations of a batch repeat (a record's held counters): the parts
+-- are only read, so one table serves them all.
+local SPLITS = {}
+local function split_cached(s, sep)
+  local key = sep .. (s or '')
+  local out = SPLITS[key]
+  if not out then
+    out = split(s, sep)
+    SPLITS[key] = out
+  end
+  return out
+end
+
 -- Separators of packed arguments (names never contain them: index.ts escapes or refuses them).
 local SEP, LIST = '\31', '\30'
 
@@ -88,70 +106,146 @@ local SEP, LIST = '\31', '\30'
 local function key(tag, suffix) return P .. '{' .. tag .. '}:' .. suffix end
 
 -- Hash fields read once and written once per script: every field a script will use of one hash is
--- declared first (hwant), loaded together on first use (one HMGET), changed in Lua, and written
--- back by hflush (one HSET, and one HDEL, per hash) — instead of one call per field.
-local H = {}
+-- declared first (hwant), loaded together (hload, or on first use: one HMGET per hash), changed in
+-- Lua, and written back by hflush (one HSET, and one HDEL, per hash) — instead of one call per field.
+-- Kept lean (positional tables, no varargs on the hot path): the scripts run on every request.
+local H = {}   -- key → { f = fields declared, not loaded; v = field → value (false: absent); d = dirty fields; ds = dirty set }
+local HK = {}  -- keys in first-use order
 
 local function hentry(k)
   local e = H[k]
   if not e then
-    e = { v = {}, want = {}, dirty = {} }
+    e = { f = {}, v = {}, d = {}, ds = {} }
     H[k] = e
+    HK[#HK + 1] = k
   end
   return e
 end
 
+-- Declares fields to load (those not known yet: in a batch, a hash read by an earlier operation is not read again).
+local function hwant1(k, a)
+  local e = hentry(k)
+  if e.v[a] == nil then e.f[#e.f + 1] = a end
+end
+
+local function hwant2(k, a, b)
+  local e = hentry(k)
+  local v, f = e.v, e.f
+  if v[a] == nil then f[#f + 1] = a end
+  if v[b] == nil then f[#f + 1] = b end
+end
+
 local function hwant(k, ...)
   local e = hentry(k)
+  local v, f = e.v, e.f
   for i = 1, select('#', ...) do
-    local f = select(i, ...)
-    if e.v[f] == nil then e.want[f] = true end
+    local x = select(i, ...)
+    if v[x] == nil then f[#f + 1] = x end
+  end
+end
+
+-- Loads the declared fields of one hash (one HMGET); a value already known is kept.
+local function hload1(e, k)
+  local f = e.f
+  if #f == 0 then return end
+  local r = redis.call('HMGET', k, unpack(f))
+  local v = e.v
+  for j = 1, #f do
+    local name = f[j]
+    if v[name] == nil then v[name] = r[j] end
+  end
+  e.f = {}
+end
+
+-- Loads the declared fields of every hash.
+local function hload()
+  for i = 1, #HK do
+    local k = HK[i]
+    hload1(H[k], k)
   end
 end
 
 -- The raw value (false when absent).
 local function hraw(k, f)
   local e = hentry(k)
-  if e.v[f] == nil then
-    e.want[f] = true
-    local fields = {}
-    for w in pairs(e.want) do
-      if e.v[w] == nil then table.insert(fields, w) end
-    end
-    e.want = {}
-    local r = redis.call('HMGET', k, unpack(fields))
-    for i, w in ipairs(fields) do e.v[w] = r[i] or false end
+  local v = e.v[f]
+  if v == nil then
+    e.f[#e.f + 1] = f
+    hload1(e, k)
+    v = e.v[f]
   end
-  return e.v[f]
+  return v
 end
 
-local function hnum(k, f) return tonumber(hraw(k, f)) or 0 end
+-- The value as a number (0 when absent); kept as a number, so a batch converts each field once.
+local function hnum(k, f)
+  local e = H[k] or hentry(k)
+  local v = e.v[f]
+  if type(v) == 'number' then return v end
+  if v == nil then v = hraw(k, f) end
+  local n = tonumber(v) or 0
+  if v ~= false then e.v[f] = n end
+  return n
+end
 
 local function hput(k, f, v)
-  local e = hentry(k)
+  local e = H[k] or hentry(k)
   e.v[f] = v
-  e.dirty[f] = true
+  if not e.ds[f] then
+    e.ds[f] = true
+    e.d[#e.d + 1] = f
+  end
 end
 
-local function hadd(k, f, d) hput(k, f, hnum(k, f) + d) end
+-- An expiry set once at the end of the script (hflush), after the writes, so the key exists: for a
+-- hash written through the cache, or any key a batch may write many times (key → ms).
+local HX, HXK = {}, {}
+local function hexpire(k, ms)
+  if not HX[k] then HXK[#HXK + 1] = k end
+  HX[k] = ms
+end
+
+local function hadd(k, f, d)
+  local e = H[k] or hentry(k)
+  local v = e.v[f]
+  if type(v) ~= 'number' then v = hnum(k, f) end
+  e.v[f] = v + d
+  if not e.ds[f] then
+    e.ds[f] = true
+    e.d[#e.d + 1] = f
+  end
+end
 local function hdel(k, f) hput(k, f, false) end
 
 local function hflush()
-  for k, e in pairs(H) do
-    local set, del = {}, {}
-    for f in pairs(e.dirty) do
-      local v = e.v[f]
-      if v == false then
-        table.insert(del, f)
-      else
-        table.insert(set, f)
-        table.insert(set, type(v) == 'number' and I(v) or v)
+  for i = 1, #HK do
+    local k = HK[i]
+    local e = H[k]
+    local d = e.d
+    if #d > 0 then
+      local v = e.v
+      local set, del = {}, nil
+      for j = 1, #d do
+        local f = d[j]
+        local x = v[f]
+        if x == false then
+          del = del or {}
+          del[#del + 1] = f
+        else
+          set[#set + 1] = f
+          set[#set + 1] = type(x) == 'number' and I(x) or x
+        end
       end
+      if #set > 0 then redis.call('HSET', k, unpack(set)) end
+      if del then redis.call('HDEL', k, unpack(del)) end
+      e.d, e.ds = {}, {}
     end
-    if #set > 0 then redis.call('HSET', k, unpack(set)) end
-    if #del > 0 then redis.call('HDEL', k, unpack(del)) end
-    e.dirty = {}
   end
+  for i = 1, #HXK do
+    local k = HXK[i]
+    redis.call('PEXPIRE', k, HX[k])
+  end
+  HX, HXK = {}, {}
 end
 
 -- Concurrency slots of one scope, shared by every instance, under the keys base .. 'held' (lease
@@ -198,21 +292,23 @@ end
 -- 1 granted, 0 queued, 2 queue full.
 local function slot_acquire(base, id, limit, qsize, now)
   local held, queue = base .. 'held', base .. 'queue'
-  -- The latest limit, for slot_pump (a release serves the queue up to it).
-  redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
   local nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
   if nq > 0 or nh >= limit then
+    -- The latest limit, for slot_pump (a release serves the queue up to it): only the slow path
+    -- needs it; whoever queues sets it.
+    redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
     slot_purge(base, now)
     slot_pump(base, now) -- a raised limit first serves those already waiting
     nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
   end
   if nq == 0 and nh < limit then
     redis.call('ZADD', held, now + LEASE, id)
-    redis.call('PEXPIRE', held, 2 * LEASE)
+    hexpire(held, 2 * LEASE)
     return 1
   elseif nq >= qsize then
     return 2
   end
+  redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
   redis.call('ZADD', queue, redis.call('INCR', base .. 'seq'), id)
   redis.call('ZADD', base .. 'waiters', now + LEASE, id)
   slot_keep(base)
@@ -241,8 +337,8 @@ local function release_record(rec, undo, slot_now)
   if r[5] then slot_free(r[5], r[6], slot_now or now_ms('0')) end
   local amount = tonumber(r[1])
   if amount > 0 then
-    local held = split(r[2], '\n')
-    for i = 1, #held - 1, 2 do hwant(held[i], held[i + 1]) end
+    local held = split_cached(r[2], '\n')
+    for i = 1, #held - 1, 2 do hwant1(held[i], held[i + 1]) end
     for i = 1, #held - 1, 2 do hadd(held[i], held[i + 1], -amount) end
   end
   if undo >= 1 then

@@ -1,7 +1,8 @@
 /**
  * The Lua scripts, read from the `.lua` files next to this module's source at start and run with
  * EVALSHA (ioredis loads a script again by itself when a restarted Redis no longer has it).
- * `lib.lua` is prepended to each (Redis scripts cannot include one another), and before it the
+ * `lib.lua` is prepended to each (Redis scripts cannot include one another), `ops.lua` too to those that
+ * act on admissions, and before it the
  * store's settings as constants, so no call carries them (short arguments are cheaper on both ends).
  *
  * `npm run build` copies the files next to the compiled module (scripts/build.mjs); a build
@@ -11,7 +12,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
-export const SCRIPT_NAMES = ['admit', 'settle', 'cancel', 'read', 'slots', 'live'] as const;
+export const SCRIPT_NAMES = ['admit', 'settle', 'cancel', 'batch', 'read', 'slots', 'live'] as const;
+/** The scripts that run operations on admissions: `ops.lua` (after `lib.lua`) is prepended to them. */
+const WITH_OPS: ReadonlySet<string> = new Set(['admit', 'settle', 'cancel', 'batch']);
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 
 function scriptDir(): string {
@@ -23,7 +26,7 @@ function scriptDir(): string {
   return dir;
 }
 
-let cache: Record<ScriptName | 'lib', string> | undefined;
+let cache: Record<ScriptName | 'lib' | 'ops', string> | undefined;
 
 export interface ScriptSettings {
   /** Key prefix. */
@@ -48,7 +51,7 @@ function luaString(s: string): string {
 export function loadScripts(settings: ScriptSettings): Record<ScriptName, string> {
   if (!cache) {
     const dir = scriptDir();
-    cache = Object.fromEntries(['lib', ...SCRIPT_NAMES].map((n) => [n, readFileSync(path.join(dir, `${n}.lua`), 'utf8')])) as Record<ScriptName | 'lib', string>;
+    cache = Object.fromEntries(['lib', 'ops', ...SCRIPT_NAMES].map((n) => [n, readFileSync(path.join(dir, `${n}.lua`), 'utf8')])) as Record<ScriptName | 'lib' | 'ops', string>;
   }
   const int = (n: number) => String(Math.trunc(n));
   const head = [
@@ -60,5 +63,5 @@ export function loadScripts(settings: ScriptSettings): Record<ScriptName, string
     `local WINDOW_MS = { ${Object.entries(settings.windows).map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`).join(', ')} }`,
   ].join('\n');
   const lib = cache.lib;
-  return Object.fromEntries(SCRIPT_NAMES.map((n) => [n, `${head}\n${lib}\n${cache![n]}`])) as Record<ScriptName, string>;
+  return Object.fromEntries(SCRIPT_NAMES.map((n) => [n, `${head}\n${lib}\n${WITH_OPS.has(n) ? `${cache!.ops}\n` : ''}${cache![n]}`])) as Record<ScriptName, string>;
 }

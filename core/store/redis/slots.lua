@@ -15,7 +15,9 @@ local base = string.sub(KEYS[1], 1, -5)
 local held, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
 
 if op == 'acquire' then
-  return slot_acquire(base, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), now)
+  local got = slot_acquire(base, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), now)
+  hflush() -- the held set's expiry
+  return got
 elseif op == 'poll' then
   local id = ARGV[2]
   slot_purge(base, now)

@@ -1,0 +1,427 @@
+-- The operations on an admission, shared by admit.lua, settle.lua, cancel.lua and batch.lua (which
+-- runs several of them in one call: the requests of one event-loop turn). Each takes its keys and
+-- arguments as tables (K, A: what KEYS and ARGV are to the single scripts) and leaves its counter
+-- changes in the hash cache (lib.lua): the caller writes them with one hflush() at the end, so
+-- the operations of a batch read one another's changes and every hash is written once.
+
+-- Returned by admit_op instead of an error, so that one refused operation never fails a batch.
+local ALREADY = -1
+
+-- Admission: checks every claim, then applies them all (reservations, RPM counts, window starts)
+-- or nothing; then, when asked, takes the request's concurrency slot (checked last). One call per
+-- admission on a single Redis; one per hash slot (part) on a cluster.
+--
+-- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- A[1] now ('0' = TIME)   A[2] reserve   A[3] request id (index field)
+-- A[4] index entry ('' = none)
+-- A[5..8] the concurrency slot: tag ('' = none), lease id, limit, queue size
+-- A[9] the claims, LIST-separated; each SEP-separated: global index, kind, hash tag, parameters
+--   b balance (u:<user>; credit, free 0/1, freeRpm)   p plan (u:<user>; group, daily, weekly, monthly)
+--   q key quota (k:<key>; limit)   w key window (k:<key>; name, limit, duration)
+--   c spend cap (u:<user>; w|m, limit)   r rpm (u:, g: or a: tag; limit)
+-- Returns {1} admitted ({1, s} with a slot: s = 1 granted, 0 queued, 2 queue full),
+-- {0, failIndex, retryAfterMs, -1} refused outright (the first such claim),
+-- {0, -1, -1, heldIndex} refused only by reservations in flight; -1 = none; ALREADY when the
+-- request id was admitted (or cancelled) before.
+-- Claims as admit_op reads them: per claim its index, kind, hash key(s), field names and numbers.
+-- The requests of one key send the same text: a batch parses it once.
+local CLAIMS = {}
+local function parse_claims(text)
+  local parsed = CLAIMS[text]
+  if parsed then return parsed end
+  parsed = {}
+  for _, item in ipairs(split(text, LIST)) do
+    local f = split(item, SEP)
+    local kind, tag, a = f[2], f[3], f[4]
+    local c = { idx = tonumber(f[1]), kind = kind, a = a, k1 = false, k2 = false, fs = false, fu = false, fr = false, n1 = 0, n2 = 0, free = false, limits = false }
+    if kind == 'r' then
+      c.k1, c.n1 = key(tag, 'rpm'), tonumber(a)
+    elseif kind == 'w' then
+      c.k1, c.fs, c.fu, c.fr = key(tag, 'counters'), a .. ':s', a .. ':u', a .. ':r'
+      c.n1, c.n2 = tonumber(f[5]), tonumber(f[6])
+    elseif kind == 'q' then
+      c.k1, c.n1 = key(tag, 'counters'), tonumber(a)
+    elseif kind == 'c' then
+      c.k1, c.fs, c.fu, c.fr = key(tag, 'caps'), a .. 's', a .. 'u', a .. 'r'
+      c.n1 = tonumber(f[5])
+    elseif kind == 'b' then
+      c.k1, c.k2 = key(tag, 'wallet'), key(tag, 'free')
+      c.n1, c.free, c.n2 = tonumber(a), f[5] == '1', tonumber(f[6])
+    elseif kind == 'p' then
+      c.k1 = key(tag, 'plan:' .. a)
+      c.limits = { tonumber(f[5]), tonumber(f[6]), tonumber(f[7]) }
+    else
+      return nil
+    end
+    parsed[#parsed + 1] = c
+  end
+  CLAIMS[text] = parsed
+  return parsed
+end
+
+local function admit_op(K, A)
+  local now = now_ms(A[1])
+  if redis.call('EXISTS', K[1], K[2]) > 0 then return ALREADY end
+  local reserve = tonumber(A[2])
+  local minute = math.floor(now / MINUTE)
+  local until_next = (minute + 1) * MINUTE - now
+
+  -- Declare every field the checks read.
+  local claims = parse_claims(A[9])
+  if not claims then return redis.error_reply('ERR unknown claim kind') end
+  local n = #claims
+  for i = 1, n do
+    local c = claims[i]
+    local kind, k1 = c.kind, c.k1
+    if kind == 'r' then
+      hwant2(k1, 'm', 'c')
+    elseif kind == 'w' or kind == 'c' then
+      hwant2(k1, c.fs, c.fu)
+      hwant1(k1, c.fr)
+    elseif kind == 'q' then
+      hwant2(k1, 'used', 'res')
+    elseif kind == 'b' then
+      hwant2(k1, 'spent', 'res')
+    else -- p
+      hwant2(k1, 'ds', 'du')
+      hwant2(k1, 'ws', 'wu')
+      hwant2(k1, 'ms', 'mu')
+      hwant1(k1, 'res')
+    end
+  end
+  hload()
+
+  local week, month
+  local function week0()
+    week = week or week_start(now)
+    return week
+  end
+  local function month0()
+    month = month or month_start(now)
+    return month
+  end
+
+  -- The checks; what an admission would apply: hold (k, field), count (k), wstart (k, window).
+  local acts, na = {}, 0
+  local function act(kind, k, f)
+    acts[na + 1], acts[na + 2], acts[na + 3] = kind, k, f
+    na = na + 3
+  end
+  local held_at = -1
+
+  for i = 1, n do
+    local cl = claims[i]
+    local kind, k1 = cl.kind, cl.k1
+    local fail, retry, held = false, -1, false
+
+    if kind == 'r' then
+      local used = (hnum(k1, 'm') == minute) and hnum(k1, 'c') or 0
+      local limit = cl.n1
+      if limit > 0 and used >= limit then
+        fail = true; retry = until_next
+      else act('count', k1) end
+    elseif kind == 'w' then
+      local limit, dur = cl.n1, cl.n2
+      local start = tonumber(hraw(k1, cl.fs))
+      local restart = start == nil or now >= start + dur
+      local used = restart and 0 or hnum(k1, cl.fu)
+      local res = hnum(k1, cl.fr)
+      if limit > 0 and used >= limit then fail = true
+      elseif limit > 0 and used + res >= limit then held = true
+      else
+        if restart then act('wstart', k1, cl.a) end
+        act('hold', k1, cl.fr)
+      end
+    elseif kind == 'q' then
+      local limit, used, res = cl.n1, hnum(k1, 'used'), hnum(k1, 'res')
+      if limit > 0 and used >= limit then fail = true
+      elseif limit > 0 and used + res >= limit then held = true
+      else act('hold', k1, 'res') end
+    elseif kind == 'c' then
+      local limit = cl.n1
+      local weekly = cl.a == 'w'
+      local start = weekly and week0() or month0()
+      local used = (hnum(k1, cl.fs) == start) and hnum(k1, cl.fu) or 0
+      local res = hnum(k1, cl.fr)
+      if limit > 0 and used < limit and used + res >= limit then held = true
+      elseif limit > 0 and used >= limit then
+        fail = true
+        retry = (weekly and (start + 7 * DAY) or next_month_start(now)) - now
+      else act('hold', k1, cl.fr) end
+    elseif kind == 'b' then
+      local credit, spent, res = cl.n1, hnum(k1, 'spent'), hnum(k1, 'res')
+      if credit - spent - res > 0 then
+        act('hold', k1, 'res')
+      elseif not cl.free then
+        if credit - spent > 0 then held = true else fail = true end
+      else
+        local k2 = cl.k2
+        local used = (hnum(k2, 'm') == minute) and hnum(k2, 'c') or 0
+        local free_rpm = cl.n2
+        if free_rpm > 0 and used >= free_rpm then
+          fail = true; retry = until_next
+        else
+          act('hold', k1, 'res')
+          act('count', k2)
+        end
+      end
+    elseif kind == 'p' then
+      local res = hnum(k1, 'res')
+      local limits = cl.limits
+      local fields = { 'ds', 'du', 'ws', 'wu', 'ms', 'mu' }
+      for j = 1, 3 do
+        local limit = limits[j]
+        if limit > 0 and not fail then
+          local start = (j == 1 and day_start(now)) or (j == 2 and week0()) or month0()
+          local used = (hnum(k1, fields[2 * j - 1]) == start) and hnum(k1, fields[2 * j]) or 0
+          if used >= limit then fail = true
+          elseif used + res >= limit then held = true end
+        end
+      end
+      if fail then held = false end
+      if not fail and not held then act('hold', k1, 'res') end
+    end
+
+    -- A held claim is reported only if no later claim is refused outright: exhaustion wins.
+    if fail then return { 0, cl.idx, retry, -1 } end
+    if held and held_at < 0 then held_at = cl.idx end
+  end
+  if held_at >= 0 then return { 0, -1, -1, held_at } end
+
+  -- Apply, and note in the record what to undo: holds (k, field), counts (k, minute), window starts.
+  local holds, counted, started = {}, {}, {}
+  local fresh
+  local m = I(minute)
+  for j = 1, na, 3 do
+    local kind, k, f = acts[j], acts[j + 1], acts[j + 2]
+    if kind == 'hold' then
+      if reserve > 0 then hadd(k, f, reserve) end
+      holds[#holds + 1] = k; holds[#holds + 1] = f
+    elseif kind == 'count' then
+      if hnum(k, 'm') ~= minute then
+        hput(k, 'm', minute)
+        hput(k, 'c', 1)
+        -- Kept one minute past its own, then gone (set once per minute: the same instant each time).
+        fresh = fresh or {}
+        fresh[#fresh + 1] = k
+      else
+        hadd(k, 'c', 1)
+      end
+      counted[#counted + 1] = k; counted[#counted + 1] = m
+    else -- wstart
+      hput(k, f .. ':s', now)
+      hput(k, f .. ':u', 0)
+      started[#started + 1] = k; started[#started + 1] = f; started[#started + 1] = I(now)
+    end
+  end
+  if fresh then
+    for _, k in ipairs(fresh) do hexpire(k, until_next + MINUTE) end
+  end
+
+  local reply = { 1 }
+  local record = { 'r', A[2], 'h', table.concat(holds, '\n'), 'c', table.concat(counted, '\n'), 'w', table.concat(started, '\n') }
+  if A[5] ~= '' then
+    local base = key(A[5], 'slot:')
+    local got = slot_acquire(base, A[6], tonumber(A[7]), tonumber(A[8]), (A[1] == '0') and now or now_ms('0'))
+    -- Held or queued, the slot goes with the record: its settlement or cancel frees it (lib.lua).
+    if got ~= 2 then
+      record[9], record[10], record[11], record[12] = 'sb', base, 'si', A[6]
+    end
+    reply[2] = got
+  end
+  redis.call('HSET', K[1], unpack(record))
+  redis.call('PEXPIRE', K[1], RECORD_TTL)
+  if A[4] ~= '' then
+    redis.call('HSET', K[3], A[3], A[4])
+    hexpire(K[3], RECORD_TTL)
+  end
+  return reply
+end
+
+-- Settlement: replaces the admission's reservation with the actual charge, once per request id
+-- (the done marker), records the usage, and frees the admission's concurrency slot. Also crash
+-- recovery (mode 'r'): applies the recovery settlement of an admission whose instance died, only
+-- while its record still exists.
+--
+-- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- K[4] instance registry (recovery on a single Redis; else K[1])
+-- A[1] now ('0' = TIME)   A[2] mode: s settle | r recover   A[3] request id (index field)
+-- A[4] the instance that admitted it   A[5] effects: key 0/1, user 0/1 (on a cluster a part
+-- applies only those in its own hash slot)   A[6] key tag   A[7] user tag
+-- A[8] the settlement, SEP-separated (index.ts packSettlement): key, user, group, model,
+--   billing (balance | plan), actual, cost, input, output, cache read, cache write tokens,
+--   duration ms, key windows "5h,1d", estimated 0/1 — or, when A has more than 8 items, the
+--   same fields as A[8..21] (no splitting in Lua: what settle() sends)
+-- Returns 1 applied, 0 already settled, 2 already resolved by crash recovery, 3 nothing to recover,
+-- 4 not recovered: the instance is alive after all (it renewed its lease since the reaper looked).
+local COUNTERS = { 'requests', 'input', 'output', 'cacheRead', 'cacheWrite', 'cost', 'actual', 'durationMs' }
+-- What the settlements of a batch share, built once per script call: a model's day-record fields,
+-- a key's hash names, the day, the ring's fields for a second.
+local DAYF, KEYN, DAYK, RINGF = {}, {}, {}, {}
+local function day_fields(model)
+  local f = DAYF[model]
+  if not f then
+    f = {}
+    for i = 1, 8 do f[i] = model .. '|' .. COUNTERS[i] end
+    DAYF[model] = f
+  end
+  return f
+end
+local function key_names(tag)
+  local n = KEYN[tag]
+  if not n then
+    n = { key(tag, 'counters'), key(tag, 'totals'), key(tag, 'ring'), key(tag, 'day:') }
+    KEYN[tag] = n
+  end
+  return n
+end
+local function day_key_cached(t)
+  local d = math.floor(t / DAY)
+  local k = DAYK[d]
+  if not k then
+    k = day_key(t)
+    DAYK[d] = k
+  end
+  return k
+end
+local function ring_fields(sec)
+  local f = RINGF[sec]
+  if not f then
+    local slot = tostring(sec % 60)
+    f = { 's' .. slot, 'r' .. slot, 't' .. slot }
+    RINGF[sec] = f
+  end
+  return f[1], f[2], f[3]
+end
+
+local function settle_op(K, A)
+  local now = now_ms(A[1])
+  local mode = A[2]
+  local function unindex()
+    if K[3] ~= K[1] then redis.call('HDEL', K[3], A[3]) end
+  end
+
+  if mode == 'r' then
+    if redis.call('EXISTS', K[1]) == 0 then unindex(); return 3 end
+    if K[4] ~= K[1] and (tonumber(redis.call('ZSCORE', K[4], A[4])) or 0) > now_ms('0') then return 4 end
+  else
+    local done = redis.call('GET', K[2])
+    if done == 's' then unindex(); return 0 end
+    if done == 'r' then unindex(); return 2 end
+  end
+
+  local s
+  if #A > 8 then s = { unpack(A, 8, 21) } else s = split(A[8], SEP) end
+  local group, model, billing, actual = s[3], s[4], s[5], tonumber(s[6])
+  local cost, input, output, cr, cw, dur = tonumber(s[7]), tonumber(s[8]), tonumber(s[9]), tonumber(s[10]), tonumber(s[11]), tonumber(s[12])
+  local doKey, doUser = string.sub(A[5], 1, 1) == '1', string.sub(A[5], 2, 2) == '1'
+
+  -- Every field this settlement reads, declared before the record's release touches the same hashes.
+  local kc, totals, dayrec, ring, wallet, caps, plan, day
+  local windows = split_cached(s[13], ',')
+  local sec = math.floor(now / 1000)
+  local fs, fr, ft = ring_fields(sec)
+  local dayf = day_fields(model)
+  if doKey then
+    local kt = A[6]
+    local kk = key_names(kt)
+    kc, totals, ring = kk[1], kk[2], kk[3]
+    day = day_key_cached(now)
+    dayrec = kk[4] .. day
+    hwant1(kc, 'used')
+    for _, w in ipairs(windows) do hwant2(kc, w .. ':s', w .. ':u') end
+    for i = 1, 8 do
+      hwant1(totals, COUNTERS[i])
+      hwant1(dayrec, dayf[i])
+    end
+    hwant2(ring, fs, fr)
+    hwant1(ring, ft)
+  end
+  if doUser then
+    local u = A[7]
+    if billing == 'balance' then
+      wallet, caps = key(u, 'wallet'), key(u, 'caps')
+      hwant2(wallet, 'spent', 'res')
+      hwant2(caps, 'ws', 'wu')
+      hwant2(caps, 'ms', 'mu')
+    else
+      plan = key(u, 'plan:' .. group)
+      hwant2(plan, 'ds', 'du')
+      hwant2(plan, 'ws', 'wu')
+      hwant2(plan, 'ms', 'mu')
+      hwant1(plan, 'res')
+    end
+  end
+  release_record(K[1], 0, (A[1] == '0') and now or nil)
+  redis.call('SET', K[2], mode, 'PX', DONE_TTL)
+  unindex()
+  hload()
+
+  if doKey then
+    hadd(kc, 'used', actual)
+    for _, w in ipairs(windows) do
+      local start = tonumber(hraw(kc, w .. ':s'))
+      if start == nil or now >= start + WINDOW_MS[w] then
+        hput(kc, w .. ':s', now)
+        hput(kc, w .. ':u', 0)
+      end
+      hadd(kc, w .. ':u', actual)
+    end
+
+    local values = { 1, input, output, cr, cw, cost, actual, dur }
+    if hraw(dayrec, dayf[1]) == false then
+      redis.call('ZADD', key(A[6], 'days'), 0, day)
+    end
+    for i = 1, 8 do
+      hadd(totals, COUNTERS[i], values[i])
+      hadd(dayrec, dayf[i], values[i])
+    end
+    if s[14] == '1' then hadd(totals, 'estimatedRequests', 1) end
+    if mode == 'r' then hadd(totals, 'recoveredRequests', 1) end
+
+    if hnum(ring, fs) ~= sec then
+      hput(ring, fs, sec)
+      hput(ring, fr, 0)
+      hput(ring, ft, 0)
+      -- Only the last 60 s are read: the ring goes once nothing was recorded for two minutes.
+      hexpire(ring, 2 * MINUTE)
+    end
+    hadd(ring, fr, 1)
+    hadd(ring, ft, input + output + cr + cw)
+  end
+
+  if doUser then
+    local function roll_add(h, sf, uf, start)
+      if hnum(h, sf) ~= start then
+        hput(h, sf, start)
+        hput(h, uf, 0)
+      end
+      hadd(h, uf, actual)
+    end
+    if billing == 'balance' then
+      hadd(wallet, 'spent', actual)
+      roll_add(caps, 'ws', 'wu', week_start(now))
+      roll_add(caps, 'ms', 'mu', month_start(now))
+    else
+      roll_add(plan, 'ds', 'du', day_start(now))
+      roll_add(plan, 'ws', 'wu', week_start(now))
+      roll_add(plan, 'ms', 'mu', month_start(now))
+    end
+  end
+  return 1
+end
+
+-- Cancel: drops an admission's reservation without a charge and frees its concurrency slot; with
+-- undo 1 its RPM and free-call counts too (when still in their minute), with undo 2 also the key
+-- windows it started (see lib.lua). Leaves a marker, so an admission that reaches Redis after its
+-- cancel (a timed-out call) is refused instead of holding a reservation nobody releases.
+--
+-- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- A[1] undo 0 | 1 | 2   A[2] request id (index field)
+-- Returns 1 when a record was released, 0 otherwise.
+local function cancel_op(K, A)
+  local released = release_record(K[1], tonumber(A[1]), nil)
+  redis.call('SET', K[2], 'c', 'NX', 'PX', DONE_TTL)
+  if K[3] ~= K[1] then redis.call('HDEL', K[3], A[2]) end
+  return released and 1 or 0
+end
