@@ -23,6 +23,7 @@ import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import type { ProviderConfig } from './config/types.js';
 import type { OutgoingBody } from './json/text.js';
+import { largeWork } from './json/share.js';
 
 export interface UpstreamRequest {
   provider: ProviderConfig;
@@ -281,15 +282,20 @@ const WRITE_CHUNK = 64 * 1024;
 
 /**
  * Writes a large body's parts as the upstream socket takes them: one chunk encoded at a time, the
- * next when the socket drained, so the body is never encoded whole (nor held twice).
+ * next when the socket drained, so the body is never encoded whole (nor held twice). The writes
+ * are large-body work and take their turns in its share (core/json/share.ts): a socket that drains
+ * at once emits 'drain' in the same turn (a next tick), so without the share one body could be
+ * encoded and written for tens of milliseconds while every other request waits.
  */
-function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
+export function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
   const { parts, asciiParts } = body;
   let k = 0;
   let at = 0;
   const pump = () => {
     while (k < parts.length) {
       if (dest.destroyed) return;
+      if (largeWork.left === 0) return largeWork.later(pump);
+      const t = performance.now();
       const s = parts[k];
       const ascii = asciiParts[k];
       let end = Math.min(s.length, at + WRITE_CHUNK);
@@ -304,7 +310,9 @@ function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
         k++;
         at = 0;
       }
-      if (!dest.write(chunk, ascii ? 'latin1' : 'utf8')) {
+      const more = dest.write(chunk, ascii ? 'latin1' : 'utf8');
+      largeWork.charge(performance.now() - t);
+      if (!more) {
         dest.once('drain', pump);
         return;
       }

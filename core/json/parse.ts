@@ -74,6 +74,7 @@ const LONG_NUMBER = 8;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 const NUMBER_CHARS = /[-+.eE\d]*/y;
 const CONTROL = /[\x00-\x1f]/;
+const NON_ASCII = /[^\x00-\x7f]/;
 
 function isWs(c: number): boolean {
   return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
@@ -212,6 +213,8 @@ export class IncrementalJsonParser {
   private q = 0;
   private o = 0;
   private clean = true;
+  /** `cur` is all ASCII (as decoding found its pieces). */
+  private ascii = true;
 
   private state = VALUE;
   private readonly stack: Array<Record<string, unknown> | unknown[]> = [];
@@ -221,7 +224,7 @@ export class IncrementalJsonParser {
   private valueStart = 0;
 
   // A long string in progress.
-  private ls?: { parts: string[]; carry: string; escaped: boolean; bs: number; start: number; isKey: boolean; partStart: number };
+  private ls?: { parts: string[]; carry: string; escaped: boolean; ascii: boolean; bs: number; start: number; isKey: boolean; partStart: number };
   // A long number in progress.
   private ln?: { n: LongNumber; start: number };
 
@@ -232,6 +235,7 @@ export class IncrementalJsonParser {
     if (text.pieces.length > 0) {
       this.cur = text.pieces[0];
       this.clean = text.clean[0];
+      this.ascii = text.ascii[0];
       this.q = 1;
     }
   }
@@ -257,6 +261,7 @@ export class IncrementalJsonParser {
     this.base = this.text.starts[k];
     this.i = this.o;
     this.clean = this.text.clean[k];
+    this.ascii = this.text.ascii[k];
     this.q = k + 1;
     this.o = 0;
     return true;
@@ -267,12 +272,14 @@ export class IncrementalJsonParser {
     if (this.cur.length - this.i >= n || !this.more()) return;
     let w = this.cur.slice(this.i);
     let clean = this.clean;
+    let ascii = this.ascii;
     const base = this.pos();
     while (w.length < n && this.more()) {
       const p = this.text.pieces[this.q];
       const take = Math.min(p.length - this.o, n - w.length);
       w += p.slice(this.o, this.o + take);
       clean = clean && this.text.clean[this.q];
+      ascii = ascii && this.text.ascii[this.q];
       this.o += take;
       if (this.o >= p.length) {
         this.q++;
@@ -283,6 +290,7 @@ export class IncrementalJsonParser {
     this.i = 0;
     this.base = base;
     this.clean = clean;
+    this.ascii = ascii;
   }
 
   private fail(message: string, at = this.pos()): never {
@@ -469,7 +477,7 @@ export class IncrementalJsonParser {
       return this.deliverString(s, isKey);
     }
     if (q < 0 && !this.more()) this.fail('Unterminated string', this.pos());
-    this.ls = { parts: [], carry: '', escaped: false, bs: 0, start: this.pos(), isKey, partStart: this.pos() + 1 };
+    this.ls = { parts: [], carry: '', escaped: false, ascii: true, bs: 0, start: this.pos(), isKey, partStart: this.pos() + 1 };
     this.i++;
     this.state = LONG_STRING;
   }
@@ -509,6 +517,8 @@ export class IncrementalJsonParser {
         if (m) this.fail('Bad control character in string literal', rawStart + m.index);
       }
       if (raw.length > 0) ls.parts.push(raw);
+      // Only parts of pieces that are not all ASCII need looking at.
+      if (ls.ascii && !this.ascii && NON_ASCII.test(raw)) ls.ascii = false;
     } else {
       if (!ls.escaped) {
         ls.escaped = true;
@@ -535,7 +545,8 @@ export class IncrementalJsonParser {
     const parts = ls.parts;
     let v = '';
     for (const p of parts) v += p;
-    this.ropes.add(v, { parts, plain: !ls.escaped });
+    // An ASCII string's parts are written as latin1, byte for byte, with no measuring.
+    this.ropes.add(v, { parts, plain: !ls.escaped, ascii: !ls.escaped && ls.ascii });
     this.deliverString(v, ls.isKey);
     return true;
   }

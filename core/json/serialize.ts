@@ -17,7 +17,7 @@ const FLUSH = 64 * 1024;
 type Frame =
   | { kind: 'object'; value: Record<string, unknown>; keys: string[]; next: number; wrote: boolean }
   | { kind: 'array'; value: unknown[]; next: number }
-  | { kind: 'string'; parts: string[]; plain: boolean; part: number; at: number; carry: string };
+  | { kind: 'string'; parts: string[]; plain: boolean; ascii: boolean; part: number; at: number; carry: string };
 
 export interface WriterOptions {
   /** Strings at least this long are written a chunk at a time (default 4096). */
@@ -109,7 +109,7 @@ export class JsonWriter extends OutgoingBody {
           const long = this.ropes?.get(v);
           this.acc += '"';
           this.flush();
-          this.stack.push({ kind: 'string', parts: long ? long.parts : [v], plain: long?.plain ?? false, part: 0, at: 0, carry: '' });
+          this.stack.push({ kind: 'string', parts: long ? long.parts : [v], plain: long?.plain ?? false, ascii: long?.ascii === true, part: 0, at: 0, carry: '' });
         }
         return true;
       case 'number':
@@ -159,7 +159,7 @@ export class JsonWriter extends OutgoingBody {
       f.at = 0;
     }
     if (f.plain) {
-      this.push(chunk);
+      this.push(chunk, f.ascii);
       return;
     }
     // A high surrogate at the end waits for its pair in the next chunk.

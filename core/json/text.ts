@@ -111,10 +111,14 @@ export function flatCopy(s: string): string {
   return /[^\x00-\xff]/.test(s) ? Buffer.from(s, 'utf16le').toString('utf16le') : Buffer.from(s, 'latin1').toString('latin1');
 }
 
-/** A long string as the flat parts it is made of; `plain` when no character of it needs escaping in JSON. */
+/**
+ * A long string as the flat parts it is made of; `plain` when no character of it needs escaping in
+ * JSON; `ascii` when every character is ASCII (its parts are written as latin1, byte for byte).
+ */
 export interface LongString {
   parts: string[];
   plain: boolean;
+  ascii?: boolean;
 }
 
 /**
@@ -168,6 +172,7 @@ function longOf(s: string): LongString | undefined {
 }
 
 const NEEDS_ESCAPE = /["\\\x00-\x1f\ud800-\udfff]/;
+const NON_ASCII = /[^\x00-\x7f]/;
 
 /**
  * `s.slice(from)` for a long string of the body being converted, without flattening it when it is
@@ -186,7 +191,7 @@ export function sliceLong(s: string, from: number): string {
     out.push(skip > 0 ? p.slice(skip) : p);
     skip = 0;
   }
-  return register(out, long.plain);
+  return register(out, long.plain, long.ascii);
 }
 
 /** `a + b` where either may be a long string of the body being converted (kept readable by parts). */
@@ -196,7 +201,8 @@ export function concatLong(a: string, b: string): string {
   const lb = longOf(b);
   const parts = [...(la?.parts ?? [a]), ...(lb?.parts ?? [b])].filter((p) => p.length > 0);
   const plain = (la ? la.plain : !NEEDS_ESCAPE.test(a)) && (lb ? lb.plain : !NEEDS_ESCAPE.test(b));
-  return register(parts, plain);
+  const ascii = (la ? la.ascii === true : !NON_ASCII.test(a)) && (lb ? lb.ascii === true : !NON_ASCII.test(b));
+  return register(parts, plain, ascii);
 }
 
 /** The first `n` characters of a string, read from its first parts when it is made of parts. */
@@ -211,10 +217,10 @@ export function headOf(s: string, n: number): string {
   return out;
 }
 
-function register(parts: string[], plain: boolean): string {
+function register(parts: string[], plain: boolean, ascii?: boolean): string {
   let s = '';
   for (const p of parts) s += p;
-  if (current && s.length >= ROPE_MIN) current.add(s, { parts, plain });
+  if (current && s.length >= ROPE_MIN) current.add(s, { parts, plain, ascii });
   return s;
 }
 

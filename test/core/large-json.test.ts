@@ -271,3 +271,67 @@ t.test('block decoder: UTF-8 read exactly across blocks, invalid bytes refused, 
   t.equal(lt.slice(1, 5), 'bcdé');
   t.equal(lt.head(4), 'abcd');
 });
+
+t.test('long strings read from ASCII pieces are written as ASCII parts (latin1, byte for byte); others as UTF-8', async (t) => {
+  const image = 'QUJD'.repeat(3000);
+  const s = `{"url":"data:image/png;base64,${image}","text":"${'é'.repeat(5000)}"}`;
+  const p = parseAll(textOf(s, 997), { longString: 64 });
+  const v = p.value as { url: string; text: string };
+  t.equal(p.ropes.get(v.url)?.ascii, true, 'the image URL is ASCII');
+  t.equal(p.ropes.get(v.text)?.ascii, false, 'the text is not');
+  const converted = withRopes(p.ropes, () => ({ url: concatLong('data:image/jpeg;base64,', sliceLong(v.url, 'data:image/png;base64,'.length)), text: v.text }));
+  t.equal(p.ropes.get(converted.url)?.ascii, true, 'cut and joined, still ASCII');
+  const w = new JsonWriter(converted, p.ropes, { chunk: 1000 });
+  while (!w.step(Infinity)) { /* next turn */ }
+  t.equal(w.toString(), JSON.stringify(converted));
+  t.equal(w.bytes, Buffer.byteLength(JSON.stringify(converted)));
+  const imageParts = w.parts.filter((x) => /^[QUJD]+$/.test(x));
+  t.ok(imageParts.length > 1, 'the image is written by parts');
+  t.ok(w.parts.every((x, i) => !/^[QUJD]+$/.test(x) || w.asciiParts[i]), 'every part of the image is marked ASCII');
+  t.ok(w.parts.every((x, i) => !x.includes('é') || !w.asciiParts[i]), 'no part of the text is');
+});
+
+t.test('large-body work waits for the turn\'s share: a chunk arriving once it is spent is decoded in a later turn; a large upstream body is written likewise', async (t) => {
+  const { Readable, Writable } = await import('node:stream');
+  const { largeWork } = await import('../../core/json/share.js');
+  const { readRaw } = await import('../../core/body.js');
+  const { OutgoingBody } = await import('../../core/json/text.js');
+  const { writeParts } = await import('../../core/transport.js');
+  const text = JSON.stringify({ model: 'm', data: 'x'.repeat(200) });
+  const req = Object.assign(new Readable({ read() {} }), { headers: { 'content-length': String(text.length) } });
+  const raw = readRaw(req as never, 1 << 20, undefined, 16);
+  const decoded: number[] = [];
+  const write = TextCollector.prototype.write;
+  TextCollector.prototype.write = function (c: Buffer) {
+    decoded.push(c.length);
+    return write.call(this, c);
+  };
+  t.teardown(() => {
+    TextCollector.prototype.write = write;
+  });
+  largeWork.charge(1e9); // this turn's share is spent
+  req.push(Buffer.from(text.slice(0, 100)));
+  req.push(Buffer.from(text.slice(100)));
+  req.push(null);
+  await new Promise((r) => process.nextTick(r));
+  t.same(decoded, [], 'nothing decoded in the turn whose share was spent');
+  const body = await raw;
+  t.equal(body.large?.text.toString(), text, 'decoded in full later, in order');
+  t.equal(decoded.reduce((a, b) => a + b, 0), text.length);
+
+  const out = new OutgoingBody();
+  out.push('a'.repeat(100_000), true);
+  out.push('é'.repeat(50_000));
+  const got: Buffer[] = [];
+  const dest = new Writable({
+    write(c: Buffer, _e, cb) {
+      got.push(c);
+      cb();
+    },
+  });
+  largeWork.charge(1e9);
+  writeParts(out, dest as never);
+  t.equal(got.length, 0, 'nothing written in the turn whose share was spent');
+  await new Promise((r) => dest.on('finish', r));
+  t.equal(Buffer.concat(got).toString('utf8'), out.toString(), 'the whole body, in order');
+});
