@@ -3,9 +3,8 @@
  * reading and decoding their bytes, parsing them, building converted upstream bodies. Each piece of
  * work measures itself and charges the share; once this turn's share is spent, the bodies wait for
  * the next turn, in order (first come, first served, then round robin). So however many large
- * bodies are in flight, a turn spends at most about `ms` on them plus one step of overshoot (which
- * the following turns pay back: over a run of turns the large bodies average at most `ms` each),
- * and the small requests waiting behind them move every turn; when nothing else is waiting, turns
+ * bodies are in flight, a turn spends at most about `ms` on them plus one step of overshoot, and
+ * the small requests waiting behind them move every turn; when nothing else is waiting, turns
  * follow each other at once and the large bodies get the whole CPU.
  */
 export class TurnShare {
@@ -45,10 +44,7 @@ export class TurnShare {
 
   private turn(): void {
     this.armed = false;
-    // What a turn spent beyond its share is owed by the turns after it: one step can overshoot by
-    // far (decoding a block may run V8's collection steps for the memory it allocated, 20 ms and
-    // more), and without the debt the large bodies would take that much again the next turn.
-    this.spent = Math.max(0, this.spent - this.ms);
+    this.spent = 0;
     const now = this.waiting.splice(0);
     let i = 0;
     while (i < now.length && this.spent < this.ms) now[i++]();
