@@ -16,7 +16,7 @@ t.test('the build ships the Lua scripts next to the compiled store', async (t) =
   const path = await import('node:path');
   const { ROOT } = await import('../helpers/gateway.js');
   const { SCRIPT_NAMES } = await import('../../core/store/redis/scripts.js');
-  for (const name of ['lib', ...SCRIPT_NAMES]) t.ok(existsSync(path.join(ROOT, 'dist/core/store/redis', `${name}.lua`)), `${name}.lua`);
+  for (const name of ['lib', 'ops', ...SCRIPT_NAMES]) t.ok(existsSync(path.join(ROOT, 'dist/core/store/redis', `${name}.lua`)), `${name}.lua`);
 });
 
 t.test('a slot freed while a dead instance still has a waiter queued: the grant lives no longer than that waiter would have', async (t) => {
@@ -56,4 +56,62 @@ t.test('a slot freed while a dead instance still has a waiter queued: the grant 
   }
   t.ok(grantedUntil > 0, 'the queue head (the dead waiter) was granted the freed slot, FIFO');
   t.ok(grantedUntil <= waiterUntil, `the grant ends when the dead waiter's lease would have (${grantedUntil} <= ${waiterUntil}), not a full lease after the release`);
+});
+
+t.test('the operations of one event-loop turn go to Redis together: fewer scripts than operations, every outcome exact', async (t) => {
+  const { Redis } = await import('ioredis');
+  const { RedisStore } = await import('../../core/store/redis/index.js');
+  const db = new Redis(server.url, { maxRetriesPerRequest: null });
+  const prefix = 'batch:';
+  const store = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
+  t.teardown(async () => {
+    await store.close();
+    db.disconnect();
+  });
+  const scripts = async () => {
+    let n = 0;
+    for (const m of (await db.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) n += Number(m[1]);
+    return n;
+  };
+  const settlement = (actual: number) => ({
+    keyId: 'k1', user: 'u1', group: 'g', model: 'm', billing: 'balance' as const, usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
+    cost: actual, actual, durationMs: 1, windows: [],
+  });
+  // Quota 1000 µ$, reservations of 100: exactly ten of forty admissions racing in one turn fit.
+  const claims = [
+    { kind: 'key-quota' as const, key: 'k1', limit: 1_000 },
+    { kind: 'balance' as const, user: 'u1', credit: 1_000_000, free: false, freeRpm: 0 },
+    { kind: 'rpm' as const, scope: 'user' as const, id: 'u1', limit: 1_000 },
+  ];
+  const before = await scripts();
+  const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.admit({ requestId: `b${i}`, reserve: 100, claims })));
+  const admitted = results.map((r, i) => (r.ok ? `b${i}` : '')).filter(Boolean);
+  t.equal(admitted.length, 10, 'exactly the ten that fit the quota');
+  t.ok(results.filter((r) => !r.ok).every((r) => !r.ok && r.held), 'the others are held back by reservations in flight');
+  t.equal((await store.keyState('k1')).reserved, 1_000, 'ten reservations held');
+  await Promise.all(admitted.map((id) => store.settle(id, settlement(37))));
+  const used = await scripts() - before;
+  t.ok(used < 50, `40 admissions and 10 settlements in fewer scripts (${used})`);
+  const state = await store.keyState('k1');
+  t.equal(state.used, 370, 'every settlement charged once');
+  t.equal(state.reserved, 0, 'every reservation released');
+  t.equal(await store.balanceSpent('u1'), 370);
+  t.equal(Number(await db.hget(`${prefix}{k:k1}:totals`, 'requests')), 10, 'ten requests recorded');
+
+  // An id admitted twice in one batch: that admission fails, the others in the batch go through.
+  const [again, fresh] = await Promise.allSettled([
+    store.admit({ requestId: 'b-dup', reserve: 0, claims: [] }),
+    store.admit({ requestId: 'b-new', reserve: 0, claims: [] }),
+  ]);
+  t.equal(again.status, 'fulfilled');
+  t.equal(fresh.status, 'fulfilled');
+  const dupStore = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
+  t.teardown(() => dupStore.close());
+  const [dup, other] = await Promise.allSettled([
+    dupStore.admit({ requestId: 'b-dup', reserve: 0, claims: [] }), // known to Redis, not to this instance
+    dupStore.admit({ requestId: 'b-other', reserve: 0, claims: [] }),
+  ]);
+  t.equal(dup.status, 'rejected', 'the id Redis already holds is refused');
+  t.match(dup.status === 'rejected' ? String(dup.reason) : '', /already admitted/);
+  t.equal(other.status, 'fulfilled', 'the other admission of the same batch is not');
 });
