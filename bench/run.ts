@@ -587,7 +587,7 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
         if (served > 0) {
           const per = (n: number) => (n / served).toFixed(2);
           res.notes.push(`store round trips per request served by the gateway: ${per(after.scripts - before.scripts)} Lua scripts ` +
-            `(${served} requests recorded; expected 2: the admission, which takes the concurrency slot, and the settlement, which frees it; plus heartbeats); ` +
+            `(${served} requests recorded; at most 2: the admission, which takes the concurrency slot, and the settlement, which frees it, each one script or part of one batch script with the others of its event-loop turn; plus heartbeats); ` +
             `redis-server spent ${per(after.usec - before.usec)} µs per request running them (INFO commandstats), on the upstream's core`);
         }
         return res;
