@@ -64,7 +64,9 @@ const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 const SEP = '\x1f';
 const LIST = '\x1e';
 const PARTS = '\x1d';
-const CONTROL = /[\x1d-\x1f]/;
+/** Separates the fields of one operation in a batch (batch.lua). */
+const OP = '\x1c';
+const CONTROL = /[\x1c-\x1f]/;
 
 export interface RedisStoreOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -165,7 +167,7 @@ const checkedNames = new Set<string>();
 /** A name packed into a script argument (config names never hold the separators). */
 function field(v: string): string {
   if (checkedNames.has(v)) return v;
-  if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1d-0x1f: ${JSON.stringify(v)}`);
+  if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1c-0x1f: ${JSON.stringify(v)}`);
   if (checkedNames.size >= 10_000) checkedNames.clear();
   checkedNames.add(v);
   return v;
@@ -491,16 +493,18 @@ export class RedisStore implements Store {
       }
       return;
     }
-    const keys: string[] = [];
-    const args: string[] = [];
-    for (const o of ops) {
-      for (const k of o.keys) keys.push(k);
-      args.push(o.kind, String(o.keys.length), String(o.args.length));
-      for (const a of o.args) args.push(a);
+    // One argument per operation (its fields OP-separated): a client library's cost is per argument.
+    const args: string[] = new Array(ops.length);
+    for (let i = 0; i < ops.length; i++) {
+      const o = ops[i];
+      let text = o.kind + OP + o.keys.length;
+      for (const k of o.keys) text += OP + k;
+      for (const a of o.args) text += OP + a;
+      args[i] = text;
     }
     let replies: Reply[];
     try {
-      replies = (await this.run('batch', keys, args)) as Reply[];
+      replies = (await this.run('batch', [], args)) as Reply[];
     } catch (e) {
       for (const o of ops) o.reject(e);
       return;

@@ -25,10 +25,10 @@
 
 /**
  * Config names cannot hold braces; a store user might. Escaped so a name never ends a tag early
- * (nor holds a separator of the packed script arguments, 0x1d-0x1f).
+ * (nor holds a separator of the packed script arguments, 0x1c-0x1f).
  */
 function tagSafe(s: string): string {
-  return /[%{}\x1d-\x1f]/.test(s) ? s.replace(/[%{}\x1d-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`) : s;
+  return /[%{}\x1c-\x1f]/.test(s) ? s.replace(/[%{}\x1c-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`) : s;
 }
 
 /** Tags of names seen (users, keys, groups, accounts: bounded by the config), built once each. */
