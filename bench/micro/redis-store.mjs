@@ -7,6 +7,7 @@
 //   node bench/micro/redis-store.mjs /path/to/old/checkout; node bench/micro/redis-store.mjs .
 // (not a test; needs redis-server on PATH: scripts/ensure-redis.sh)
 import path from 'node:path';
+import { oneRequest } from './request.mjs';
 import os from 'node:os';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -21,27 +22,7 @@ const url = `redis://127.0.0.1:${port}`;
 const cli = (...a) => execFileSync('redis-cli', ['-u', url, ...a], { stdio: 'pipe' }).toString();
 for (let i = 0; i < 100; i++) { try { cli('PING'); break; } catch { await new Promise((r) => setTimeout(r, 50)); } }
 const store = await RedisStore.open({ url, prefix: 'micro:' });
-const BIG = 1e15;
-const claims = [
-  { kind: 'balance', user: 'bench', credit: BIG, free: false, freeRpm: 0 },
-  { kind: 'key-quota', key: 'bench-chat', limit: BIG },
-  { kind: 'key-window', key: 'bench-chat', window: '5h', limit: BIG },
-  { kind: 'key-window', key: 'bench-chat', window: '1d', limit: BIG },
-  { kind: 'key-window', key: 'bench-chat', window: '7d', limit: BIG },
-  { kind: 'spend-cap', user: 'bench', period: 'weekly', limit: BIG },
-  { kind: 'spend-cap', user: 'bench', period: 'monthly', limit: BIG },
-  { kind: 'rpm', scope: 'group', id: 'chat', limit: 1e9 },
-  { kind: 'rpm', scope: 'user', id: 'bench', limit: 1e9 },
-];
-const signal = new AbortController().signal;
-let seq = 0;
-const settlement = (actual) => ({ keyId: 'bench-chat', user: 'bench', group: 'chat', model: 'bench-chat', billing: 'balance', usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 }, cost: actual, actual, durationMs: 3, windows: ['5h', '1d', '7d'] });
-const one = async () => {
-  const id = `req_${++seq}`;
-  const r = await store.admit({ requestId: id, reserve: 5000, claims, recovery: settlement(4), slot: { scope: 'user:bench', limit: 10000, queueSize: 16, maxWaitMs: 30000, signal } });
-  await r.slot;
-  await store.settle(id, settlement(31));
-};
+const one = () => oneRequest(store);
 const C = Number(process.env.CONC ?? 10);
 const batch = async (n) => { for (let i = 0; i < n; i += C) await Promise.all(Array.from({ length: C }, one)); };
 const redisCpu = () => { const m = cli('INFO', 'cpu'); const g = (k) => Number(new RegExp(`^${k}:([0-9.]+)`, 'm').exec(m)[1]); return (g('used_cpu_user') + g('used_cpu_sys')) * 1e6; };

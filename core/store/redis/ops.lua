@@ -23,6 +23,14 @@ local ALREADY = -1
 -- {0, failIndex, retryAfterMs, -1} refused outright (the first such claim),
 -- {0, -1, -1, heldIndex} refused only by reservations in flight; -1 = none; ALREADY when the
 -- request id was admitted (or cancelled) before.
+-- Every field of a plan's usage hash (day, week and month starts and usage, reserved).
+local function want_plan(k)
+  hwant2(k, 'ds', 'du')
+  hwant2(k, 'ws', 'wu')
+  hwant2(k, 'ms', 'mu')
+  hwant1(k, 'res')
+end
+
 -- Claims as admit_op reads them: per claim its index, kind, hash key(s), field names and numbers.
 -- The requests of one key send the same text: a batch parses it once.
 local CLAIMS = {}
@@ -83,10 +91,7 @@ local function admit_op(K, A)
     elseif kind == 'b' then
       hwant2(k1, 'spent', 'res')
     else -- p
-      hwant2(k1, 'ds', 'du')
-      hwant2(k1, 'ws', 'wu')
-      hwant2(k1, 'ms', 'mu')
-      hwant1(k1, 'res')
+      want_plan(k1)
     end
   end
   hload()
@@ -346,10 +351,7 @@ local function settle_op(K, A)
       hwant2(caps, 'ms', 'mu')
     else
       plan = key(u, 'plan:' .. group)
-      hwant2(plan, 'ds', 'du')
-      hwant2(plan, 'ws', 'wu')
-      hwant2(plan, 'ms', 'mu')
-      hwant1(plan, 'res')
+      want_plan(plan)
     end
   end
   release_record(K[1], 0, (A[1] == '0') and now or nil)

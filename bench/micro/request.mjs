@@ -1,0 +1,25 @@
+// One bench request as the stores see it: the nine claims the bench configures (balance, key
+// quota, three key windows, two spend caps, group and user RPM), a concurrency slot, a recovery
+// settlement, then its settlement. Shared by the store micro-benchmarks.
+const BIG = 1e15;
+export const claims = [
+  { kind: 'balance', user: 'bench', credit: BIG, free: false, freeRpm: 0 },
+  { kind: 'key-quota', key: 'bench-chat', limit: BIG },
+  { kind: 'key-window', key: 'bench-chat', window: '5h', limit: BIG },
+  { kind: 'key-window', key: 'bench-chat', window: '1d', limit: BIG },
+  { kind: 'key-window', key: 'bench-chat', window: '7d', limit: BIG },
+  { kind: 'spend-cap', user: 'bench', period: 'weekly', limit: BIG },
+  { kind: 'spend-cap', user: 'bench', period: 'monthly', limit: BIG },
+  { kind: 'rpm', scope: 'group', id: 'chat', limit: 1e9 },
+  { kind: 'rpm', scope: 'user', id: 'bench', limit: 1e9 },
+];
+export const settlement = (actual) => ({ keyId: 'bench-chat', user: 'bench', group: 'chat', model: 'bench-chat', billing: 'balance', usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 }, cost: actual, actual, durationMs: 3, windows: ['5h', '1d', '7d'] });
+const signal = new AbortController().signal;
+let seq = 0;
+/** Admits one request (slot included), waits for its slot, settles it. */
+export async function oneRequest(store) {
+  const id = `req_${++seq}`;
+  const r = await store.admit({ requestId: id, reserve: 5000, claims, recovery: settlement(4), slot: { scope: 'user:bench', limit: 10000, queueSize: 16, maxWaitMs: 30000, signal } });
+  await r.slot;
+  await store.settle(id, settlement(31));
+}
