@@ -178,16 +178,12 @@ function field(v: string): string {
  * recovery settlement is kept in its instance index for the reaper.
  */
 function packSettlement(s: Settlement): string {
-  return settlementFields(s).join(SEP);
-}
-
-/** The fields of a packed settlement, in order (settle() sends them as separate arguments). */
-function settlementFields(s: Settlement): string[] {
   const u = s.usage;
   let windows = '';
   for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
-  return [field(s.keyId), field(s.user), field(s.group), field(s.model), s.billing, int(s.actual), int(s.cost), int(u.input), int(u.output),
-    int(u.cacheRead), int(u.cacheWrite), int(Math.max(0, Math.round(s.durationMs))), windows, s.estimated ? '1' : '0'];
+  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
+    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
+    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
 }
 
 function unpackSettlement(text: string): Settlement {
@@ -885,19 +881,15 @@ export class RedisStore implements Store {
     await this.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
   }
 
-  /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis). */
-  /** `packed`: the settlement as one packed text (from an index entry) or as its fields. */
-  private async settlePart(id: string, tag: string, s: Settlement, packed: string | string[], mode: 's' | 'r', instance: string): Promise<number> {
+  /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`: packSettlement(s). */
+  private async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
     const k = this.keys;
     const rec = k.record(tag, id);
     const keyTag = k.apiKey(s.keyId);
     const userTag = k.user(s.user);
     const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
     const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    const args = [this.now(), mode, id, instance, effects, keyTag, userTag];
-    if (typeof packed === 'string') args.push(packed);
-    else for (const f of packed) args.push(f);
-    return (await this.op('s', 'settle', keys, args)) as number;
+    return (await this.op('s', 'settle', keys, [this.now(), mode, id, instance, effects, keyTag, userTag, packed])) as number;
   }
 
   // ---- crash recovery ---------------------------------------------------------------------------

@@ -255,8 +255,7 @@ end
 -- applies only those in its own hash slot)   A[6] key tag   A[7] user tag
 -- A[8] the settlement, SEP-separated (index.ts packSettlement): key, user, group, model,
 --   billing (balance | plan), actual, cost, input, output, cache read, cache write tokens,
---   duration ms, key windows "5h,1d", estimated 0/1 — or, when A has more than 8 items, the
---   same fields as A[8..21] (no splitting in Lua: what settle() sends)
+--   duration ms, key windows "5h,1d", estimated 0/1
 -- Returns 1 applied, 0 already settled, 2 already resolved by crash recovery, 3 nothing to recover,
 -- 4 not recovered: the instance is alive after all (it renewed its lease since the reaper looked).
 local COUNTERS = { 'requests', 'input', 'output', 'cacheRead', 'cacheWrite', 'cost', 'actual', 'durationMs' }
@@ -315,8 +314,7 @@ local function settle_op(K, A)
     if done == 'r' then unindex(); return 2 end
   end
 
-  local s
-  if #A > 8 then s = { unpack(A, 8, 21) } else s = split(A[8], SEP) end
+  local s = split(A[8], SEP)
   local group, model, billing, actual = s[3], s[4], s[5], tonumber(s[6])
   local cost, input, output, cr, cw, dur = tonumber(s[7]), tonumber(s[8]), tonumber(s[9]), tonumber(s[10]), tonumber(s[11]), tonumber(s[12])
   local doKey, doUser = string.sub(A[5], 1, 1) == '1', string.sub(A[5], 2, 2) == '1'
