@@ -9,6 +9,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { SseParser, type SseBlock, type SseBytesBlock } from '../../core/sse.js';
 import { CONFORMANCE } from '../helpers/gateway.js';
+import { randomChunkings } from '../helpers/chunks.js';
 
 const strip = (b: SseBlock) => ({ event: b.event, data: b.data, id: b.id, retry: b.retry });
 
@@ -143,15 +144,9 @@ for (const d of ['openai-chat', 'anthropic', 'openai-responses']) {
         }
         t.equal(bad, -1, 'every two-chunk split: same blocks, same bytes');
       }
-      let seed = bytes.length;
-      const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-      for (let round = 0; round < 10; round++) {
-        const chunks: Buffer[] = [];
-        for (let i = 0; i < bytes.length;) {
-          const n = 1 + Math.floor(rand() * 300);
-          chunks.push(bytes.subarray(i, i + n));
-          i += n;
-        }
+      let round = 0;
+      for (const chunks of randomChunkings(bytes, bytes.length, 300, 10)) {
+        round++;
         const r = byteBlocks(chunks);
         if (JSON.stringify(r.blocks.map(strip)) !== expected || r.bytes.toString() !== textRaw(chunks)) {
           t.fail(`random chunking round ${round}`);

@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { SseParser, formatEvent, formatJsonEvent, type SseBlock } from '../../core/sse.js';
 import { CONFORMANCE } from '../helpers/gateway.js';
+import { randomChunkings } from '../helpers/chunks.js';
 
 function parseAll(chunks: (string | Uint8Array)[], flush = true): SseBlock[] {
   const p = new SseParser();
@@ -82,15 +83,9 @@ for (const d of dirs) {
         }
         t.equal(bad, -1, 'every two-chunk split parses identically');
       }
-      let seed = bytes.length;
-      const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
-      for (let round = 0; round < 20; round++) {
-        const chunks: Uint8Array[] = [];
-        for (let i = 0; i < bytes.length;) {
-          const n = 1 + Math.floor(rand() * 64);
-          chunks.push(bytes.subarray(i, i + n));
-          i += n;
-        }
+      let round = 0;
+      for (const chunks of randomChunkings(bytes, bytes.length, 64, 20)) {
+        round++;
         if (JSON.stringify(parseAll(chunks).map(strip)) !== expected) {
           t.fail(`random chunking round ${round}`);
           break;

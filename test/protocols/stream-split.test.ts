@@ -8,6 +8,7 @@
 import t from 'tap';
 import type { ProtocolName } from '../../core/config/types.js';
 import { PROTOCOLS, decode, decodeChunks, encode, transcripts } from './helpers.js';
+import { randomChunkings } from '../helpers/chunks.js';
 
 for (const p of PROTOCOLS) {
   for (const tr of transcripts(p)) {
@@ -22,17 +23,14 @@ for (const p of PROTOCOLS) {
         }
         t.equal(bad, -1, 'every two-chunk split decodes identically');
       }
-      let seed = bytes.length;
-      const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
       let failed = -1;
-      for (let round = 0; round < 10 && failed < 0; round++) {
-        const chunks: Uint8Array[] = [];
-        for (let i = 0; i < bytes.length;) {
-          const n = 1 + Math.floor(rand() * 200);
-          chunks.push(bytes.subarray(i, i + n));
-          i += n;
+      let round = 0;
+      for (const chunks of randomChunkings(bytes, bytes.length, 200, 10)) {
+        if (JSON.stringify(decodeChunks(p, chunks)) !== expected) {
+          failed = round;
+          break;
         }
-        if (JSON.stringify(decodeChunks(p, chunks)) !== expected) failed = round;
+        round++;
       }
       t.equal(failed, -1, 'random chunkings decode identically');
     });
