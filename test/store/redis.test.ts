@@ -115,3 +115,57 @@ t.test('the operations of one event-loop turn go to Redis together: fewer script
   t.match(dup.status === 'rejected' ? String(dup.reason) : '', /already admitted/);
   t.equal(other.status, 'fulfilled', 'the other admission of the same batch is not');
 });
+
+t.test('a second batch goes to Redis while the first is still there, and no third', async (t) => {
+  const net = await import('node:net');
+  const { RedisStore } = await import('../../core/store/redis/index.js');
+  // A relay between the store and Redis that can hold Redis's replies: what the store sends while
+  // its first batch is unanswered is what it pipelines.
+  const port = Number(new URL(server.url).port);
+  let sent = '';
+  let hold = false;
+  const held: Array<() => void> = [];
+  const relay = net.createServer((client) => {
+    const up = net.connect(port, '127.0.0.1');
+    client.on('data', (d) => {
+      sent += d.toString('latin1');
+      up.write(d);
+    });
+    up.on('data', (d) => (hold ? held.push(() => client.write(d)) : client.write(d)));
+    client.on('close', () => up.destroy());
+    up.on('close', () => client.destroy());
+    client.on('error', () => up.destroy());
+    up.on('error', () => client.destroy());
+  });
+  await new Promise<void>((r) => relay.listen(0, '127.0.0.1', () => r()));
+  const relayPort = (relay.address() as { port: number }).port;
+  const store = await RedisStore.open({ url: `redis://127.0.0.1:${relayPort}`, prefix: 'pipe:', timeoutMs: 5_000 });
+  t.teardown(async () => {
+    hold = false;
+    for (const f of held.splice(0)) f();
+    await store.close();
+    relay.close();
+  });
+  const turn = () => new Promise((r) => setImmediate(r));
+  const until = async (what: string) => {
+    for (let i = 0; i < 200 && !sent.includes(what); i++) await new Promise((r) => setTimeout(r, 10));
+    return sent.includes(what);
+  };
+
+  hold = true;
+  const first = store.admit({ requestId: 'pipe-1', reserve: 0, claims: [] });
+  t.ok(await until('pipe-1'), 'the first batch went to Redis');
+  const second = [store.admit({ requestId: 'pipe-2', reserve: 0, claims: [] }), store.admit({ requestId: 'pipe-3', reserve: 0, claims: [] })];
+  t.ok(await until('pipe-3'), 'the next turn\'s operations went too, before the first batch was answered');
+  await turn();
+  const third = store.admit({ requestId: 'pipe-4', reserve: 0, claims: [] });
+  await turn();
+  await turn();
+  await new Promise((r) => setTimeout(r, 50));
+  t.notOk(sent.includes('pipe-4'), 'a third waits while two batches are in Redis');
+  hold = false;
+  for (const f of held.splice(0)) f();
+  const results = await Promise.all([first, ...second, third]);
+  t.same(results.map((r) => r.ok), [true, true, true, true], 'every operation gets its own outcome');
+  t.ok(sent.includes('pipe-4'), 'the third went once a batch was answered');
+});
