@@ -110,7 +110,7 @@ export const gatewaySchema = {
         path: { type: 'string', default: './data', description: 'memory: where state persists (relative to this file); "" keeps nothing on disk' },
         url: { type: 'string', description: 'redis (required): redis://[user:password@]host:port[/db]; with cluster: true, seed nodes separated by commas' },
         cluster: { type: 'boolean', default: false, description: 'redis: a Redis Cluster rather than one server' },
-        prefix: { type: 'string', pattern: '^[^{}]*$', default: 'gw:', description: 'redis: prefix of every key the gateway writes (no { or }); gateways with other prefixes can share one Redis' },
+        prefix: { type: 'string', pattern: '^[^{}\\u0000-\\u001f]*$', default: 'gw:', description: 'redis: prefix of every key the gateway writes (no { or }, no control characters); gateways with other prefixes can share one Redis' },
         flush_interval: { ...duration, default: '1s', description: 'memory: journal fsync interval, the most a power loss can lose (a kill -9 loses nothing settled: the journal reaches the OS every event-loop turn)' },
         instances_hint: {
           type: 'integer', minimum: 1, default: 1,

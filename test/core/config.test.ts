@@ -200,6 +200,9 @@ t.test('store: redis settings, and workers only with a shared store', async (t) 
   bad.store = { kind: 'redis', lease: '1m', prefix: 'a{b}' };
   const found = (await issues(YAML.stringify(bad))).map((i) => `${i.path}: ${i.message}`).join('\n');
   t.match(found, /store\.prefix/, 'braces would break the hash tags');
+  const ctl = baseConfig();
+  ctl.store = { kind: 'redis', url: 'redis://127.0.0.1:6379', prefix: 'gw\u001e:' };
+  t.match((await issues(YAML.stringify(ctl))).map((i) => i.path), ['store.prefix'], 'control characters would break the packed script values');
   const bad2 = baseConfig();
   bad2.store = { kind: 'redis', lease: '1m' };
   const found2 = (await issues(YAML.stringify(bad2))).map((i) => `${i.path}: ${i.message}`).join('\n');

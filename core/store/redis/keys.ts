@@ -38,7 +38,8 @@ export class Keys {
   private readonly tags = new Map<string, string>();
 
   constructor(readonly prefix: string) {
-    if (/[{}]/.test(prefix)) throw new Error(`store prefix '${prefix}' must not contain { or }`);
+    // Braces would change a key's hash slot; control characters separate the scripts' packed values.
+    if (/[{}\x00-\x1f]/.test(prefix)) throw new Error(`store prefix ${JSON.stringify(prefix)} must not contain { or } or control characters`);
   }
 
   private tag(kind: string, name: string): string {

@@ -54,9 +54,17 @@ local function days_from_civil(y, m, d)
   return era * 146097 + doe - 719468
 end
 
+-- Month starts by day number: every settlement needs its month's, and a call sees one or two days.
+local MONTH0 = {}
 local function month_start(t)
-  local y, m = civil(math.floor(t / DAY))
-  return days_from_civil(y, m, 1) * DAY
+  local d = math.floor(t / DAY)
+  local ms = MONTH0[d]
+  if not ms then
+    local y, m = civil(d)
+    ms = days_from_civil(y, m, 1) * DAY
+    MONTH0[d] = ms
+  end
+  return ms
 end
 
 local function next_month_start(t)
@@ -71,18 +79,20 @@ local function day_key(t)
   return string.format('%04d-%02d-%02d', y, m, d)
 end
 
+local find, sub = string.find, string.sub
 local function split(s, sep)
   local out = {}
   if s == nil or s == false or s == '' then return out end
-  local from = 1
+  local from, n, step = 1, 0, #sep
   while true do
-    local i = string.find(s, sep, from, true)
+    local i = find(s, sep, from, true)
+    n = n + 1
     if not i then
-      table.insert(out, string.sub(s, from))
+      out[n] = sub(s, from)
       return out
     end
-    table.insert(out, string.sub(s, from, i - 1))
-    from = i + #sep
+    out[n] = sub(s, from, i - 1)
+    from = i + step
   end
 end
 
@@ -109,8 +119,9 @@ local function key(tag, suffix) return P .. '{' .. tag .. '}:' .. suffix end
 -- declared first (hwant), loaded together (hload, or on first use: one HMGET per hash), changed in
 -- Lua, and written back by hflush (one HSET, and one HDEL, per hash) — instead of one call per field.
 -- Kept lean (positional tables, no varargs on the hot path): the scripts run on every request.
-local H = {}   -- key → { f = fields declared, not loaded; v = field → value (false: absent); d = dirty fields; ds = dirty set }
+local H = {}   -- key → { f = fields declared, not loaded; v = field → value (false: absent); d = dirty fields; ds = dirty set; p = in HL }
 local HK = {}  -- keys in first-use order
+local HL, NHL = {}, 0 -- keys with fields declared and not loaded yet (what the next hload reads)
 
 local function hentry(k)
   local e = H[k]
@@ -123,25 +134,40 @@ local function hentry(k)
 end
 
 -- Declares fields to load (those not known yet: in a batch, a hash read by an earlier operation is not read again).
+local function hpending(e, k)
+  if not e.p then
+    e.p = true
+    NHL = NHL + 1
+    HL[NHL] = k
+  end
+end
+
 local function hwant1(k, a)
-  local e = hentry(k)
-  if e.v[a] == nil then e.f[#e.f + 1] = a end
+  local e = H[k] or hentry(k)
+  if e.v[a] == nil then
+    local f = e.f
+    f[#f + 1] = a
+    hpending(e, k)
+  end
 end
 
 local function hwant2(k, a, b)
-  local e = hentry(k)
+  local e = H[k] or hentry(k)
   local v, f = e.v, e.f
-  if v[a] == nil then f[#f + 1] = a end
-  if v[b] == nil then f[#f + 1] = b end
+  local n = #f
+  if v[a] == nil then n = n + 1; f[n] = a end
+  if v[b] == nil then n = n + 1; f[n] = b end
+  if n > 0 then hpending(e, k) end
 end
 
 local function hwant(k, ...)
-  local e = hentry(k)
+  local e = H[k] or hentry(k)
   local v, f = e.v, e.f
   for i = 1, select('#', ...) do
     local x = select(i, ...)
     if v[x] == nil then f[#f + 1] = x end
   end
+  if #f > 0 then hpending(e, k) end
 end
 
 -- Loads the declared fields of one hash (one HMGET); a value already known is kept.
@@ -159,10 +185,13 @@ end
 
 -- Loads the declared fields of every hash.
 local function hload()
-  for i = 1, #HK do
-    local k = HK[i]
-    hload1(H[k], k)
+  for i = 1, NHL do
+    local k = HL[i]
+    local e = H[k]
+    e.p = false
+    hload1(e, k)
   end
+  NHL = 0
 end
 
 -- The raw value (false when absent).
@@ -185,6 +214,18 @@ local function hnum(k, f)
   if v == nil then v = hraw(k, f) end
   local n = tonumber(v) or 0
   if v ~= false then e.v[f] = n end
+  return n
+end
+
+-- The value as a number, nil when absent (kept as a number like hnum's).
+local function hnum_or_nil(k, f)
+  local e = H[k] or hentry(k)
+  local v = e.v[f]
+  if type(v) == 'number' then return v end
+  if v == nil then v = hraw(k, f) end
+  if v == false then return nil end
+  local n = tonumber(v)
+  e.v[f] = n
   return n
 end
 
@@ -254,7 +295,20 @@ end
 -- or expired slot goes to the head of the queue at once; the grant is published on CH. Expired
 -- leases and waiters are purged when they could be in anyone's way (a full scope, a queue).
 
+-- A scope's queue and holder counts, read once per call (SLOTN[base] = { queued, held }) and kept in
+-- step with the call's own fast-path changes; anything else that changes them drops the entry.
+local SLOTN = {}
+local function slot_counts(base)
+  local c = SLOTN[base]
+  if not c then
+    c = { redis.call('ZCARD', base .. 'queue'), redis.call('ZCARD', base .. 'held') }
+    SLOTN[base] = c
+  end
+  return c
+end
+
 local function slot_purge(base, now)
+  SLOTN[base] = nil
   local queue, waiters = base .. 'queue', base .. 'waiters'
   redis.call('ZREMRANGEBYSCORE', base .. 'held', '-inf', now)
   local gone = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
@@ -269,6 +323,7 @@ end
 
 -- Hands free slots to the head of the queue; returns how many were granted.
 local function slot_pump(base, now)
+  SLOTN[base] = nil
   local held, queue = base .. 'held', base .. 'queue'
   if redis.call('ZCARD', queue) == 0 then return 0 end
   local limit = tonumber(redis.call('GET', base .. 'limit')) or 0
@@ -292,22 +347,26 @@ end
 -- 1 granted, 0 queued, 2 queue full.
 local function slot_acquire(base, id, limit, qsize, now)
   local held, queue = base .. 'held', base .. 'queue'
-  local nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
+  local c = slot_counts(base)
+  local nq, nh = c[1], c[2]
   if nq > 0 or nh >= limit then
     -- The latest limit, for slot_pump (a release serves the queue up to it): only the slow path
     -- needs it; whoever queues sets it.
     redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
     slot_purge(base, now)
     slot_pump(base, now) -- a raised limit first serves those already waiting
-    nq, nh = redis.call('ZCARD', queue), redis.call('ZCARD', held)
+    c = slot_counts(base)
+    nq, nh = c[1], c[2]
   end
   if nq == 0 and nh < limit then
     redis.call('ZADD', held, now + LEASE, id)
+    c[2] = nh + 1
     hexpire(held, 2 * LEASE)
     return 1
   elseif nq >= qsize then
     return 2
   end
+  SLOTN[base] = nil
   redis.call('SET', base .. 'limit', limit, 'PX', 2 * LEASE)
   redis.call('ZADD', queue, redis.call('INCR', base .. 'seq'), id)
   redis.call('ZADD', base .. 'waiters', now + LEASE, id)
@@ -317,10 +376,14 @@ end
 
 -- Frees a slot (or a place in the queue) and serves the queue.
 local function slot_free(base, id, now)
-  if redis.call('ZREM', base .. 'held', id) == 0 and redis.call('ZREM', base .. 'queue', id) == 1 then
+  local c = slot_counts(base)
+  if redis.call('ZREM', base .. 'held', id) == 1 then
+    c[2] = c[2] - 1
+  elseif redis.call('ZREM', base .. 'queue', id) == 1 then
     redis.call('ZREM', base .. 'waiters', id)
+    c[1] = c[1] - 1
   end
-  if redis.call('ZCARD', base .. 'queue') > 0 then
+  if c[1] > 0 then
     slot_purge(base, now)
     slot_pump(base, now)
   end
@@ -331,9 +394,13 @@ end
 -- (an admission refused in another slot) also the key windows it started, if still unused.
 -- Frees the concurrency slot it holds or waits for, if any (`slot_now`: the time of Redis, or nil).
 -- Deletes the record. Its counter changes are written by the caller's hflush().
+-- The record (admit_op) is one string, LIST-separated: the reserve; the counters it holds
+-- ("key\nfield\n..."); the minute counts it made ("key\nminute\n..."); the key windows it started
+-- ("key\nwindow\nstart\n..."); then, with a slot, the slot's base key and lease id.
 local function release_record(rec, undo, slot_now)
-  local r = redis.call('HMGET', rec, 'r', 'h', 'c', 'w', 'sb', 'si')
-  if not r[1] then return false end
+  local text = redis.call('GETDEL', rec)
+  if not text then return false end
+  local r = split(text, LIST)
   if r[5] then slot_free(r[5], r[6], slot_now or now_ms('0')) end
   local amount = tonumber(r[1])
   if amount > 0 then
@@ -360,6 +427,5 @@ local function release_record(rec, undo, slot_now)
       end
     end
   end
-  redis.call('DEL', rec)
   return true
 end

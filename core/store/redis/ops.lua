@@ -67,6 +67,10 @@ local function parse_claims(text)
   return parsed
 end
 
+-- Reused by every admission of a call (admit_op reads only the entries it wrote), and the minute
+-- as text, for the records.
+local ACTS, MINUTE_TEXT = {}, {}
+
 local function admit_op(K, A)
   local now = now_ms(A[1])
   if redis.call('EXISTS', K[1], K[2]) > 0 then return ALREADY end
@@ -96,22 +100,9 @@ local function admit_op(K, A)
   end
   hload()
 
-  local week, month
-  local function week0()
-    week = week or week_start(now)
-    return week
-  end
-  local function month0()
-    month = month or month_start(now)
-    return month
-  end
-
-  -- The checks; what an admission would apply: hold (k, field), count (k), wstart (k, window).
-  local acts, na = {}, 0
-  local function act(kind, k, f)
-    acts[na + 1], acts[na + 2], acts[na + 3] = kind, k, f
-    na = na + 3
-  end
+  -- The checks; what an admission would apply (ACTS, in threes): hold (k, field), count (k),
+  -- wstart (k, window).
+  local acts, na = ACTS, 0
   local held_at = -1
 
   for i = 1, n do
@@ -124,39 +115,39 @@ local function admit_op(K, A)
       local limit = cl.n1
       if limit > 0 and used >= limit then
         fail = true; retry = until_next
-      else act('count', k1) end
+      else acts[na + 1], acts[na + 2], na = 'count', k1, na + 3 end
     elseif kind == 'w' then
       local limit, dur = cl.n1, cl.n2
-      local start = tonumber(hraw(k1, cl.fs))
+      local start = hnum_or_nil(k1, cl.fs)
       local restart = start == nil or now >= start + dur
       local used = restart and 0 or hnum(k1, cl.fu)
       local res = hnum(k1, cl.fr)
       if limit > 0 and used >= limit then fail = true
       elseif limit > 0 and used + res >= limit then held = true
       else
-        if restart then act('wstart', k1, cl.a) end
-        act('hold', k1, cl.fr)
+        if restart then acts[na + 1], acts[na + 2], acts[na + 3], na = 'wstart', k1, cl.a, na + 3 end
+        acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, cl.fr, na + 3
       end
     elseif kind == 'q' then
       local limit, used, res = cl.n1, hnum(k1, 'used'), hnum(k1, 'res')
       if limit > 0 and used >= limit then fail = true
       elseif limit > 0 and used + res >= limit then held = true
-      else act('hold', k1, 'res') end
+      else acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3 end
     elseif kind == 'c' then
       local limit = cl.n1
       local weekly = cl.a == 'w'
-      local start = weekly and week0() or month0()
+      local start = weekly and week_start(now) or month_start(now)
       local used = (hnum(k1, cl.fs) == start) and hnum(k1, cl.fu) or 0
       local res = hnum(k1, cl.fr)
       if limit > 0 and used < limit and used + res >= limit then held = true
       elseif limit > 0 and used >= limit then
         fail = true
         retry = (weekly and (start + 7 * DAY) or next_month_start(now)) - now
-      else act('hold', k1, cl.fr) end
+      else acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, cl.fr, na + 3 end
     elseif kind == 'b' then
       local credit, spent, res = cl.n1, hnum(k1, 'spent'), hnum(k1, 'res')
       if credit - spent - res > 0 then
-        act('hold', k1, 'res')
+        acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3
       elseif not cl.free then
         if credit - spent > 0 then held = true else fail = true end
       else
@@ -166,8 +157,8 @@ local function admit_op(K, A)
         if free_rpm > 0 and used >= free_rpm then
           fail = true; retry = until_next
         else
-          act('hold', k1, 'res')
-          act('count', k2)
+          acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3
+          acts[na + 1], acts[na + 2], na = 'count', k2, na + 3
         end
       end
     elseif kind == 'p' then
@@ -177,14 +168,14 @@ local function admit_op(K, A)
       for j = 1, 3 do
         local limit = limits[j]
         if limit > 0 and not fail then
-          local start = (j == 1 and day_start(now)) or (j == 2 and week0()) or month0()
+          local start = (j == 1 and day_start(now)) or (j == 2 and week_start(now)) or month_start(now)
           local used = (hnum(k1, fields[2 * j - 1]) == start) and hnum(k1, fields[2 * j]) or 0
           if used >= limit then fail = true
           elseif used + res >= limit then held = true end
         end
       end
       if fail then held = false end
-      if not fail and not held then act('hold', k1, 'res') end
+      if not fail and not held then acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3 end
     end
 
     -- A held claim is reported only if no later claim is refused outright: exhaustion wins.
@@ -196,7 +187,11 @@ local function admit_op(K, A)
   -- Apply, and note in the record what to undo: holds (k, field), counts (k, minute), window starts.
   local holds, counted, started = {}, {}, {}
   local fresh
-  local m = I(minute)
+  local m = MINUTE_TEXT[minute]
+  if not m then
+    m = I(minute)
+    MINUTE_TEXT[minute] = m
+  end
   for j = 1, na, 3 do
     local kind, k, f = acts[j], acts[j + 1], acts[j + 2]
     if kind == 'hold' then
@@ -224,18 +219,15 @@ local function admit_op(K, A)
   end
 
   local reply = { 1 }
-  local record = { 'r', A[2], 'h', table.concat(holds, '\n'), 'c', table.concat(counted, '\n'), 'w', table.concat(started, '\n') }
+  local record = A[2] .. LIST .. table.concat(holds, '\n') .. LIST .. table.concat(counted, '\n') .. LIST .. table.concat(started, '\n')
   if A[5] ~= '' then
     local base = key(A[5], 'slot:')
     local got = slot_acquire(base, A[6], tonumber(A[7]), tonumber(A[8]), (A[1] == '0') and now or now_ms('0'))
     -- Held or queued, the slot goes with the record: its settlement or cancel frees it (lib.lua).
-    if got ~= 2 then
-      record[9], record[10], record[11], record[12] = 'sb', base, 'si', A[6]
-    end
+    if got ~= 2 then record = record .. LIST .. base .. LIST .. A[6] end
     reply[2] = got
   end
-  redis.call('HSET', K[1], unpack(record))
-  redis.call('PEXPIRE', K[1], RECORD_TTL)
+  redis.call('SET', K[1], record, 'PX', RECORD_TTL)
   if A[4] ~= '' then
     redis.call('HSET', K[3], A[3], A[4])
     hexpire(K[3], RECORD_TTL)
@@ -298,20 +290,46 @@ local function ring_fields(sec)
   return f[1], f[2], f[3]
 end
 
+-- A key window's start and usage fields ("5h" → "5h:s", "5h:u").
+local WINF = {}
+local function window_fields(w)
+  local f = WINF[w]
+  if not f then
+    f = { w .. ':s', w .. ':u' }
+    WINF[w] = f
+  end
+  return f
+end
+
+-- Adds to a period's usage (fields sf: start, uf: used), starting it over in a new period.
+local function roll_add(h, sf, uf, start, amount)
+  if hnum(h, sf) ~= start then
+    hput(h, sf, start)
+    hput(h, uf, 0)
+  end
+  hadd(h, uf, amount)
+end
+
+-- A settlement's counters in COUNTERS order (refilled by each settlement of a call).
+local VALUES = {}
+
 local function settle_op(K, A)
   local now = now_ms(A[1])
   local mode = A[2]
-  local function unindex()
-    if K[3] ~= K[1] then redis.call('HDEL', K[3], A[3]) end
-  end
+  local indexed = K[3] ~= K[1]
 
   if mode == 'r' then
-    if redis.call('EXISTS', K[1]) == 0 then unindex(); return 3 end
+    if redis.call('EXISTS', K[1]) == 0 then
+      if indexed then redis.call('HDEL', K[3], A[3]) end
+      return 3
+    end
     if K[4] ~= K[1] and (tonumber(redis.call('ZSCORE', K[4], A[4])) or 0) > now_ms('0') then return 4 end
   else
     local done = redis.call('GET', K[2])
-    if done == 's' then unindex(); return 0 end
-    if done == 'r' then unindex(); return 2 end
+    if done == 's' or done == 'r' then
+      if indexed then redis.call('HDEL', K[3], A[3]) end
+      return done == 's' and 0 or 2
+    end
   end
 
   local s = split(A[8], SEP)
@@ -332,7 +350,10 @@ local function settle_op(K, A)
     day = day_key_cached(now)
     dayrec = kk[4] .. day
     hwant1(kc, 'used')
-    for _, w in ipairs(windows) do hwant2(kc, w .. ':s', w .. ':u') end
+    for i = 1, #windows do
+      local wf = window_fields(windows[i])
+      hwant2(kc, wf[1], wf[2])
+    end
     for i = 1, 8 do
       hwant1(totals, COUNTERS[i])
       hwant1(dayrec, dayf[i])
@@ -354,21 +375,24 @@ local function settle_op(K, A)
   end
   release_record(K[1], 0, (A[1] == '0') and now or nil)
   redis.call('SET', K[2], mode, 'PX', DONE_TTL)
-  unindex()
+  if indexed then redis.call('HDEL', K[3], A[3]) end
   hload()
 
   if doKey then
     hadd(kc, 'used', actual)
-    for _, w in ipairs(windows) do
-      local start = tonumber(hraw(kc, w .. ':s'))
+    for i = 1, #windows do
+      local w = windows[i]
+      local wf = window_fields(w)
+      local start = hnum_or_nil(kc, wf[1])
       if start == nil or now >= start + WINDOW_MS[w] then
-        hput(kc, w .. ':s', now)
-        hput(kc, w .. ':u', 0)
+        hput(kc, wf[1], now)
+        hput(kc, wf[2], 0)
       end
-      hadd(kc, w .. ':u', actual)
+      hadd(kc, wf[2], actual)
     end
 
-    local values = { 1, input, output, cr, cw, cost, actual, dur }
+    local values = VALUES
+    values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8] = 1, input, output, cr, cw, cost, actual, dur
     if hraw(dayrec, dayf[1]) == false then
       redis.call('ZADD', key(A[6], 'days'), 0, day)
     end
@@ -391,21 +415,14 @@ local function settle_op(K, A)
   end
 
   if doUser then
-    local function roll_add(h, sf, uf, start)
-      if hnum(h, sf) ~= start then
-        hput(h, sf, start)
-        hput(h, uf, 0)
-      end
-      hadd(h, uf, actual)
-    end
     if billing == 'balance' then
       hadd(wallet, 'spent', actual)
-      roll_add(caps, 'ws', 'wu', week_start(now))
-      roll_add(caps, 'ms', 'mu', month_start(now))
+      roll_add(caps, 'ws', 'wu', week_start(now), actual)
+      roll_add(caps, 'ms', 'mu', month_start(now), actual)
     else
-      roll_add(plan, 'ds', 'du', day_start(now))
-      roll_add(plan, 'ws', 'wu', week_start(now))
-      roll_add(plan, 'ms', 'mu', month_start(now))
+      roll_add(plan, 'ds', 'du', day_start(now), actual)
+      roll_add(plan, 'ws', 'wu', week_start(now), actual)
+      roll_add(plan, 'ms', 'mu', month_start(now), actual)
     end
   end
   return 1
