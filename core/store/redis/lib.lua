@@ -231,6 +231,7 @@ end
 
 local function hput(k, f, v)
   local e = H[k] or hentry(k)
+  if type(v) ~= 'number' then e.all = nil end
   e.v[f] = v
   if not e.ds[f] then
     e.ds[f] = true
@@ -257,6 +258,52 @@ local function hadd(k, f, d)
   end
 end
 local function hdel(k, f) hput(k, f, false) end
+
+-- A list "key, field, key, field, ..." (a record's held counters) as "values, field, key" triples,
+-- built once per call and list: each field loaded, made a number and marked written, so an add is
+-- one table update (a settlement gives back seven reservations). A field later made a non-number
+-- (hdel) falls back to hadd.
+local PAIRS = {}
+local function hpairs(list)
+  local p = PAIRS[list]
+  if p then return p end
+  for i = 1, #list - 1, 2 do hwant1(list[i], list[i + 1]) end
+  hload()
+  p = {}
+  for i = 1, #list - 1, 2 do
+    local k, f = list[i], list[i + 1]
+    hadd(k, f, 0)
+    p[#p + 1] = H[k].v
+    p[#p + 1] = f
+    p[#p + 1] = k
+  end
+  PAIRS[list] = p
+  return p
+end
+
+-- hwant of a field list that hadd_all adds to (nothing to declare once a call has added it).
+local function hwant_all(k, fields)
+  local e = H[k] or hentry(k)
+  if e.all == fields then return end
+  for i = 1, #fields do hwant1(k, fields[i]) end
+end
+
+-- hadd of values[1..#fields] to fields: the fields are made numbers and marked written the first
+-- time a call adds this field list to this hash, then each add is one table update (a settlement
+-- adds eight counters to two hashes).
+local function hadd_all(k, fields, values)
+  local e = H[k] or hentry(k)
+  local v = e.v
+  local n = #fields
+  if e.all ~= fields then
+    for i = 1, n do hadd(k, fields[i], 0) end
+    e.all = fields
+  end
+  for i = 1, n do
+    local f = fields[i]
+    v[f] = v[f] + values[i]
+  end
+end
 
 local function hflush()
   for i = 1, #HK do
@@ -404,9 +451,12 @@ local function release_record(rec, undo, slot_now)
   if r[5] then slot_free(r[5], r[6], slot_now or now_ms('0')) end
   local amount = tonumber(r[1])
   if amount > 0 then
-    local held = split_cached(r[2], '\n')
-    for i = 1, #held - 1, 2 do hwant1(held[i], held[i + 1]) end
-    for i = 1, #held - 1, 2 do hadd(held[i], held[i + 1], -amount) end
+    local p = hpairs(split_cached(r[2], '\n'))
+    for i = 1, #p - 2, 3 do
+      local v, f = p[i], p[i + 1]
+      local x = v[f]
+      if type(x) == 'number' then v[f] = x - amount else hadd(p[i + 2], f, -amount) end
+    end
   end
   if undo >= 1 then
     local counted = split(r[3], '\n')

@@ -38,6 +38,7 @@ local function parse_claims(text)
   local parsed = CLAIMS[text]
   if parsed then return parsed end
   parsed = {}
+  local holds = {}
   for _, item in ipairs(split(text, LIST)) do
     local f = split(item, SEP)
     local kind, tag, a = f[2], f[3], f[4]
@@ -62,7 +63,16 @@ local function parse_claims(text)
       return nil
     end
     parsed[#parsed + 1] = c
+    -- What an admitted request holds the reserve on: every claim but RPM.
+    if kind == 'w' or kind == 'c' then
+      holds[#holds + 1] = c.k1
+      holds[#holds + 1] = c.fr
+    elseif kind ~= 'r' then
+      holds[#holds + 1] = c.k1
+      holds[#holds + 1] = 'res'
+    end
   end
+  parsed.holds, parsed.held = holds, table.concat(holds, '\n')
   CLAIMS[text] = parsed
   return parsed
 end
@@ -82,7 +92,8 @@ local function admit_op(K, A)
   local claims = parse_claims(A[9])
   if not claims then return redis.error_reply('ERR unknown claim kind') end
   local n = #claims
-  for i = 1, n do
+  -- Once per call and claims text: the fields stay known (in the hash cache) for the whole call.
+  for i = 1, claims.wanted and 0 or n do
     local c = claims[i]
     local kind, k1 = c.kind, c.k1
     if kind == 'r' then
@@ -98,9 +109,10 @@ local function admit_op(K, A)
       want_plan(k1)
     end
   end
+  claims.wanted = true
   hload()
 
-  -- The checks; what an admission would apply (ACTS, in threes): hold (k, field), count (k),
+  -- The checks; what an admission would apply besides its holds (ACTS, in threes): count (k),
   -- wstart (k, window).
   local acts, na = ACTS, 0
   local held_at = -1
@@ -126,13 +138,11 @@ local function admit_op(K, A)
       elseif limit > 0 and used + res >= limit then held = true
       else
         if restart then acts[na + 1], acts[na + 2], acts[na + 3], na = 'wstart', k1, cl.a, na + 3 end
-        acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, cl.fr, na + 3
       end
     elseif kind == 'q' then
       local limit, used, res = cl.n1, hnum(k1, 'used'), hnum(k1, 'res')
       if limit > 0 and used >= limit then fail = true
-      elseif limit > 0 and used + res >= limit then held = true
-      else acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3 end
+      elseif limit > 0 and used + res >= limit then held = true end
     elseif kind == 'c' then
       local limit = cl.n1
       local weekly = cl.a == 'w'
@@ -143,11 +153,11 @@ local function admit_op(K, A)
       elseif limit > 0 and used >= limit then
         fail = true
         retry = (weekly and (start + 7 * DAY) or next_month_start(now)) - now
-      else acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, cl.fr, na + 3 end
+      end
     elseif kind == 'b' then
       local credit, spent, res = cl.n1, hnum(k1, 'spent'), hnum(k1, 'res')
       if credit - spent - res > 0 then
-        acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3
+        -- held (claims.holds)
       elseif not cl.free then
         if credit - spent > 0 then held = true else fail = true end
       else
@@ -157,7 +167,6 @@ local function admit_op(K, A)
         if free_rpm > 0 and used >= free_rpm then
           fail = true; retry = until_next
         else
-          acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3
           acts[na + 1], acts[na + 2], na = 'count', k2, na + 3
         end
       end
@@ -175,7 +184,6 @@ local function admit_op(K, A)
         end
       end
       if fail then held = false end
-      if not fail and not held then acts[na + 1], acts[na + 2], acts[na + 3], na = 'hold', k1, 'res', na + 3 end
     end
 
     -- A held claim is reported only if no later claim is refused outright: exhaustion wins.
@@ -184,8 +192,17 @@ local function admit_op(K, A)
   end
   if held_at >= 0 then return { 0, -1, -1, held_at } end
 
-  -- Apply, and note in the record what to undo: holds (k, field), counts (k, minute), window starts.
-  local holds, counted, started = {}, {}, {}
+  -- Apply, and note in the record what to undo: holds (every claim but RPM holds the reserve:
+  -- claims.holds), counts (k, minute), window starts.
+  if reserve > 0 then
+    local p = hpairs(claims.holds)
+    for i = 1, #p - 2, 3 do
+      local v, f = p[i], p[i + 1]
+      local x = v[f]
+      if type(x) == 'number' then v[f] = x + reserve else hadd(p[i + 2], f, reserve) end
+    end
+  end
+  local counted, started = {}, {}
   local fresh
   local m = MINUTE_TEXT[minute]
   if not m then
@@ -194,10 +211,7 @@ local function admit_op(K, A)
   end
   for j = 1, na, 3 do
     local kind, k, f = acts[j], acts[j + 1], acts[j + 2]
-    if kind == 'hold' then
-      if reserve > 0 then hadd(k, f, reserve) end
-      holds[#holds + 1] = k; holds[#holds + 1] = f
-    elseif kind == 'count' then
+    if kind == 'count' then
       if hnum(k, 'm') ~= minute then
         hput(k, 'm', minute)
         hput(k, 'c', 1)
@@ -219,7 +233,7 @@ local function admit_op(K, A)
   end
 
   local reply = { 1 }
-  local record = A[2] .. LIST .. table.concat(holds, '\n') .. LIST .. table.concat(counted, '\n') .. LIST .. table.concat(started, '\n')
+  local record = A[2] .. LIST .. claims.held .. LIST .. table.concat(counted, '\n') .. LIST .. table.concat(started, '\n')
   if A[5] ~= '' then
     local base = key(A[5], 'slot:')
     local got = slot_acquire(base, A[6], tonumber(A[7]), tonumber(A[8]), (A[1] == '0') and now or now_ms('0'))
@@ -252,7 +266,8 @@ end
 -- 4 not recovered: the instance is alive after all (it renewed its lease since the reaper looked).
 local COUNTERS = { 'requests', 'input', 'output', 'cacheRead', 'cacheWrite', 'cost', 'actual', 'durationMs' }
 -- What the settlements of a batch share, built once per script call: a model's day-record fields,
--- a key's hash names, the day, the ring's fields for a second.
+-- a key's and a user's hash names (and whether their fields were declared), the day, the ring's
+-- fields for a second.
 local DAYF, KEYN, DAYK, RINGF = {}, {}, {}, {}
 local function day_fields(model)
   local f = DAYF[model]
@@ -268,6 +283,15 @@ local function key_names(tag)
   if not n then
     n = { key(tag, 'counters'), key(tag, 'totals'), key(tag, 'ring'), key(tag, 'day:') }
     KEYN[tag] = n
+  end
+  return n
+end
+local USERN = {}
+local function user_names(tag)
+  local n = USERN[tag]
+  if not n then
+    n = { key(tag, 'wallet'), key(tag, 'caps') }
+    USERN[tag] = n
   end
   return n
 end
@@ -348,26 +372,35 @@ local function settle_op(K, A)
     local kk = key_names(kt)
     kc, totals, ring = kk[1], kk[2], kk[3]
     day = day_key_cached(now)
-    dayrec = kk[4] .. day
-    hwant1(kc, 'used')
-    for i = 1, #windows do
-      local wf = window_fields(windows[i])
-      hwant2(kc, wf[1], wf[2])
+    if kk.day ~= day then
+      kk.day, kk.dayrec = day, kk[4] .. day
     end
-    for i = 1, 8 do
-      hwant1(totals, COUNTERS[i])
-      hwant1(dayrec, dayf[i])
+    dayrec = kk.dayrec
+    -- Declared once per call and window list: the fields stay known for the whole call.
+    if kk.wanted ~= windows then
+      hwant1(kc, 'used')
+      for i = 1, #windows do
+        local wf = window_fields(windows[i])
+        hwant2(kc, wf[1], wf[2])
+      end
+      kk.wanted = windows
     end
+    hwant_all(totals, COUNTERS)
+    hwant_all(dayrec, dayf)
     hwant2(ring, fs, fr)
     hwant1(ring, ft)
   end
   if doUser then
     local u = A[7]
     if billing == 'balance' then
-      wallet, caps = key(u, 'wallet'), key(u, 'caps')
-      hwant2(wallet, 'spent', 'res')
-      hwant2(caps, 'ws', 'wu')
-      hwant2(caps, 'ms', 'mu')
+      local un = user_names(u)
+      wallet, caps = un[1], un[2]
+      if not un.wanted then
+        hwant2(wallet, 'spent', 'res')
+        hwant2(caps, 'ws', 'wu')
+        hwant2(caps, 'ms', 'mu')
+        un.wanted = true
+      end
     else
       plan = key(u, 'plan:' .. group)
       want_plan(plan)
@@ -396,10 +429,8 @@ local function settle_op(K, A)
     if hraw(dayrec, dayf[1]) == false then
       redis.call('ZADD', key(A[6], 'days'), 0, day)
     end
-    for i = 1, 8 do
-      hadd(totals, COUNTERS[i], values[i])
-      hadd(dayrec, dayf[i], values[i])
-    end
+    hadd_all(totals, COUNTERS, values)
+    hadd_all(dayrec, dayf, values)
     if s[14] == '1' then hadd(totals, 'estimatedRequests', 1) end
     if mode == 'r' then hadd(totals, 'recoveredRequests', 1) end
 
