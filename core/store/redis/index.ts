@@ -163,6 +163,28 @@ function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
 }
 
+/**
+ * Request ids settled lately (at least the last `max / 2`, at most `max`): a settlement sent twice
+ * is dropped here. Two generations of plain sets, not an LRU: one lookup and one insert per request.
+ */
+class RecentIds {
+  private current = new Set<string>();
+  private previous = new Set<string>();
+  constructor(private readonly max: number) {}
+
+  has(id: string): boolean {
+    return this.current.has(id) || this.previous.has(id);
+  }
+
+  add(id: string): void {
+    if (this.current.size >= this.max / 2) {
+      this.previous = this.current;
+      this.current = new Set();
+    }
+    this.current.add(id);
+  }
+}
+
 function int(v: number): string {
   if (!Number.isSafeInteger(v)) throw new TypeError(`expected an integer, got ${v}`);
   return String(v);
@@ -237,7 +259,7 @@ export class RedisStore implements Store {
   private closed = false;
 
   private readonly live = new Map<string, LiveAdmission>();
-  private readonly recent = new LRUCache<string, true>({ max: RECENT_MAX });
+  private readonly recent = new RecentIds(RECENT_MAX);
   private pending: PendingOp[] = [];
   private draining: Promise<void> | undefined;
 
@@ -775,14 +797,17 @@ export class RedisStore implements Store {
     this.assertOpen();
     assertMoney('actual', s.actual);
     assertMoney('cost', s.cost);
-    for (const v of [s.usage.input, s.usage.output, s.usage.cacheRead, s.usage.cacheWrite]) assertMoney('usage tokens', v);
+    assertMoney('usage tokens', s.usage.input);
+    assertMoney('usage tokens', s.usage.output);
+    assertMoney('usage tokens', s.usage.cacheRead);
+    assertMoney('usage tokens', s.usage.cacheWrite);
     if (this.recent.has(requestId)) return;
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
     if (adm?.local) await this.local.cancel(requestId, { keepCounts: true });
     else if (adm) this.unbindSlot(adm);
     await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
-    this.recent.set(requestId, true);
+    this.recent.add(requestId);
   }
 
   async cancel(requestId: string, opts: { keepCounts?: boolean } = {}): Promise<void> {
