@@ -108,10 +108,10 @@ function passHeaders(headers: IncomingMessage['headers'], withRetry: boolean): R
 
 /**
  * `passHeaders(headers, false)` read from the raw header list: the same names and values (Node
- * joins a repeated `x-ratelimit-*` with ", "), without building the response's header map.
+ * joins a repeated `x-ratelimit-*` with ", "), without building the response's header map;
+ * added to `out`.
  */
-function rateLimitHeaders(res: IncomingMessage): Record<string, string> {
-  const out: Record<string, string> = {};
+function rateLimitHeaders(res: IncomingMessage, out: Record<string, string> = {}): Record<string, string> {
   const raw = res.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
@@ -464,7 +464,8 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
     ctx.usage = estimateUsage(ctx, 0, out.body.length);
     ctx.usageEstimated = true;
   }
-  writeHead(ctx, 200, { 'content-type': 'application/json', ...rateLimitHeaders(up.body) });
+  // With its length, as the providers send it (not chunked): the whole answer is in hand.
+  writeHead(ctx, 200, rateLimitHeaders(up.body, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(out.body)) }));
   ctx.res.end(out.body);
   return true;
 }

@@ -6,7 +6,7 @@
 import t from 'tap';
 import OpenAI from 'openai';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { sseText } from '../helpers/raw.js';
+import { rawRequest, sseText } from '../helpers/raw.js';
 
 let g: TestGateway;
 let client: OpenAI;
@@ -31,6 +31,19 @@ t.test('chat.completions.create', async (t) => {
   t.equal(c.choices[0].finish_reason, 'stop');
   t.ok(c.usage!.prompt_tokens > 0 && c.usage!.completion_tokens > 0);
   t.equal(c.usage!.total_tokens, c.usage!.prompt_tokens + c.usage!.completion_tokens);
+});
+
+t.test('a non-streaming answer is sent with its content-length, not chunked (as the providers send it)', async (t) => {
+  // The mock echoes the prompt's first words: a non-ASCII answer, whose length is in bytes.
+  const r = await rawRequest(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ messages: [{ role: 'user', content: 'Grüße 世界' }] })),
+  });
+  t.equal(r.status, 200);
+  t.ok(Buffer.byteLength(r.text) > r.text.length, 'the answer has multi-byte characters');
+  t.equal(r.headers['transfer-encoding'], undefined, 'not chunked');
+  t.equal(r.headers['content-length'], String(Buffer.byteLength(r.text)), 'content-length is the body\'s length in bytes');
+  t.equal(r.json.object, 'chat.completion');
 });
 
 t.test('chat.completions.stream → finalChatCompletion, ending with a usage chunk and [DONE]', async (t) => {
