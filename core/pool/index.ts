@@ -174,11 +174,18 @@ interface Choosing {
   recalled: boolean;
 }
 
+interface AccountLabels {
+  account: { provider: string; account: string };
+  outcome: Partial<Record<OutcomeKind, { provider: string; account: string; outcome: OutcomeKind }>>;
+}
+
 export class Pool {
   /** Health actions and sticky sessions need somewhere else to go. */
   readonly multi: boolean;
   private readonly byName = new Map<string, AccountConfig>();
   private readonly random: () => number;
+  /** Metric label objects per account, made once (they are only read). */
+  private readonly labelSets = new Map<string, AccountLabels>();
 
   constructor(readonly provider: ProviderConfig, private readonly states: ReadonlyMap<string, AccountState>, private readonly deps: PoolDeps) {
     this.multi = provider.accounts.length > 1;
@@ -188,6 +195,12 @@ export class Pool {
 
   private state(name: string): AccountState {
     return this.states.get(name)!;
+  }
+
+  private labels(account: string): AccountLabels {
+    let l = this.labelSets.get(account);
+    if (!l) this.labelSets.set(account, l = { account: { provider: this.provider.name, account }, outcome: {} });
+    return l;
   }
 
   /** The selection input for a model (or every account: `model` undefined). */
@@ -251,7 +264,7 @@ export class Pool {
       c.attempts++;
       st.inFlight++;
       st.lastChosenAt = now;
-      this.deps.metrics?.accountInFlight.inc({ provider: this.provider.name, account: account.name });
+      this.deps.metrics?.accountInFlight.inc(this.labels(account.name).account);
       return { ok: true, lease: this.lease(account, st, release, c) };
     }
     return { ok: false, error: c.attempts === 0 ? this.noAccount(model, { ok: false, reason: 'busy' }, true) : undefined };
@@ -299,7 +312,7 @@ export class Pool {
         finished = true;
         release();
         st.inFlight--;
-        this.deps.metrics?.accountInFlight.dec({ provider: this.provider.name, account: account.name });
+        this.deps.metrics?.accountInFlight.dec(this.labels(account.name).account);
         if (!attempt) return undefined;
         const report = classifyOutcome(attempt, { committed: ctx.committed, now: this.deps.clock.now() });
         this.record(account, st, report, ctx.committedAt !== undefined && report.kind === 'ok' ? ctx.committedAt - started : undefined, attempt);
@@ -313,10 +326,11 @@ export class Pool {
   private record(a: AccountConfig, st: AccountState, report: OutcomeReport, ttftMs: number | undefined, attempt: AttemptView): void {
     const { metrics, log, clock } = this.deps;
     const now = clock.now();
-    const labels = { provider: this.provider.name, account: a.name };
+    const sets = this.labels(a.name);
+    const labels = sets.account;
     st.requests++;
     st.outcomes[report.kind] = (st.outcomes[report.kind] ?? 0) + 1;
-    metrics?.accountRequests.inc({ ...labels, outcome: report.kind });
+    metrics?.accountRequests.inc(sets.outcome[report.kind] ??= { ...labels, outcome: report.kind });
     if (report.health === 'success') {
       st.failures = 0;
       if (ttftMs !== undefined) {
