@@ -158,16 +158,20 @@ export const TTFT_MIN_SAMPLES = 3;
 
 /** The last few times to first token of an account, with when they were taken. */
 export class TtftWindow {
+  // The last TTFT_SAMPLES samples in a ring (the median does not care about their order).
   private readonly at: number[] = [];
   private readonly ms: number[] = [];
+  private next = 0;
 
   add(now: number, ms: number): void {
-    this.at.push(now);
-    this.ms.push(ms);
-    if (this.at.length > TTFT_SAMPLES) {
-      this.at.shift();
-      this.ms.shift();
+    if (this.at.length < TTFT_SAMPLES) {
+      this.at.push(now);
+      this.ms.push(ms);
+      return;
     }
+    this.at[this.next] = now;
+    this.ms[this.next] = ms;
+    this.next = (this.next + 1) % TTFT_SAMPLES;
   }
 
   /** Median of the recent samples; undefined with too few. */

@@ -3,7 +3,7 @@
  * provider headers or backoff, and which accounts count as slow.
  */
 import t from 'tap';
-import { classifyOutcome, cooldownMs, parseResetDuration, providerDelayMs, slowAccounts, TtftWindow } from '../../core/pool/health.js';
+import { classifyOutcome, cooldownMs, parseResetDuration, providerDelayMs, slowAccounts, TTFT_SAMPLES, TtftWindow } from '../../core/pool/health.js';
 import { GatewayError } from '../../core/errors.js';
 import { mapUpstreamStatus } from '../../core/upstream.js';
 
@@ -61,6 +61,12 @@ t.test('time to first token: median of recent samples, slow against the fastest 
   w.add(NOW, 200);
   t.equal(w.figure(NOW), 200);
   t.equal(w.figure(NOW + 11 * 60_000), undefined, 'old samples stop counting');
+  const last = new TtftWindow();
+  for (let i = 0; i < TTFT_SAMPLES; i++) last.add(NOW, 1000);
+  for (let i = 0; i < TTFT_SAMPLES; i++) last.add(NOW, 10);
+  t.equal(last.figure(NOW), 10, 'only the last samples count');
+  for (let i = 0; i < 4; i++) last.add(NOW, 500);
+  t.equal(last.figure(NOW), 255, 'the newest samples replace the oldest: four of 10, four of 500');
   const figures = new Map<string, number | undefined>([['fast', 50], ['slow', 2000], ['ok', 120], ['new', undefined]]);
   t.same([...slowAccounts(figures, sched)], ['slow']);
   t.same([...slowAccounts(new Map([['a', 300], ['b', 1100]]), sched)], [], 'above 3× but not 1 s above: not slow');
