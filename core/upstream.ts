@@ -160,7 +160,7 @@ export function readAll(stream: IncomingMessage, limit: number): Promise<string>
       }
       chunks.push(c);
     });
-    stream.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    stream.on('end', () => resolve((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)).toString('utf8')));
     stream.on('error', reject);
     stream.on('aborted', () => reject(new Error('upstream aborted')));
     stream.on('close', () => {
