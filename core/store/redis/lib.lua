@@ -217,16 +217,12 @@ local function hnum(k, f)
   return n
 end
 
--- The value as a number, nil when absent (kept as a number like hnum's).
+-- The value as a number, nil when absent (a window start: absent and 0 differ).
 local function hnum_or_nil(k, f)
-  local e = H[k] or hentry(k)
-  local v = e.v[f]
-  if type(v) == 'number' then return v end
-  if v == nil then v = hraw(k, f) end
+  local v = hraw(k, f)
   if v == false then return nil end
-  local n = tonumber(v)
-  e.v[f] = n
-  return n
+  if type(v) == 'number' then return v end
+  return hnum(k, f)
 end
 
 local function hput(k, f, v)
