@@ -116,7 +116,7 @@ t.test('the operations of one event-loop turn go to Redis together: fewer script
   t.equal(other.status, 'fulfilled', 'the other admission of the same batch is not');
 });
 
-t.test('a second batch goes to Redis while the first is still there, and no third', async (t) => {
+t.test('behind a batch in Redis, fewer than a full batch wait for its reply; a full one goes at once; a third waits', async (t) => {
   const net = await import('node:net');
   const { RedisStore } = await import('../../core/store/redis/index.js');
   // A relay between the store and Redis that can hold Redis's replies: what the store sends while
@@ -153,19 +153,29 @@ t.test('a second batch goes to Redis while the first is still there, and no thir
   };
 
   hold = true;
-  const first = store.admit({ requestId: 'pipe-1', reserve: 0, claims: [] });
+  const admit = (id: string) => store.admit({ requestId: id, reserve: 0, claims: [] });
+  const settle = async () => {
+    await turn();
+    await turn();
+    await new Promise((r) => setTimeout(r, 50));
+  };
+  const first = admit('pipe-1');
   t.ok(await until('pipe-1'), 'the first batch went to Redis');
-  const second = [store.admit({ requestId: 'pipe-2', reserve: 0, claims: [] }), store.admit({ requestId: 'pipe-3', reserve: 0, claims: [] })];
-  t.ok(await until('pipe-3'), 'the next turn\'s operations went too, before the first batch was answered');
-  await turn();
-  const third = store.admit({ requestId: 'pipe-4', reserve: 0, claims: [] });
-  await turn();
-  await turn();
-  await new Promise((r) => setTimeout(r, 50));
-  t.notOk(sent.includes('pipe-4'), 'a third waits while two batches are in Redis');
+  const few = [admit('pipe-2'), admit('pipe-3')];
+  await settle();
+  t.notOk(sent.includes('pipe-2'), 'two operations wait while the first batch is unanswered');
+  // 32 more: with the two waiting, a full batch (32) and two over.
+  const full = Array.from({ length: 32 }, (_, i) => admit(`pipe-full-${i}`));
+  t.ok(await until('pipe-full-29'), 'a full batch went at once, the first still unanswered');
+  t.ok(sent.includes('pipe-2') && sent.includes('pipe-3'), 'with the operations that waited before it (first come, first sent)');
+  t.notOk(sent.includes('pipe-full-30'), 'what is over a full batch waits');
+  const more = Array.from({ length: 32 }, (_, i) => admit(`pipe-more-${i}`));
+  await settle();
+  t.notOk(sent.includes('pipe-more-0'), 'no third batch while two are in Redis, full or not');
   hold = false;
   for (const f of held.splice(0)) f();
-  const results = await Promise.all([first, ...second, third]);
-  t.same(results.map((r) => r.ok), [true, true, true, true], 'every operation gets its own outcome');
-  t.ok(sent.includes('pipe-4'), 'the third went once a batch was answered');
+  const results = await Promise.all([first, ...few, ...full, ...more]);
+  t.equal(results.length, 67);
+  t.ok(results.every((r) => r.ok), 'every operation gets its own outcome');
+  t.ok(sent.includes('pipe-full-31') && sent.includes('pipe-more-31'), 'the waiting ones went once batches were answered');
 });
