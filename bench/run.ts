@@ -23,7 +23,7 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import {
   parseArgs, parseCpuList, parseProcStat, parseVmRss, parseWrk, planPinning, renderMarkdown, roundDiffs, roundOrder,
-  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE,
+  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE, WARMUP_S,
   type Options, type Pinning, type Report, type RoundRecord, type Row, type Scenario, type ScenarioResult,
 } from './lib.js';
 import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
@@ -334,7 +334,9 @@ function result(name: Scenario, columns: [string, string]): ScenarioResult {
 
 /** Alternating wrk rounds of two targets (each warmed first); the headline rows compare them. */
 async function throughput(res: ScenarioResult, targets: [Target, Target], goals: { rps?: number; cpu?: number } = {}, connections = opts.concurrency): Promise<ScenarioResult> {
-  for (const t of targets) await wrk(t, Math.min(2, opts.duration), connections); // warm-up: JIT, sockets
+  // Warm-up: JIT, sockets, connection pools. A fresh gateway needs about 4 s at full load to reach
+  // its steady CPU per request (about 1.6× at first); 2 s left the first round partly warming.
+  for (const t of targets) await wrk(t, Math.min(WARMUP_S, opts.duration), connections);
   for (let round = 0; round < opts.rounds; round++) {
     const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
     for (const t of roundOrder(targets, round)) rec.sides.push({ side: t.side, figures: await measure(t, opts.duration, connections) });
