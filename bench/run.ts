@@ -2,8 +2,7 @@
  * `npm run bench [-- options]`: the gateway as shipped against a bare http-proxy-3 proxy over the
  * same mock upstream. Method (bench/README.md has the why):
  *
- * - The gateway runs as `npm start` runs it (`node --max-semi-space-size=32 bin/gateway.js start`,
- *   bench/setup.ts GATEWAY_NODE_FLAGS) with the shipped gateway.yaml's server, store,
+ * - The gateway runs as `node bin/gateway.js start` with the shipped gateway.yaml's server, store,
  *   metrics, log level, plugins, chains and routes; only the deployment data (providers pointing at
  *   the external mock, models, groups, users, keys) is the bench's own, with every limit configured,
  *   non-zero and too high to reject. Its logs (the access log included) go to a file.
