@@ -26,7 +26,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { AUTH_CHAT, AUTH_CONVERTED, chatBody, gatewayConfig, gatewayEnv, GATEWAY_NODE_FLAGS } from './setup.js';
+import { AUTH_CHAT, AUTH_CONVERTED, chatBody, gatewayConfig, gatewayEnv } from './setup.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
@@ -197,7 +197,7 @@ function serverCommand(o: Opts, side: string, port: number, work: string, mockUr
     // mark Redis away and fail the run; what a call costs the gateway's CPU is the same.
     const store = o.redisUrl ? { kind: 'redis', url: o.redisUrl, prefix: `bench${port}:`, timeout: '5s' } : undefined;
     fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store })));
-    return { cmd, args: [...pre, ...GATEWAY_NODE_FLAGS, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
+    return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
   }
   return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
 }

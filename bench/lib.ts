@@ -50,17 +50,8 @@ export interface Options {
 /** The large-body scenario's variants: 1 MiB and 64 MiB bodies; eight 200 MiB bodies, passthrough and converted. */
 export const BODY_VARIANTS = ['mixed', '8x200', '8x200-converted'] as const;
 
-/**
- * Seconds of load each target of a throughput scenario gets before its first round: a server's
- * first scenario FRESH_WARMUP_S (at most 4 × --duration), a later one WARMUP_S (at most
- * --duration). A freshly started gateway needs about 15 s at full load to reach its steady CPU per
- * request (bench/README.md, "Warm-up").
- */
+/** Seconds of load each target of a throughput scenario gets before its first round (at most --duration). */
 export const WARMUP_S = 5;
-export const FRESH_WARMUP_S = 20;
-export function warmupSeconds(fresh: boolean, duration: number): number {
-  return fresh ? Math.min(FRESH_WARMUP_S, 4 * duration) : Math.min(WARMUP_S, duration);
-}
 
 export const DEFAULTS: Readonly<Options> = Object.freeze({
   only: [...SCENARIOS],
@@ -421,7 +412,7 @@ export function renderMarkdown(rep: Report): string {
   out.push(`- machine: ${m.cpus} cpus (${m.cpuModel}), ${m.memGiB.toFixed(0)} GiB, Linux ${m.kernel}; Node ${m.node}; ${m.wrk}; commit ${m.commit}`);
   out.push(`- pinning: ${rep.pinning ? `server under test on cpu ${rep.pinning.server.join(',')}, upstream on cpu ${rep.pinning.upstream.join(',')}, load generators on cpu ${rep.pinning.load.join(',')}` : 'none'}`);
   out.push(`- load average (1, 5, 15 min): ${rep.loadavg.start.map((x) => x.toFixed(2)).join(', ')} at the start, ${rep.loadavg.end.map((x) => x.toFixed(2)).join(', ')} at the end`);
-  out.push(`- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after a warm-up per target (${warmupSeconds(true, o.duration)} s for a freshly started server, ${warmupSeconds(false, o.duration)} s later), ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`);
+  out.push(`- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after ${Math.min(WARMUP_S, o.duration)} s of warm-up per target, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`);
   out.push(`- run: \`${rep.command}\`, ${Math.round(rep.elapsedS)} s`);
   out.push('', 'Each figure is the median over rounds, with the lowest and highest round in brackets; ratios and differences are computed per round (both sides measured back to back) and then their median taken.', '');
   for (const w of rep.warnings) out.push(`> **Warning:** ${w}`, '');

@@ -23,10 +23,10 @@ import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import {
   parseArgs, parseCpuList, parseProcStat, parseVmRss, parseWrk, planPinning, renderMarkdown, roundDiffs, roundOrder,
-  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE, warmupSeconds,
+  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE, WARMUP_S,
   type Options, type Pinning, type Report, type RoundRecord, type Row, type Scenario, type ScenarioResult,
 } from './lib.js';
-import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv, GATEWAY_NODE_FLAGS } from './setup.js';
+import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
@@ -169,7 +169,7 @@ async function startGateway(store?: Record<string, unknown>, label = 'gateway'):
   const cfgFile = path.join(work, `gateway-${n}.yaml`);
   const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
   fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency, store })));
-  const { child, log } = launch(pinning?.server, process.execPath, [...GATEWAY_NODE_FLAGS, path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile], `gateway-${n}.log`, false, gatewayEnv());
+  const { child, log } = launch(pinning?.server, process.execPath, [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile], `gateway-${n}.log`, false, gatewayEnv());
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the gateway', child, log, async () => (await get(url + '/healthz')) === 200);
   return {
@@ -332,16 +332,11 @@ function result(name: Scenario, columns: [string, string]): ScenarioResult {
   return { name, title: SCENARIO_TITLES[name], columns, rows: [], rounds: [], notes: [] };
 }
 
-/** Servers that have had their first warm-up. */
-const warmed = new WeakSet<object>();
-
 /** Alternating wrk rounds of two targets (each warmed first); the headline rows compare them. */
 async function throughput(res: ScenarioResult, targets: [Target, Target], goals: { rps?: number; cpu?: number } = {}, connections = opts.concurrency): Promise<ScenarioResult> {
-  // Warm-up: JIT, heap, sockets, connection pools; longer for a server's first scenario.
-  for (const t of targets) {
-    await wrk(t, warmupSeconds(!warmed.has(t.server), opts.duration), connections);
-    warmed.add(t.server);
-  }
+  // Warm-up: JIT, sockets, connection pools. A fresh gateway needs about 4 s at full load to reach
+  // its steady CPU per request (about 1.6× at first); 2 s left the first round partly warming.
+  for (const t of targets) await wrk(t, Math.min(WARMUP_S, opts.duration), connections);
   for (let round = 0; round < opts.rounds; round++) {
     const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
     for (const t of roundOrder(targets, round)) rec.sides.push({ side: t.side, figures: await measure(t, opts.duration, connections) });

@@ -82,13 +82,6 @@ export function chatBody(model: string, stream: boolean, words: number, directiv
   return JSON.stringify({ model, stream, messages: [{ role: 'user', content }] });
 }
 
-/**
- * Node's flags for the gateway, as `npm start` and docs/operations.md run it (a test keeps the
- * three in step): a young generation twice V8's default size, so a loaded gateway scavenges half
- * as often (each scavenge copies the objects of the requests in flight, whatever the size).
- */
-export const GATEWAY_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=32'];
-
 /** The gateway's environment: the shipped defaults, so no log level or config override from the caller's shell. */
 export function gatewayEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };

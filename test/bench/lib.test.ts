@@ -133,13 +133,3 @@ t.test('the report', async (t) => {
   t.match(md, /## Redis store\n\nSkipped: redis-server is not installed/);
   t.match(md, /- a note/);
 });
-
-t.test('the bench runs the gateway with the Node flags that npm start and the operations guide use', async (t) => {
-  const { GATEWAY_NODE_FLAGS } = await import('../../bench/setup.js');
-  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
-  const ops = readFileSync(new URL('../../../docs/operations.md', import.meta.url), 'utf8');
-  const flags = GATEWAY_NODE_FLAGS.join(' ');
-  t.ok(flags.length > 0);
-  t.ok(pkg.scripts.start.includes(`exec node ${flags} bin/gateway.js start`), `npm start: ${pkg.scripts.start}`);
-  t.ok(ops.includes(`node ${flags} bin/gateway.js start --config /etc/llm-gateway/gateway.yaml`), 'the production command in docs/operations.md');
-});
