@@ -335,7 +335,7 @@ function result(name: Scenario, columns: [string, string]): ScenarioResult {
 /** Alternating wrk rounds of two targets (each warmed first); the headline rows compare them. */
 async function throughput(res: ScenarioResult, targets: [Target, Target], goals: { rps?: number; cpu?: number } = {}, connections = opts.concurrency): Promise<ScenarioResult> {
   // Warm-up: JIT, sockets, connection pools. A fresh gateway needs about 4 s at full load to reach
-  // its steady CPU per request (about 1.6× at first); 2 s left the first round partly warming.
+  // its steady CPU per request (over twice that in its first 2 s); 2 s left the first round warming.
   for (const t of targets) await wrk(t, Math.min(WARMUP_S, opts.duration), connections);
   for (let round = 0; round < opts.rounds; round++) {
     const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
