@@ -486,7 +486,7 @@ export class RedisStore implements Store {
 
   /**
    * An admission, settlement or cancel. On a single Redis the operations of one event-loop turn
-   * (and those that arrive while two batches are in flight) go to Redis as one batch.lua call: still at
+   * (and those that arrive while a batch is in flight: BATCHES_IN_FLIGHT) go to Redis as one batch.lua call: still at
    * most one round trip each, and Redis reads and writes each hash they share once. A batch of one
    * runs its own script. On a cluster each runs at once (its keys are in its own hash slot).
    */
@@ -518,7 +518,7 @@ export class RedisStore implements Store {
       this.armBatch();
     });
     this.batchesInFlight.add(sent);
-    this.armBatch(); // what is left beyond BATCH_MAX, or the next turn's operations
+    this.armBatch(); // a full batch left over beyond BATCH_MAX goes as the second
   };
 
   private async sendBatch(ops: BatchOp[]): Promise<void> {
