@@ -67,12 +67,14 @@ import {
   type AdmitRequest, type AdmitResult, type Claim, type ClientSignal, type KeyState, type KeyStats, type PeriodUsage,
   type Settlement, type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
 } from './types.js';
+import { RecentIds } from './recent.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
 const WEEK = 7 * DAY;
 const SETTLED_TTL_MS = DAY;
-const SETTLED_MAX = 200_000;
+/** Settled ids kept for idempotency: at least the last 200,000 (RecentIds keeps between half and all). */
+const SETTLED_MAX = 400_000;
 const COMPACT_BYTES = 4 * 1024 * 1024;
 const MAX_TIMER_MS = 2_147_483_647;
 /** Bytes of `remember()` entries kept (ids and values, as UTF-16 length); the oldest go first. */
@@ -342,14 +344,12 @@ export class MemoryStore implements Store {
   private readonly rpm = new Map<string, MinuteCounter>();
   private readonly freeCalls = new Map<string, MinuteCounter>();
   private readonly admissions = new Map<string, Admission>();
-  /** requestId → settle time (insertion ordered, trimmed by age and count). */
-  private readonly settled = new Map<string, number>();
+  /** Request ids settled lately (recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
+  private readonly settled = new RecentIds(SETTLED_MAX, SETTLED_TTL_MS);
   /** What the claims of the admission being checked do once all pass (see check()). */
   private readonly toHold: Held[] = [];
   private readonly toCount: MinuteCounter[] = [];
   private readonly toStart: { w: WindowCounter; key: string; window: Window }[] = [];
-  /** The time of `settled`'s first (oldest inserted) entry. */
-  private settledFirst = 0;
   private readonly slots = new Map<string, SlotGroup>();
   private readonly remembered = new LRUCache<string, string>({
     maxSize: REMEMBER_MAX_CHARS,
@@ -586,7 +586,7 @@ export class MemoryStore implements Store {
 
   /** The durable effects of a settlement (also used by journal replay, with the recorded time). */
   private applySettlement(requestId: string, s: Settlement, now: number): void {
-    this.rememberSettled(requestId, now);
+    this.settled.add(requestId, now);
     const k = this.keyCounters(s.keyId);
     k.used += s.actual;
     for (const win of s.windows) {
@@ -641,20 +641,6 @@ export class MemoryStore implements Store {
     }
     slot.requests++;
     slot.tokens += c.input + c.output + c.cacheRead + c.cacheWrite;
-  }
-
-  private rememberSettled(requestId: string, now: number): void {
-    if (this.settled.size === 0) this.settledFirst = now;
-    this.settled.set(requestId, now);
-    // Nothing to forget (the usual case) is known without iterating: the first entry's time is kept.
-    if (this.settled.size <= SETTLED_MAX && this.settledFirst > now - SETTLED_TTL_MS) return;
-    for (const [id, t] of this.settled) {
-      if (this.settled.size <= SETTLED_MAX && t > now - SETTLED_TTL_MS) {
-        this.settledFirst = t;
-        break;
-      }
-      this.settled.delete(id);
-    }
   }
 
   // ---- slots -----------------------------------------------------------------------------------

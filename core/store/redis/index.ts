@@ -44,6 +44,7 @@ import {
   type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
 } from '../types.js';
 import { Keys } from './keys.js';
+import { RecentIds } from '../recent.js';
 import { loadScripts, SCRIPT_NAMES, type ScriptName } from './scripts.js';
 
 const DAY = 86_400_000;
@@ -166,28 +167,6 @@ const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
 
 function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
-}
-
-/**
- * Request ids settled lately (at least the last `max / 2`, at most `max`): a settlement sent twice
- * is dropped here. Two generations of plain sets, not an LRU: one lookup and one insert per request.
- */
-class RecentIds {
-  private current = new Set<string>();
-  private previous = new Set<string>();
-  constructor(private readonly max: number) {}
-
-  has(id: string): boolean {
-    return this.current.has(id) || this.previous.has(id);
-  }
-
-  add(id: string): void {
-    if (this.current.size >= this.max / 2) {
-      this.previous = this.current;
-      this.current = new Set();
-    }
-    this.current.add(id);
-  }
 }
 
 function int(v: number): string {
