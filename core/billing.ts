@@ -3,7 +3,8 @@
  * the models a request may be answered by, and the worst-case charge reserved at admission.
  */
 import type { GroupConfig, ModelConfig, UserConfig } from './config/types.js';
-import type { ParsedBody, RequestContext } from './context.js';
+import type { RequestContext } from './context.js';
+import type { ParsedBody } from './types.js';
 import { isFree, priceUsage } from './money.js';
 import { resolveModel } from './routing.js';
 import { estimateTokens } from './protocols/usage.js';

@@ -20,7 +20,8 @@
 import type { IncomingMessage } from 'node:http';
 import { isAscii } from 'node:buffer';
 import { GatewayError } from './errors.js';
-import type { ParsedBody, RequestContext } from './context.js';
+import type { RequestContext } from './context.js';
+import type { ParsedBody } from './types.js';
 import { wireFor } from './protocols/index.js';
 import { BLOCK, LargeText } from './json/text.js';
 import { IncrementalJsonParser, JsonSyntaxError } from './json/parse.js';

@@ -10,50 +10,20 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, type ErrorFormat } from './errors.js';
-import type {
-  AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
-} from './config/types.js';
+import type { GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, UserConfig } from './config/types.js';
 import type { Claim, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
 import { Abort } from './signal.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
-import type { Conversion } from './protocols/types.js';
-import type { LargeBody } from './json/parse.js';
 import type { Metrics } from './metrics.js';
+import type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 import { resolveModel } from './routing.js';
-import { recoverySettlement } from './billing.js';
 
-export interface Slot<T> {
-  readonly name: string;
-  readonly __type?: T;
-}
+export type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 
 export function createSlot<T>(name: string): Slot<T> {
   return Object.freeze({ name }) as Slot<T>;
-}
-
-export interface ParsedBody {
-  /**
-   * The body as received (UTF-8). For a large body this string is a concatenation of the pieces it
-   * was decoded in: its length is free, reading its characters copies the whole body at once
-   * (`large` has the pieces).
-   */
-  text: string;
-  json: Record<string, unknown>;
-  model: string;
-  stream: boolean;
-  /** The `models` fallback list (without `model`), as sent. */
-  fallback: string[];
-  /** The body's size in bytes (its UTF-8 length; measured from `text` when absent). */
-  bytes?: number;
-  /** A body over the large-body size: its text as pieces, its top-level members, its long strings (core/json). */
-  large?: LargeBody;
-}
-
-export interface ResolvedModel {
-  model: ModelConfig;
-  provider: ProviderConfig;
 }
 
 /**
@@ -151,43 +121,6 @@ export class Admission {
   }
 }
 
-/** One try against one upstream (the fallback list may make several). */
-export interface Attempt {
-  readonly index: number;
-  readonly model: ModelConfig;
-  readonly provider: ProviderConfig;
-  /** The provider account this attempt goes to (core/pool chose it). */
-  readonly account?: AccountConfig;
-  /** The protocol spoken to the upstream. */
-  readonly upstreamProtocol: ProtocolName;
-  /**
-   * The client's body as it will be encoded for this attempt (initially the request as received);
-   * a plugin may replace it in onAttempt (body-rewriter).
-   */
-  request: { text: string; json: Record<string, unknown>; large?: LargeBody };
-  /** Set by the core for passthrough, by the converter plugin otherwise. */
-  conversion?: Conversion;
-  /** Extra upstream request headers plugins want sent. */
-  readonly headers: Record<string, string>;
-  /** Upstream status and headers, once received. */
-  status?: number;
-  responseHeaders?: Record<string, string | string[] | undefined>;
-  /** The mapped failure of this attempt (status ≥ 400, connection error, timeout). */
-  error?: GatewayError;
-  /**
-   * How it failed: an upstream status, no connection (or cut off, or unreadable), a timeout, or an
-   * error event the upstream streamed before anything reached the client (`error` says which).
-   */
-  failure?: 'status' | 'connect' | 'timeout' | 'event';
-  /** Set by a plugin in onResponse: discard this attempt and try the next model. */
-  retry: boolean;
-}
-
-export interface RouteInfo extends RouteConfig {
-  /** Label for metrics and logs. */
-  readonly name: string;
-}
-
 export class RequestContext {
   readonly startedAt: number;
   /** The client's address: the socket's, or from X-Forwarded-For via a trusted proxy (ip-filter). */
@@ -248,10 +181,15 @@ export class RequestContext {
     /** The process logger; `log` adds the request id to it (made on first use). */
     private readonly rootLog: Logger,
     private readonly readBody: (ctx: RequestContext) => Promise<ParsedBody>,
+    /**
+     * The settlement applied if the process dies with this request in flight (the store's crash
+     * recovery rule; the server passes core/billing's `recoverySettlement`).
+     */
+    recovery: (ctx: RequestContext) => Settlement | undefined = () => undefined,
   ) {
     this.startedAt = clock.now();
     this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
-    this.admission = new Admission(store, ledgerId, () => recoverySettlement(this));
+    this.admission = new Admission(store, ledgerId, () => recovery(this));
   }
 
   /**

@@ -2,7 +2,8 @@
  * Chains compiled once per config load into per-phase hook arrays (Fastify style: no per-request
  * checks of which plugin has which hook), and the run of one request through them.
  */
-import type { PluginInstance, Outcome } from './plugin.js';
+import type { PluginInstance } from './plugin.js';
+import type { Outcome } from './types.js';
 import type { RequestContext } from './context.js';
 import { toGatewayError, type GatewayError } from './errors.js';
 import type { ChainHooks } from './upstream.js';

@@ -41,13 +41,13 @@
  * Such a plugin imports the public API by package name (`llm-gateway`, core/public.ts), possibly
  * from its own copy of the package: nothing here may depend on class identity across copies.
  */
-import type { Attempt, RequestContext } from './context.js';
+import type { RequestContext } from './context.js';
+import type { Attempt, Outcome, StreamFrame } from './types.js';
 import type { GatewayConfig } from './config/types.js';
 import type { Store } from './store/types.js';
 import type { Clock } from './clock.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
-import type { GatewayError } from './errors.js';
 
 export interface PluginDeps {
   /** The frozen config this instance belongs to. */
@@ -65,22 +65,7 @@ export interface PluginDeps {
   instanceName: string;
 }
 
-/** How a request ended, given to onFinally. */
-export interface Outcome {
-  /** The status the client received (or 499 when it went away before any response). */
-  status: number;
-  error?: GatewayError;
-  /** Bytes were written to the client before the end. */
-  committed: boolean;
-  /** The client disconnected before the response completed. */
-  clientAborted: boolean;
-}
-
-/** A frame about to be written to the client stream (already in the client's protocol). */
-export interface StreamFrame {
-  event?: string;
-  data: string;
-}
+export type { Outcome, StreamFrame } from './types.js';
 
 type Awaitable<T> = T | Promise<T>;
 

@@ -8,11 +8,12 @@
  * Contract and phases: core/plugin.ts; guide: docs/plugins.md; test helpers: `llm-gateway/testing`.
  */
 export { definePlugin, isPluginDefinition } from './plugin.js';
-export type { PluginDefinition, PluginInstance, PluginDeps, PluginRegistry, Outcome, StreamFrame } from './plugin.js';
+export type { PluginDefinition, PluginInstance, PluginDeps, PluginRegistry } from './plugin.js';
 export { GatewayError, isGatewayError, CATALOGUE, WINDOW_MESSAGES } from './errors.js';
 export type { CatalogueEntry, ErrorFormat, ErrorId, GatewayErrorOptions } from './errors.js';
 export { createSlot } from './context.js';
-export type { Admission, Attempt, ParsedBody, RequestContext, ResolvedModel, RouteInfo, Slot } from './context.js';
+export type { Admission, RequestContext } from './context.js';
+export type { Attempt, Outcome, ParsedBody, ResolvedModel, RouteInfo, Slot, StreamFrame } from './types.js';
 export type {
   GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
 } from './config/types.js';

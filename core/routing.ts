@@ -3,7 +3,7 @@
  * upstream. Pure functions of the frozen config: cheap enough for every request.
  */
 import type { GatewayConfig, GroupConfig, GroupKind, ProtocolName, RouteHandler } from './config/types.js';
-import type { ResolvedModel } from './context.js';
+import type { ResolvedModel } from './types.js';
 
 /** Models a group serves: its list, or every configured model when it lists none. */
 export function groupModels(config: GatewayConfig, group: GroupConfig | undefined): string[] {

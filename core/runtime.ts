@@ -11,7 +11,7 @@ import type { Clock } from './clock.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import { compileChain, type CompiledChain } from './pipeline.js';
-import type { RouteInfo } from './context.js';
+import type { RouteInfo } from './types.js';
 
 export interface CompiledRoute {
   info: RouteInfo;

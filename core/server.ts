@@ -15,8 +15,9 @@ import path from 'node:path';
 import type { Socket } from 'node:net';
 import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js';
 import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
-import type { PluginRegistry, Outcome } from './plugin.js';
-import { RequestContext, type ParsedBody } from './context.js';
+import type { PluginRegistry } from './plugin.js';
+import type { Outcome, ParsedBody } from './types.js';
+import { RequestContext } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
 import { BodyMemory, readBody, recordedBody } from './body.js';
 import { KEEPALIVE } from './sse.js';
@@ -28,7 +29,9 @@ import type { Store } from './store/types.js';
 import { openStore } from './store/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { createLogger, type Logger } from './log.js';
-import { createMetrics, instrumentStore, recordRequest, type Metrics } from './metrics.js';
+import { createMetrics, instrumentStore, type Metrics } from './metrics.js';
+import { recordRequest } from './request-metrics.js';
+import { recoverySettlement } from './billing.js';
 import { VERSION } from './version.js';
 import { startMockServer, type MockServer } from './mock/server.js';
 import type { Handler } from './handlers/types.js';
@@ -503,7 +506,7 @@ export class Gateway implements UpstreamDeps {
   }
 
   private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const ctx = new RequestContext(id, newRequestId(), req, res, route.info, rt.config, this.store, this.clock, this.log, this.readBody);
+    const ctx = new RequestContext(id, newRequestId(), req, res, route.info, rt.config, this.store, this.clock, this.log, this.readBody, recoverySettlement);
     // The client leaving (its connection closes before the response is complete) aborts the
     // request; its FIN starts the half-close probes (probeClient). Both come from the connection.
     const inFlight = (req.socket as Conn)[IN_FLIGHT];

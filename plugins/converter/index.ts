@@ -15,7 +15,8 @@
  */
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
-import type { Attempt, RequestContext } from '../../core/context.js';
+import type { RequestContext } from '../../core/context.js';
+import type { Attempt } from '../../core/types.js';
 import type { Conversion, RequestInput } from '../../core/protocols/types.js';
 import type { LargeBody } from '../../core/json/parse.js';
 import { hubConversion } from '../../core/protocols/convert.js';

@@ -5,7 +5,7 @@
  * request). The answer names the model that answered and is billed once, for it.
  */
 import { definePlugin } from '../../core/plugin.js';
-import type { ParsedBody } from '../../core/context.js';
+import type { ParsedBody } from '../../core/types.js';
 import { fallbackSchema, type FallbackOptions } from './schema.js';
 
 export default definePlugin<FallbackOptions>({

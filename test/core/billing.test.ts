@@ -5,7 +5,7 @@
 import t from 'tap';
 import { worstCaseCharge } from '../../core/billing.js';
 import type { ModelConfig } from '../../core/config/types.js';
-import type { ParsedBody } from '../../core/context.js';
+import type { ParsedBody } from '../../core/types.js';
 
 const model = (price: Partial<ModelConfig['price']>, maxOutputTokens = 1000): ModelConfig =>
   ({ id: 'm', upstream: 'm', provider: 'p', maxOutputTokens, price: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, ...price } } as unknown as ModelConfig);
