@@ -7,7 +7,7 @@
 import dc from 'node:diagnostics_channel';
 import http from 'node:http';
 import httpProxy from 'http-proxy-3';
-import { startMockServer } from '../core/mock/server.js';
+import { startMockServer } from '../mock/server.js';
 
 const [role, port, target, sink] = process.argv.slice(2);
 

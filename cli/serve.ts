@@ -10,6 +10,7 @@ import { Gateway } from '../core/server.js';
 import { ConfigError } from '../core/config/load.js';
 import { createLogger, type Logger } from '../core/log.js';
 import { builtinPlugins } from '../plugins/index.js';
+import { startMockServer } from '../mock/server.js';
 
 export interface ServeOptions {
   log?: Logger;
@@ -38,7 +39,7 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
   let gw: Gateway;
   try {
     gw = await Gateway.start({
-      configFile: file, registry: builtinPlugins, log, sighup: true, watch: opts.watch ?? process.env.GATEWAY_WATCH_CONFIG !== '0',
+      configFile: file, registry: builtinPlugins, mockUpstream: startMockServer, log, sighup: true, watch: opts.watch ?? process.env.GATEWAY_WATCH_CONFIG !== '0',
       onAdminReload: opts.onAdminReload,
     });
   } catch (e) {

@@ -12,11 +12,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Gateway } from '../core/server.js';
+import { startMockServer, type MockServer } from '../mock/server.js';
 import { silentLogger, type Logger } from '../core/log.js';
 import type { PluginDefinition } from '../core/plugin.js';
 import { builtinPlugins } from '../plugins/index.js';
 
-export type { Gateway };
+export type { Gateway, MockServer };
 
 /** Keys of testConfig(), one per group kind (all owned by user `alice`, $100 balance). */
 export const TEST_KEYS = Object.freeze({
@@ -82,7 +83,7 @@ export interface TestGatewayOptions {
 export interface TestGateway {
   /** http://127.0.0.1:<port> */
   url: string;
-  gateway: Gateway;
+  gateway: Gateway<MockServer>;
   /** The config file written (edit it and call gateway.reload()). */
   file: string;
   close(): Promise<void>;
@@ -95,9 +96,9 @@ export async function startTestGateway(opts: TestGatewayOptions = {}): Promise<T
   writeFileSync(file, typeof config === 'string' ? config : YAML.stringify(config));
   const registry = new Map(builtinPlugins);
   for (const p of opts.plugins ?? []) registry.set(p.name, p);
-  let gateway: Gateway;
+  let gateway: Gateway<MockServer>;
   try {
-    gateway = await Gateway.start({ configFile: file, registry, log: opts.log ?? silentLogger, watch: false, env: opts.env });
+    gateway = await Gateway.start({ configFile: file, registry, mockUpstream: startMockServer, log: opts.log ?? silentLogger, watch: false, env: opts.env });
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
     throw e;

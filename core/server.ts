@@ -33,7 +33,6 @@ import { createMetrics, instrumentStore, type Metrics } from './metrics.js';
 import { recordRequest } from './request-metrics.js';
 import { recoverySettlement } from './billing.js';
 import { VERSION } from './version.js';
-import { startMockServer, type MockServer } from './mock/server.js';
 import type { Handler } from './handlers/types.js';
 import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
@@ -50,9 +49,24 @@ const HANDLERS: Record<RouteHandler, Handler> = {
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
-export interface GatewayOptions {
+/**
+ * A provider the gateway runs itself: `kind: mock` providers are served by the built-in demo
+ * upstream (mock/, outside core/), which whoever starts the gateway passes in (the CLI and
+ * `llm-gateway/testing` do). Started once per provider, closed at shutdown.
+ */
+export interface LocalUpstream {
+  /** e.g. http://127.0.0.1:45678 (no trailing slash, no /v1). */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+export type LocalUpstreamFactory<U extends LocalUpstream = LocalUpstream> = (opts: { fixturesDir?: string }) => Promise<U>;
+
+export interface GatewayOptions<U extends LocalUpstream = LocalUpstream> {
   configFile: string;
   registry: PluginRegistry;
+  /** Serves `kind: mock` providers; a config that has one fails to start without it. */
+  mockUpstream?: LocalUpstreamFactory<U>;
   clock?: Clock;
   log?: Logger;
   /** Override server.host / server.port (tests use port 0). */
@@ -71,10 +85,11 @@ export interface GatewayOptions {
 
 const PROBE_HEADERS = { 'content-type': 'application/json', 'cache-control': 'no-store' };
 
-export class Gateway implements UpstreamDeps {
+export class Gateway<U extends LocalUpstream = LocalUpstream> implements UpstreamDeps {
   readonly transport = new Transport();
   readonly pools: AccountPools;
-  readonly mocks = new Map<string, MockServer>();
+  /** The `kind: mock` providers' servers, by provider name. */
+  readonly mocks = new Map<string, U>();
   private runtime!: Runtime;
   private server!: http.Server;
   /** The separate metrics listener (`metrics.listen`). */
@@ -97,7 +112,7 @@ export class Gateway implements UpstreamDeps {
   url = '';
 
   private constructor(
-    private readonly opts: GatewayOptions,
+    private readonly opts: GatewayOptions<U>,
     readonly store: Store,
     readonly clock: Clock,
     readonly log: Logger,
@@ -106,7 +121,7 @@ export class Gateway implements UpstreamDeps {
     this.pools = new AccountPools({ store, clock, log, metrics });
   }
 
-  static async start(opts: GatewayOptions): Promise<Gateway> {
+  static async start<U extends LocalUpstream = LocalUpstream>(opts: GatewayOptions<U>): Promise<Gateway<U>> {
     const log = opts.log ?? createLogger();
     const clock = opts.clock ?? systemClock;
     const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
@@ -118,7 +133,7 @@ export class Gateway implements UpstreamDeps {
     }));
     metrics.storeDegraded.set((await opened.health()).degraded ? 1 : 0);
     const store = instrumentStore(opened, metrics);
-    const gw = new Gateway(opts, store, clock, log, metrics);
+    const gw = new Gateway<U>(opts, store, clock, log, metrics);
     try {
       await gw.startMocks(loaded.config);
       gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics });
@@ -149,7 +164,12 @@ export class Gateway implements UpstreamDeps {
   private async startMocks(config: GatewayConfig): Promise<void> {
     for (const p of Object.values(config.providers)) {
       if (p.kind !== 'mock' || this.mocks.has(p.name)) continue;
-      this.mocks.set(p.name, await startMockServer({ fixturesDir: p.fixturesDir }));
+      const start = this.opts.mockUpstream;
+      if (!start) {
+        throw new Error(`provider '${p.name}' is kind: mock, and this gateway was started without the mock upstream ` +
+          '(the `gateway` command and llm-gateway/testing provide it; embedders pass GatewayOptions.mockUpstream)');
+      }
+      this.mocks.set(p.name, await start({ fixturesDir: p.fixturesDir }));
     }
   }
 

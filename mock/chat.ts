@@ -1,5 +1,5 @@
 /** OpenAI Chat Completions wire (`POST /v1/chat/completions`). */
-import { formatEvent, formatJsonEvent } from '../sse.js';
+import { formatEvent, formatJsonEvent } from '../core/sse.js';
 import { num, textOf, textsOf, type Extracted, type Plan, type ToolDef } from './content.js';
 import type { Directives } from './directives.js';
 

@@ -1,5 +1,5 @@
 /** Anthropic Messages wire (`POST /v1/messages`, `POST /v1/messages/count_tokens`). */
-import { formatJsonEvent } from '../sse.js';
+import { formatJsonEvent } from '../core/sse.js';
 import { countInputTokens, makeId, num, textOf, textsOf, type Extracted, type Plan, type ToolDef } from './content.js';
 import type { StreamErrorCtx } from './chat.js';
 

@@ -1,5 +1,5 @@
 /** OpenAI Responses wire (`POST /v1/responses`, `POST /v1/responses/input_tokens`). */
-import { formatJsonEvent } from '../sse.js';
+import { formatJsonEvent } from '../core/sse.js';
 import { countInputTokens, encryptedOf, makeId, num, textOf, textsOf, type Extracted, type Plan, type ToolDef } from './content.js';
 import type { StreamErrorCtx } from './chat.js';
 

@@ -9,7 +9,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { once } from 'node:events';
-import { SseParser } from '../sse.js';
+import { SseParser } from '../core/sse.js';
 import { parseDirectives, splitModel, type Directives } from './directives.js';
 import { buildPlan, sha256, makeId, type Extracted, type Plan, type Protocol } from './content.js';
 import { protocolError, type ErrorReply } from './errors.js';

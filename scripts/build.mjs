@@ -4,7 +4,7 @@
  * compiles). `node scripts/build.mjs` compiles unconditionally (`npm run build`).
  *
  * A successful build writes dist/.build-stamp; the build is stale when a runtime source (cli/,
- * core/, plugins/, tsconfig.json, package.json) is newer than that stamp. tsc's own incremental
+ * core/, mock/, plugins/, tsconfig.json, package.json) is newer than that stamp. tsc's own incremental
  * state is no guide here: it leaves dist untouched when a file's mtime changed but not its content,
  * which would make every later start look stale.
  */
@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const STAMP = path.join(ROOT, 'dist', '.build-stamp');
 const ENTRY = path.join(ROOT, 'dist', 'cli', 'main.js');
-const SOURCES = ['cli', 'core', 'plugins'];
+const SOURCES = ['cli', 'core', 'mock', 'plugins'];
 
 /** The TypeScript compiler, when dev dependencies are installed. */
 export function findTsc() {

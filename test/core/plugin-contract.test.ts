@@ -49,7 +49,7 @@ t.test('a plugin from a path runs through every phase', async (t) => {
   const { Gateway } = await import('../../core/server.js');
   const { builtinPlugins } = await import('../../plugins/index.js');
   const { silentLogger } = await import('../../core/log.js');
-  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, log: silentLogger, watch: false });
+  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, mockUpstream: (await import('../../mock/server.js')).startMockServer, log: silentLogger, watch: false });
   t.teardown(() => gw.close());
   const log: string[] = (globalThis as any).__pluginLog;
   t.same(log, ['create']);

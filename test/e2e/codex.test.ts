@@ -13,7 +13,7 @@
 import t from 'tap';
 import { baseConfig, bearer, call, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { b64, items, killCodex, runCodex, sandboxed, type CodexRun } from '../helpers/codex.js';
-import type { MockRequestRecord } from '../../core/mock/server.js';
+import type { MockRequestRecord } from '../../mock/server.js';
 
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
 const K = { responses: hex(0xc0de1), anthropic: hex(0xc0de2), messages: hex(0xc0de3), chat: hex(0xc0de4) };

@@ -8,7 +8,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Redis } from 'ioredis';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { baseConfig, tmpDir } from '../helpers/gateway.js';
 import { RedisServer } from '../helpers/redis.js';
 import { request, startGatewayProcess, type Answer, type GatewayProcess } from '../helpers/process.js';

@@ -4,7 +4,7 @@
  * and the upstream aborted when the client goes away.
  */
 import t from 'tap';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, responsesBody, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { scriptedUpstream, sleep } from '../helpers/upstream.js';
 

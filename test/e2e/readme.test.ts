@@ -9,6 +9,7 @@ import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Gateway } from '../../core/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { builtinPlugins } from '../../plugins/index.js';
 import { silentLogger } from '../../core/log.js';
 import { ROOT, tmpDir } from '../helpers/gateway.js';
@@ -17,11 +18,11 @@ const README = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
 const blocks = (lang: string) => [...README.matchAll(new RegExp('```' + lang + '\\n([\\s\\S]*?)```', 'g'))].map((m) => m[1]);
 const README_URL = 'http://127.0.0.1:8080';
 
-let gw: Gateway;
+let gw: Gateway<MockServer>;
 t.before(async () => {
   const dir = tmpDir('readme-');
   copyFileSync(path.join(ROOT, 'gateway.yaml'), path.join(dir, 'gateway.yaml'));
-  gw = await Gateway.start({ configFile: path.join(dir, 'gateway.yaml'), registry: builtinPlugins, log: silentLogger, watch: false, env: { GATEWAY_PORT: '0' } });
+  gw = await Gateway.start({ configFile: path.join(dir, 'gateway.yaml'), registry: builtinPlugins, mockUpstream: startMockServer, log: silentLogger, watch: false, env: { GATEWAY_PORT: '0' } });
 });
 t.teardown(() => gw.close());
 

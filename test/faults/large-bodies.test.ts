@@ -11,7 +11,7 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { readdirSync, readFileSync } from 'node:fs';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { spliceJson } from '../../core/protocols/splice.js';
 import { hubConversion } from '../../core/protocols/convert.js';
 import { baseConfig, bearer, call, KEYS, startGateway, tmpDir, type TestGateway } from '../helpers/gateway.js';

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { Gateway, type GatewayOptions } from '../../core/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { builtinPlugins } from '../../plugins/index.js';
 import { silentLogger, createLogger } from '../../core/log.js';
 
@@ -98,15 +99,16 @@ export function writeConfig(config: Record<string, any> | string, dir = tmpDir()
 }
 
 export interface TestGateway {
-  gw: Gateway;
+  gw: Gateway<MockServer>;
   url: string;
   file: string;
   close(): Promise<void>;
 }
 
-export async function startGateway(config: Record<string, any> | string = baseConfig(), opts: Partial<GatewayOptions> = {}): Promise<TestGateway> {
+export async function startGateway(config: Record<string, any> | string = baseConfig(), opts: Partial<GatewayOptions<MockServer>> = {}): Promise<TestGateway> {
   const file = writeConfig(config);
-  const gw = await Gateway.start({
+  const gw = await Gateway.start<MockServer>({
+    mockUpstream: startMockServer,
     configFile: file,
     registry: builtinPlugins,
     log: process.env.TEST_LOG ? createLogger('debug') : silentLogger,

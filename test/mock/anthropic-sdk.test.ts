@@ -2,7 +2,7 @@
 import t from 'tap';
 import Anthropic from '@anthropic-ai/sdk';
 import Anthropic0 from 'anthropic0';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { CONFORMANCE } from './helpers.js';
 
 let mock: MockServer;

@@ -3,7 +3,7 @@
  * scripted answers (every request, or one-shot in order) that win over the request's directives.
  */
 import t from 'tap';
-import { startMockServer } from '../../core/mock/server.js';
+import { startMockServer } from '../../mock/server.js';
 
 const body = (text: string) => JSON.stringify({ model: 'm', messages: [{ role: 'user', content: text }] });
 

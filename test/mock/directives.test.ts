@@ -1,6 +1,6 @@
 import t from 'tap';
-import { parseDirectives, splitModel, stripDirectives } from '../../core/mock/directives.js';
-import { argumentsFor, countInputTokens, fragmentsOf, replyWords, thinkingWords } from '../../core/mock/content.js';
+import { parseDirectives, splitModel, stripDirectives } from '../../mock/directives.js';
+import { argumentsFor, countInputTokens, fragmentsOf, replyWords, thinkingWords } from '../../mock/content.js';
 
 t.test('model suffix directives', async (t) => {
   t.same(splitModel('demo-chat#status=503,retry_after=2'), { name: 'demo-chat', directives: 'status=503,retry_after=2' });

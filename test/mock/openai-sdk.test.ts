@@ -1,7 +1,7 @@
 /** The real `openai` 6.x SDK pointed straight at the mock: Chat Completions and Responses. */
 import t from 'tap';
 import OpenAI from 'openai';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { CONFORMANCE } from './helpers.js';
 
 let mock: MockServer;

@@ -4,8 +4,8 @@
  * provider-side search in the Messages and Responses shapes when the request offers the tool.
  */
 import t from 'tap';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
-import { parseDirectives } from '../../core/mock/directives.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
+import { parseDirectives } from '../../mock/directives.js';
 import { jsonBlocks, post } from './helpers.js';
 
 let mock: MockServer;

@@ -3,7 +3,7 @@ import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, symlinkSync } from
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import http from 'node:http';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { CONFORMANCE, blocks, jsonBlocks, post, readRaw } from './helpers.js';
 
 let mock: MockServer;

@@ -131,7 +131,7 @@ t.test('plugin metrics: the same metric on every load, never one of the gateway\
   const { Gateway } = await import('../../core/server.js');
   const { builtinPlugins } = await import('../../plugins/index.js');
   const { silentLogger } = await import('../../core/log.js');
-  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, log: silentLogger, watch: false, port: 0 });
+  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, mockUpstream: (await import('../../mock/server.js')).startMockServer, log: silentLogger, watch: false, port: 0 });
   t.teardown(() => gw.close());
   for (let i = 0; i < 2; i++) t.equal(await gw.reload(), undefined, `reload ${i + 1}`);
   t.equal(total(parseProm(await gw.metrics.scrape()), 'plugin_things'), 3);

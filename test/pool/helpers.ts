@@ -3,7 +3,7 @@
  * apart by the credential it receives), a bounded-concurrency runner and the admin view.
  */
 import { baseConfig, call, type Reply } from '../helpers/gateway.js';
-import type { MockServer } from '../../core/mock/server.js';
+import type { MockServer } from '../../mock/server.js';
 import type { Gateway } from '../../core/server.js';
 
 export const ADMIN_TOKEN = 'admin-token-for-pool-tests';

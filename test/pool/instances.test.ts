@@ -9,7 +9,7 @@
  */
 import t from 'tap';
 import { baseConfig, bearer, call, startGateway, type TestGateway } from '../helpers/gateway.js';
-import { startMockServer, type MockServer } from '../../core/mock/server.js';
+import { startMockServer, type MockServer } from '../../mock/server.js';
 import { MemoryStore } from '../../core/store/memory.js';
 import { ManualClock } from '../../core/clock.js';
 import { RedisStore } from '../../core/store/redis/index.js';

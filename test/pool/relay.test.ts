@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { baseConfig, bearer, call, KEYS, startGateway } from '../helpers/gateway.js';
-import { startMockServer } from '../../core/mock/server.js';
+import { startMockServer } from '../../mock/server.js';
 import { runPool } from './helpers.js';
 
 t.test('relay base URL, headers, credentials and model subsets', async (t) => {

@@ -10,7 +10,7 @@ import OpenAI from 'openai';
 import { randomUUID } from 'node:crypto';
 import { KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { chatCall, cred, poolConfig } from './helpers.js';
-import type { MockServer } from '../../core/mock/server.js';
+import type { MockServer } from '../../mock/server.js';
 
 let g: TestGateway;
 const ACCOUNTS = ['a', 'b', 'c'];
