@@ -260,8 +260,8 @@ async function wrk(t: Target, seconds: number, connections: number): Promise<Ret
   children.add(child);
   let out = '';
   let err = '';
-  child.stdout!.on('data', (d) => (out += d));
-  child.stderr!.on('data', (d) => (err += d));
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (err += d));
   const code = await new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   children.delete(child);
   if (code !== 0) throw new Error(`wrk exited ${code}: ${err || out}`);

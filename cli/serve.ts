@@ -19,7 +19,7 @@ export interface ServeOptions {
   /** Called once listening (a supervisor learns the address). */
   onListening?(gw: Gateway): void;
   /** After a successful reload through the admin API (a worker tells the others). */
-  onAdminReload?(): void;
+  onAdminReload?: () => void;
   /** Receives the function that shuts this gateway down as a signal would (a worker whose supervisor is gone). */
   onStopHandle?(stop: (reason: string) => void): void;
 }

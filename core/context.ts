@@ -23,7 +23,7 @@ import { resolveModel } from './routing.js';
 export type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 
 export function createSlot<T>(name: string): Slot<T> {
-  return Object.freeze({ name }) as Slot<T>;
+  return Object.freeze({ name });
 }
 
 /**
@@ -227,11 +227,11 @@ export class RequestContext {
   }
 
   get<T>(slot: Slot<T>): T | undefined {
-    return this.slots?.get(slot as Slot<unknown>) as T | undefined;
+    return this.slots?.get(slot) as T | undefined;
   }
 
   set<T>(slot: Slot<T>, value: T): void {
-    (this.slots ??= new Map()).set(slot as Slot<unknown>, value);
+    (this.slots ??= new Map()).set(slot, value);
   }
 
   /** The parsed, validated body (read on first call). Throws 400 / 413. */

@@ -123,7 +123,7 @@ export function scrub(r: FailedRequest, secrets: Secrets = { plain: [], digests:
     key: r.key,
     model: r.model,
     body,
-    ...(cut ? { body_truncated_from: Math.max(total, raw!.length) } : {}),
+    ...(cut ? { body_truncated_from: Math.max(total, raw.length) } : {}),
   };
   return JSON.parse(redactSecrets(JSON.stringify(record), secrets)) as Record<string, unknown>;
 }

@@ -49,7 +49,7 @@ function serializeError(v: unknown, depth = 0): unknown {
   if (typeof e.status === 'number') out.status = e.status;
   if (typeof e.plugin === 'string') out.plugin = e.plugin;
   if (depth < 5 && Array.isArray(e.errors)) out.errors = e.errors.map((x) => serializeError(x, depth + 1));
-  if (depth < 5 && e.cause !== undefined) out.cause = e.cause instanceof Error ? serializeError(e.cause, depth + 1) : String(e.cause);
+  if (depth < 5 && e.cause !== undefined) out.cause = e.cause instanceof Error ? serializeError(e.cause, depth + 1) : describe(e.cause);
   return out;
 }
 
@@ -97,3 +97,13 @@ function wrap(p: Pino): Logger {
 const noop = () => undefined;
 /** Logs nothing (tests, embedding). */
 export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop, child: () => silentLogger, flush: noop };
+
+/** A non-Error value as text: objects as JSON (never '[object Object]'). */
+function describe(v: unknown): string {
+  if (typeof v !== 'object' || v === null) return String(v);
+  try {
+    return JSON.stringify(v);
+  } catch {
+    return Object.prototype.toString.call(v);
+  }
+}

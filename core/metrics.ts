@@ -319,7 +319,7 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
     const existing = registry.getSingleMetric(cfg.name);
     if (existing) {
       if (!(existing instanceof kind)) throw new Error(`metric '${cfg.name}' is already registered as another kind of metric`);
-      return existing as M;
+      return existing;
     }
     return new make({ ...cfg, registers });
   }

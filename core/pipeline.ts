@@ -28,11 +28,11 @@ export function compileChain(names: readonly string[], instances: ReadonlyMap<st
     names,
     nameOf: (p) => byInstance.get(p),
     instances: list,
-    onRequest: list.filter((p) => p.onRequest),
-    onAccess: list.filter((p) => p.onAccess),
-    onAttempt: list.filter((p) => p.onAttempt),
-    onResponse: reversed.filter((p) => p.onResponse),
-    onEvent: reversed.filter((p) => p.onEvent),
+    onRequest: list.filter((p) => p.onRequest !== undefined),
+    onAccess: list.filter((p) => p.onAccess !== undefined),
+    onAttempt: list.filter((p) => p.onAttempt !== undefined),
+    onResponse: reversed.filter((p) => p.onResponse !== undefined),
+    onEvent: reversed.filter((p) => p.onEvent !== undefined),
   };
 }
 

@@ -572,7 +572,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       // A bug (the gateway's or a plugin's): its stack, and the plugin that threw when it was one.
       if (error.plugin) this.metrics.pluginErrors.inc({ plugin: error.plugin });
       ctx.log.error(error.plugin ? `plugin '${error.plugin}' threw` : 'internal error', {
-        route: route.info.name, plugin: error.plugin, error: (error.cause as Error | undefined) ?? error,
+        route: route.info.name, plugin: error.plugin, error: (error.cause) ?? error,
       });
     }
     // On the process logger with the request id as its first field: the same line as through a

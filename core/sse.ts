@@ -117,8 +117,8 @@ export class SseParser {
     const buf = this.buf;
     const len = buf.length;
     while (pos < len) {
-      let lf = buf.indexOf('\n', pos);
-      let cr = buf.indexOf('\r', pos);
+      const lf = buf.indexOf('\n', pos);
+      const cr = buf.indexOf('\r', pos);
       if (lf === -1 && cr === -1) break;
       let end: number;
       let next: number;

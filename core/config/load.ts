@@ -134,7 +134,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     let node: unknown;
     for (let n = segs.length; n >= 0; n--) {
       node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
-      if (node && typeof node === 'object' && 'range' in (node as object)) break;
+      if (node && typeof node === 'object' && 'range' in (node)) break;
       node = undefined;
     }
     const range = (node as YamlNode | undefined)?.range;
@@ -261,9 +261,10 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
   };
   const time = (segs: Seg[], v: unknown): number | undefined => {
     if (v === undefined || v === null) return undefined;
-    const t = v instanceof Date ? v.getTime() : Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(String(v)) ? `${v}T00:00:00Z` : String(v));
+    const text = typeof v === 'string' || typeof v === 'number' ? String(v) : JSON.stringify(v);
+    const t = v instanceof Date ? v.getTime() : Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(text) ? `${text}T00:00:00Z` : text);
     if (Number.isNaN(t)) {
-      fail(segs, `invalid date '${String(v)}' (use ISO 8601, e.g. 2027-12-31T00:00:00Z)`);
+      fail(segs, `invalid date '${text}' (use ISO 8601, e.g. 2027-12-31T00:00:00Z)`);
       return undefined;
     }
     return t;
@@ -595,7 +596,7 @@ function segsOf(pathNodes: readonly unknown[], target: unknown): Seg[] {
       const pair = parent.items.find((p) => p === child);
       if (pair && isScalar(pair.key)) segs.push(String(pair.key.value));
     } else if (isSeq(parent)) {
-      const idx = parent.items.indexOf(child as never);
+      const idx = parent.items.indexOf(child);
       if (idx >= 0) segs.push(idx);
     }
   }

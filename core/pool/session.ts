@@ -68,7 +68,7 @@ function upToFirstUser(items: unknown[]): string[][] | undefined {
   for (const m of items) {
     if (!m || typeof m !== 'object') continue;
     const r = m as Record<string, unknown>;
-    out.push([String(r.role ?? r.type ?? ''), text(r.content)]);
+    out.push([scalarText(r.role ?? r.type), text(r.content)]);
     if (r.role === 'user') return out;
   }
   return undefined;
@@ -83,9 +83,14 @@ function text(v: unknown): string {
     if (typeof p === 'string') out += p;
     else if (p && typeof p === 'object') {
       const part = p as Record<string, unknown>;
-      out += typeof part.text === 'string' ? part.text : `[${String(part.type ?? '')}]`;
+      out += typeof part.text === 'string' ? part.text : `[${scalarText(part.type)}]`;
     }
     out += '\n';
   }
   return out;
+}
+
+/** A JSON scalar as text ('' for anything else: a session key is built from what clients send). */
+function scalarText(v: unknown): string {
+  return typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' ? String(v) : '';
 }

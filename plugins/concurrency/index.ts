@@ -19,7 +19,7 @@ export default definePlugin<ConcurrencyOptions>({
   description: 'Per-user concurrent request slots with a wait queue',
   schema: concurrencySchema,
   requires: ['auth'],
-  create({}, { metrics }) {
+  create(_options, { metrics }) {
     return {
       async onAccess(ctx) {
         const user = ctx.user;

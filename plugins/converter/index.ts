@@ -65,7 +65,7 @@ async function resolveItems(ctx: RequestContext, attempt: Attempt): Promise<void
   });
   if (byId.size === 0) return;
   const resolved = input.map((item, i) => {
-    const hit = ids[i] === undefined ? undefined : byId.get(ids[i]!);
+    const hit = ids[i] === undefined ? undefined : byId.get(ids[i]);
     if (!hit) return item;
     // A replayed reasoning item keeps what the client sent and gains what it left out.
     return (item as Obj).type === 'reasoning' ? { ...hit, ...(item as Obj), encrypted_content: hit.encrypted_content } : hit;
@@ -125,13 +125,13 @@ function wrap(ctx: RequestContext, conv: Conversion, ttlMs: number): Conversion 
       },
     };
   };
-  const parts = conv.requestParts;
+  const parts = conv.requestParts ? (input: RequestInput, large: LargeBody) => conv.requestParts!(withPolicy(input), large) : undefined;
   return {
     client: conv.client,
     upstream: conv.upstream,
     passthrough: conv.passthrough,
     requestBody: (input) => conv.requestBody(withPolicy(input)),
-    ...(parts ? { requestParts: (input: RequestInput, large: LargeBody) => parts(withPolicy(input), large) } : {}),
+    ...(parts ? { requestParts: parts } : {}),
     response: (text, opts) => conv.response(text, onOutputItems ? { ...opts, onOutputItems } : opts),
     stream: (opts) => conv.stream(onOutputItems ? { ...opts, onOutputItems } : opts),
   };

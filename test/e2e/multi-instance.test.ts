@@ -78,7 +78,7 @@ const chat = (gw: GatewayProcess, content = 'Hello there', extra: Record<string,
   request(`${gw.url}/v1/chat/completions`, {
     headers: { authorization: `Bearer ${KEY}` },
     body: { model: 'm', max_tokens: 30, messages: [{ role: 'user', content }], ...extra },
-  }).catch((e: Error) => ({ status: 0, headers: {}, text: e.message, json: undefined }) as Answer);
+  }).catch((e: Error): Answer => ({ status: 0, headers: {}, text: e.message, json: undefined }));
 
 /** What a 200 answer was charged: its usage at the model's price (integer micro-USD). */
 const charge = (a: Answer) => (a.json.usage.prompt_tokens + a.json.usage.completion_tokens) * PRICE;

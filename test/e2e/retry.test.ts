@@ -54,9 +54,9 @@ const counting = (count: () => void) => ((url: any, init: any) => {
 }) as typeof fetch;
 
 const CLIENTS: Client[] = [
-  { name: 'openai 6', make: (key, count, maxRetries) => new OpenAI({ apiKey: key, baseURL: g.url + '/v1', fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) as any },
-  { name: '@anthropic-ai/sdk 1', make: (key, count, maxRetries) => new Anthropic({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) as any },
-  { name: '@anthropic-ai/sdk 0', make: (key, count, maxRetries) => new Anthropic0({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) as any },
+  { name: 'openai 6', make: (key, count, maxRetries) => new OpenAI({ apiKey: key, baseURL: g.url + '/v1', fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
+  { name: '@anthropic-ai/sdk 1', make: (key, count, maxRetries) => new Anthropic({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
+  { name: '@anthropic-ai/sdk 0', make: (key, count, maxRetries) => new Anthropic0({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
 ];
 
 const claude = (extra: Record<string, unknown> = {}) => ({ model: 'claude-model', max_tokens: 64, messages: [{ role: 'user', content: 'Hello' }], ...extra });

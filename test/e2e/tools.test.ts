@@ -89,7 +89,7 @@ t.test('namespaced tools through the SDK: called back with their namespace', asy
     type: 'namespace', name: 'crm', description: 'Customer records',
     tools: [{ type: 'function', name: 'lookup', description: 'Find a customer', strict: false, parameters: { type: 'object', properties: { email: { type: 'string' } }, required: ['email'] } }],
   }];
-  const r: any = await client.responses.create({ model: 'claude-model', input: 'Who is bob@example.com?', tools } as any);
+  const r: any = await client.responses.create({ model: 'claude-model', input: 'Who is bob@example.com?', tools });
   t.match(r.output[0], { type: 'function_call', name: 'lookup', namespace: 'crm', arguments: '{"email":"mock"}' });
   t.equal(lastUpstream().tools[0].name, 'crm__lookup', 'Anthropic saw the flat name');
   const next: any = await client.responses.create({

@@ -19,7 +19,7 @@ export function startProcess(file: string): Promise<Proc> {
     });
     let err = '';
     const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`gateway did not start:\n${err}`)); }, 20_000);
-    child.stderr!.on('data', (d) => {
+    child.stderr.on('data', (d) => {
       err += d;
       const m = /gateway listening on (http:\/\/[^"\s]+)/.exec(err);
       if (m) {
@@ -39,7 +39,7 @@ export function startFailing(file: string): Promise<{ code: number | null; stder
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let err = '';
-    child.stderr!.on('data', (d) => {
+    child.stderr.on('data', (d) => {
       err += d;
       if (/gateway listening on/.test(err)) child.kill('SIGKILL');
     });

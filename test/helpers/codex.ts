@@ -111,8 +111,8 @@ async function codex(h: Home, args: string[], timeoutMs: number): Promise<Omit<C
   running.add(child);
   let stdout = '';
   let stderr = '';
-  child.stdout!.setEncoding('utf8').on('data', (s: string) => { stdout += s; });
-  child.stderr!.setEncoding('utf8').on('data', (s: string) => { stderr += s; });
+  child.stdout.setEncoding('utf8').on('data', (s: string) => { stdout += s; });
+  child.stderr.setEncoding('utf8').on('data', (s: string) => { stderr += s; });
   let timedOut = false;
   const timer = setTimeout(() => { timedOut = true; killGroup(child); }, timeoutMs);
   const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));

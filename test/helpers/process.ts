@@ -35,7 +35,7 @@ export async function startGatewayProcess(configFile: string, opts: { env?: Node
   const waiters = new Set<{ pred: (l: Record<string, any>) => boolean; resolve: (l: Record<string, any>) => void }>();
   let buf = '';
   let stderr = '';
-  proc.stderr!.on('data', (d: Buffer) => {
+  proc.stderr.on('data', (d: Buffer) => {
     buf += d.toString();
     let i: number;
     while ((i = buf.indexOf('\n')) >= 0) {

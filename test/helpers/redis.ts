@@ -91,7 +91,7 @@ export class RedisServer {
     if (this.opts.cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--cluster-announce-ip', '127.0.0.1');
     const proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
-    proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     this.proc = proc;
     track(proc);
     this.exited = new Promise((resolve) => proc.once('exit', () => resolve()));

@@ -29,7 +29,7 @@ t.test('health and readiness answer without a key, GET and HEAD', async (t) => {
 /** A memory store whose health() answers what the test says. */
 async function storeWith(health: () => Promise<StoreHealth>): Promise<Store> {
   const store = await MemoryStore.open({});
-  return new Proxy(store, { get: (s, p) => (p === 'health' ? health : Reflect.get(s, p)) }) as Store;
+  return new Proxy(store, { get: (s, p) => (p === 'health' ? health : Reflect.get(s, p)) });
 }
 
 t.test('readiness follows the store: not ready, degraded, unreachable', async (t) => {

@@ -80,7 +80,7 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
   t.equal(res.status, 200);
   const reader = res.body!.getReader();
   const first = await reader.read();
-  let text = Buffer.from(first.value!).toString('utf8');
+  let text = Buffer.from(first.value).toString('utf8');
   t.ok(npm.kill('SIGTERM'), 'SIGTERM sent to the npm process');
   for (;;) {
     const { done, value } = await reader.read();

@@ -62,10 +62,11 @@ function everyValueAReference(text: string): string {
     Seq(_k, node) { node.flow = false; },
     Pair(_k, pair) {
       const v = pair.value;
-      if (isScalar(v) && v.value !== null && !String(v.value).includes('${')) {
+      if (isScalar(v) && v.value !== null && !(typeof v.value === 'string' && v.value.includes('${'))) {
         // A string that reads as a number or a boolean stays a string: the loader types only plain references.
         const plainLooksTyped = typeof v.value === 'string' && /^(-?\d+(\.\d+)?|true|false)$/.test(v.value);
-        if (!plainLooksTyped) pair.value = new Scalar(`\${CFG_${n++}:-${String(v.source ?? v.value)}}`);
+        const value = v.value as string | number | boolean; // a scalar, not null
+        if (!plainLooksTyped) pair.value = new Scalar(`\${CFG_${n++}:-${v.source ?? String(value)}}`);
       }
     },
     Scalar(_k, node, path) {

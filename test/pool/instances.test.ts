@@ -21,7 +21,7 @@ import { KEYS } from '../helpers/gateway.js';
 interface StoreKind {
   name: string;
   /** One store per instance (or the same one twice), and a cleanup. */
-  open(clock: ManualClock): Promise<{ stores: [Store, Store]; close(): Promise<void> }>;
+  open(clock: ManualClock): Promise<{ stores: [Store, Store]; close: () => Promise<void> }>;
 }
 
 const STORES: StoreKind[] = [

@@ -46,7 +46,7 @@ t.test('20 turns of a Claude Code-shaped session stay on one account; it moves w
       metadata: { user_id: `user_0123_account_4567_session_${session}` },
       messages,
     } as any).finalMessage();
-    messages.push({ role: 'assistant', content: m.content as any });
+    messages.push({ role: 'assistant', content: m.content });
     used.push(lastAccount(mock, 'st'));
   };
   for (let i = 0; i < 20; i++) await turn(i);

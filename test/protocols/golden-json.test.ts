@@ -11,7 +11,7 @@ import type { ProtocolName } from '../../core/config/types.js';
 import { hubConversion } from '../../core/protocols/convert.js';
 import { SseParser } from '../../core/sse.js';
 import { fromAnthropicUsage, fromChatUsage } from '../../core/protocols/usage.js';
-import { OPTS, PROTOCOLS, curlBody, parseArgs, readJson, responseSeen, sees, transcripts, type Seen } from './helpers.js';
+import { OPTS, PROTOCOLS, curlBody, parseArgs, readJson, responseSeen, sees, text, transcripts, type Seen } from './helpers.js';
 
 const ZERO = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
 const jsonFetch = (body: string) => async () => new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
@@ -19,7 +19,7 @@ const jsonFetch = (body: string) => async () => new Response(body, { status: 200
 /** What a user of `p`'s SDK sees for a non-stream body. */
 async function seesJson(p: ProtocolName, body: string): Promise<Seen> {
   if (p === 'anthropic-messages') {
-    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) as any });
+    const client = new Anthropic({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) });
     const m: any = await client.messages.create({ model: 'm', max_tokens: 1000, messages: [{ role: 'user', content: 'hi' }] });
     return {
       text: m.content.filter((b: any) => b.type === 'text').map((b: any) => b.text).join(''),
@@ -30,7 +30,7 @@ async function seesJson(p: ProtocolName, body: string): Promise<Seen> {
       usage: fromAnthropicUsage(m.usage) ?? ZERO,
     };
   }
-  const client = new OpenAI({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) as any });
+  const client = new OpenAI({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) });
   if (p === 'openai-chat') {
     const c: any = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
     const msg = c.choices[0].message;
@@ -141,10 +141,10 @@ t.test('the hub stream translator over every transcript', async (t) => {
         const tx = hubConversion(to, from)!.stream(OPTS);
         const p = new SseParser();
         let out = '';
-        for (const b of p.feedBytes(tr.bytes)) out += tx.block(b);
-        for (const b of p.endBytes(true)) out += tx.block(b);
+        for (const b of p.feedBytes(tr.bytes)) out += text(tx.block(b));
+        for (const b of p.endBytes(true)) out += text(tx.block(b));
         const end = tx.end();
-        out += end.text + tx.closing(() => ZERO);
+        out += text(end.text) + text(tx.closing(() => ZERO));
         const name = `${from}/${tr.name} → ${to}`;
         if (tx.upstreamError) {
           t.notOk(end.complete, `${name}: an upstream error is not a complete stream`);

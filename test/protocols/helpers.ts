@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 import { createRequire } from 'node:module';
-import { SseParser, type SseBlock } from '../../core/sse.js';
+import { SseParser, type SseBlock, type SseBytesBlock } from '../../core/sse.js';
 import { codecFor } from '../../core/protocols/index.js';
 import type { ProtocolName } from '../../core/config/types.js';
 import type { IRStreamEvent } from '../../core/protocols/ir.js';
@@ -82,6 +82,16 @@ export function encode(p: ProtocolName, events: IRStreamEvent[], opts = OPTS): s
   return out;
 }
 
+/**
+ * A stream translator's output for one block or its end as text. A converting translator writes
+ * text; a passthrough one hands back views of the upstream's bytes, which are text too.
+ */
+export function text(piece: string | Buffer | SseBytesBlock): string {
+  if (typeof piece === 'string') return piece;
+  if (Buffer.isBuffer(piece)) return piece.toString('utf8');
+  return piece.buf.toString('utf8', piece.start, piece.end);
+}
+
 export function convert(from: ProtocolName, to: ProtocolName, text: string | Uint8Array): string {
   return encode(to, decode(from, text));
 }
@@ -115,7 +125,7 @@ export function parseArgs(s: unknown): unknown {
 const fetchOf = (text: string) => async () => new Response(text, { status: 200, headers: { 'content-type': 'text/event-stream' } });
 
 export async function anthropicSees(text: string): Promise<{ seen: Seen; message: any }> {
-  const client = new Anthropic({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) as any });
+  const client = new Anthropic({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) });
   const message: any = await client.messages.stream({ model: 'm', max_tokens: 1024, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
   const blocks: any[] = message.content;
   const finish: FinishClass = message.stop_reason === 'max_tokens' || message.stop_reason === 'model_context_window_exceeded' ? 'length'
@@ -132,7 +142,7 @@ export async function anthropicSees(text: string): Promise<{ seen: Seen; message
 }
 
 export async function chatSees(text: string): Promise<{ seen: Seen; completion: any; chunks: any[] }> {
-  const client = new OpenAI({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) as any });
+  const client = new OpenAI({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) });
   const chunks: any[] = [];
   const s = client.chat.completions.stream({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream_options: { include_usage: true } });
   s.on('chunk', (c) => chunks.push(c));
@@ -176,7 +186,7 @@ export function responseSeen(r: any): Seen {
 }
 
 export async function responsesSees(text: string): Promise<{ seen: Seen; response: any }> {
-  const client = new OpenAI({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) as any });
+  const client = new OpenAI({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) });
   const response: any = await client.responses.stream({ model: 'm', input: 'hi' }).finalResponse();
   return { seen: responseSeen(response), response };
 }

@@ -13,7 +13,7 @@ import { hubConversion } from '../../core/protocols/convert.js';
 import type { BuiltinToolsPolicy, Conversion } from '../../core/protocols/types.js';
 import { estimateTokens } from '../../core/protocols/usage.js';
 import { SseParser } from '../../core/sse.js';
-import { anthropicSees, frames, OPTS, responsesSees } from './helpers.js';
+import { anthropicSees, frames, OPTS, responsesSees, text } from './helpers.js';
 
 const A: ProtocolName = 'anthropic-messages';
 const C: ProtocolName = 'openai-chat';
@@ -51,7 +51,7 @@ function stream(conv: Conversion, upstream: string): string {
   const tr = conv.stream(OPTS);
   const parser = new SseParser();
   let out = '';
-  for (const b of [...parser.feedBytes(Buffer.from(upstream)), ...parser.endBytes(true)]) out += tr.block(b);
+  for (const b of [...parser.feedBytes(Buffer.from(upstream)), ...parser.endBytes(true)]) out += text(tr.block(b));
   const end = tr.end();
   t.equal(end.complete, true, 'the upstream stream is complete');
   return out + end.text;

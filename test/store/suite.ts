@@ -446,7 +446,7 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     };
     if (o.burst) {
       const ids = await Promise.all(Array.from({ length: o.n }, (_, i) => admitOne(i)));
-      await Promise.all(ids.map((id, i) => (id ? finish(i, id) : undefined)));
+      await Promise.all(ids.map((id, i) => (id ? finish(i, id) : Promise.resolve())));
     } else {
       await Promise.all(Array.from({ length: o.n }, async (_, i) => {
         await ticks(delays[i][0]);
