@@ -2,7 +2,7 @@
  * The embedded store: all state in process memory, persisted to a directory as a snapshot plus an
  * append-only journal. The default for one gateway instance.
  *
- * Decisions (the contract is in types.ts):
+ * Decisions (the contract is in ../types.ts):
  * - Atomicity comes from the event loop: `admit()` evaluates every claim and then applies them
  *   without an `await` in between, so no other request can interleave. Evaluation builds one
  *   closure per claim that applies exactly what was checked; nothing changes unless all pass.
@@ -59,15 +59,15 @@ import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises
 import { closeSync, fsync, ftruncateSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { LRUCache } from 'lru-cache';
 import { join } from 'node:path';
-import { systemClock, type Clock } from '../clock.js';
-import { silentLogger, type Logger } from '../log.js';
-import { WINDOWS, WINDOW_MS, type Window } from '../config/types.js';
+import { systemClock, type Clock } from '../../clock.js';
+import { silentLogger, type Logger } from '../../log.js';
+import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
 import {
   dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
   type AdmitRequest, type AdmitResult, type Claim, type ClientSignal, type KeyState, type KeyStats, type PeriodUsage,
   type Settlement, type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
-} from './types.js';
-import { RecentIds } from './recent.js';
+} from '../types.js';
+import { RecentIds } from '../recent.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
@@ -344,7 +344,7 @@ export class MemoryStore implements Store {
   private readonly rpm = new Map<string, MinuteCounter>();
   private readonly freeCalls = new Map<string, MinuteCounter>();
   private readonly admissions = new Map<string, Admission>();
-  /** Request ids settled lately (recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
+  /** Request ids settled lately (../recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
   private readonly settled = new RecentIds(SETTLED_MAX, SETTLED_TTL_MS);
   /** What the claims of the admission being checked do once all pass (see check()). */
   private readonly toHold: Held[] = [];
