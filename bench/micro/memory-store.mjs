@@ -8,8 +8,10 @@ import path from 'node:path';
 import { oneRequest } from './request.mjs';
 import { pathToFileURL } from 'node:url';
 const root = path.resolve(process.argv[2] ?? '.');
-const { MemoryStore } = await import(pathToFileURL(`${root}/dist/core/store/memory.js`).href);
 const fs = await import('node:fs');
+// core/store/memory/index.js; core/store/memory.js in a checkout from before the store's split
+const entry = [`${root}/dist/core/store/memory/index.js`, `${root}/dist/core/store/memory.js`].find((f) => fs.existsSync(f)) ?? `${root}/dist/core/store/memory/index.js`;
+const { MemoryStore } = await import(pathToFileURL(entry).href);
 const dir = fs.mkdtempSync(path.join((await import('node:os')).tmpdir(), 'micro-store-'));
 const store = await MemoryStore.open({ path: dir, flushIntervalMs: 1_000_000 });
 const one = () => oneRequest(store);

@@ -3,7 +3,7 @@ import type { StoreConfig } from '../config/types.js';
 import { systemClock, type Clock } from '../clock.js';
 import type { Logger } from '../log.js';
 import type { Store, StoreHealth } from './types.js';
-import { MemoryStore } from './memory.js';
+import { MemoryStore } from './memory/index.js';
 import { RedisStore } from './redis/index.js';
 
 export interface OpenStoreOptions {

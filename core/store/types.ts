@@ -1,6 +1,6 @@
 /**
  * The one store interface. All shared state — money, spend windows, plan usage, RPM counters,
- * concurrency slots, usage statistics — lives behind it. Two implementations: `memory.ts`
+ * concurrency slots, usage statistics — lives behind it. Two implementations: `memory/`
  * (embedded, persisted to disk; the default) and Redis (several instances; one Lua script per
  * admission and per settlement). Plugins never see which one runs.
  *

@@ -7,7 +7,7 @@
 import t from 'tap';
 import path from 'node:path';
 import { baseConfig, KEYS, startGateway, tmpDir, writeConfig } from '../helpers/gateway.js';
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 import { killHard, startFailing, startProcess } from './helpers.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway } from '../helpers/gateway.js';
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 import type { Store, StoreHealth } from '../../core/store/types.js';
 
 t.test('health and readiness answer without a key, GET and HEAD', async (t) => {

@@ -10,7 +10,7 @@
 import t from 'tap';
 import { baseConfig, bearer, call, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { startMockServer, type MockServer } from '../../mock/server.js';
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 import { ManualClock } from '../../core/clock.js';
 import { RedisStore } from '../../core/store/redis/index.js';
 import { RedisServer } from '../helpers/redis.js';

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { ManualClock } from '../../core/clock.js';
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 import { dayKey, dayStart, monthStart, nextMonthStart, weekStart, type Settlement } from '../../core/store/types.js';
 
 const DAY = 86_400_000;

@@ -4,7 +4,7 @@
  * of 7 micro-USD, lets one event-loop turn pass (no fsync: the interval is far away), prints
  * "ready" and then idles until the parent kills it with SIGKILL.
  */
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 
 const [dir, nArg] = process.argv.slice(2);
 const n = Number(nArg);

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ManualClock } from '../../core/clock.js';
 import { createLogger } from '../../core/log.js';
-import { MemoryStore } from '../../core/store/memory.js';
+import { MemoryStore } from '../../core/store/memory/index.js';
 import { storeSuite, settlement, quota, win, T0 } from './suite.js';
 
 // The behavioural suite every store passes (test/store/suite.ts), on a store persisted to a folder

@@ -38,7 +38,7 @@ import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
 import { GatewayError } from '../../errors.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
-import { MemoryStore } from '../memory.js';
+import { MemoryStore } from '../memory/index.js';
 import {
   type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage, type Settlement,
   type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,

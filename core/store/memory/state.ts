@@ -1,11 +1,17 @@
 /**
- * The embedded store: all state in process memory, persisted to a directory as a snapshot plus an
- * append-only journal. The default for one gateway instance.
+ * The embedded store's state and its rules: every counter, the admission of a request against its
+ * claims, settlement, cancel, concurrency slots and their FIFO queue, the reads, quota reset and
+ * remembered items. Pure: no file I/O and no timers but the slot waits' own (`maxWaitMs`); every
+ * method but `acquireSlot` completes synchronously. What must reach the disk is told to a
+ * `Recorder` (persistence.ts) as it happens; what a snapshot holds is `snapshot()` / `restore()`,
+ * and journal replay uses the `apply*` methods, which record nothing. index.ts wraps this in the
+ * async `Store` interface.
  *
- * Decisions (the contract is in types.ts):
+ * Decisions (the contract is in ../types.ts):
  * - Atomicity comes from the event loop: `admit()` evaluates every claim and then applies them
- *   without an `await` in between, so no other request can interleave. Evaluation builds one
- *   closure per claim that applies exactly what was checked; nothing changes unless all pass.
+ *   without an `await` in between (it is synchronous), so no other request can interleave.
+ *   Evaluation notes what each claim will do (`toHold` / `toCount` / `toStart`), and `admit`
+ *   performs exactly what was checked; nothing changes unless all pass.
  * - Reservations are held on the counter objects themselves (`reserved` next to `used`), and an
  *   admission remembers those objects. Period rollovers (windows, plan days/weeks/months, cap
  *   weeks/months) reset `used` but keep `reserved`, so an in-flight request is still counted after
@@ -18,56 +24,30 @@
  * - An admission that is never settled nor cancelled keeps its reservation until the process
  *   ends: there is no expiry, since a long stream may legitimately hold one for a long time. The
  *   pipeline settles or cancels every admission.
- * - Admitting an id that is already admitted is a no-op returning ok (a retried call); admitting
- *   an id that was already settled throws (ids are unique per request).
- * - Mutations after close() throw: a settlement that cannot be made durable is reported, not lost
- *   silently.
- *
- * Durability (only with `path`):
- * - Files: `snapshot.json` (whole durable state + the journal sequence number it includes;
- *   written to a temp file, fsynced, renamed, directory fsynced), `journal.jsonl` (one JSON
- *   value per line: admissions with their recovery settlement, settlements, cancellations,
- *   window starts, quota resets, each with an increasing `seq`) and `gateway.lock` (the PID of
- *   the one process using the folder). Settlements and admissions, two lines per request, are
- *   positional arrays built by hand (`settlementLine`: about a third of the cost of
- *   `JSON.stringify` of the keyed object); the rarer entries are keyed objects, and so is every
- *   line of journals written before (read as ever: an upgrade replays an old journal).
- * - Journal appends are written to the OS once per event-loop turn (one synchronous write of
- *   everything appended during the turn), so a process kill loses nothing that was settled before
- *   the turn ended; the file is fsynced every `flushIntervalMs`, so a power loss or kernel crash
- *   loses at most that interval. A torn last line is skipped on load.
- * - Crash recovery (the one rule for every store, docs/limits.md): an admission that carries a
- *   `recovery` settlement is journaled; its settle or cancel resolves it. At the next start, every
- *   admission left unresolved (the process died with the request in flight) is settled with its
- *   `recovery` (flagged `recovered` and `estimated`, logged one line each). Open admissions are
- *   kept in the snapshot too, so compaction never drops one.
- * - One process per folder: `gateway.lock` is created exclusively and names the holder's PID; a
- *   second open fails with the folder and the PID, unless that PID no longer runs (stale lock of a
- *   killed process), in which case the lock is taken over.
- * - Replay skips entries whose `seq` the snapshot already contains, so a crash between writing a
- *   snapshot and truncating the journal does not count anything twice (nor does a journal chunk
- *   rewritten after a failed write).
- * - Compaction (new snapshot, journal truncated) runs when the journal passes `compactBytes`
- *   (4 MB), after loading a non-empty journal (which also drops a torn tail before new appends),
- *   and on close().
- * - Volatile by design: reservations, admission records, RPM and free-call counters, slots, and
- *   the last-60-s rpm/tpm ring. Settled request ids are restored only from the journal tail being
- *   replayed, not from the snapshot: a request cannot outlive the process that admitted it, so
- *   cross-restart idempotency is only needed for what the journal itself replays.
+ * - Admitting an id that is already admitted, or was already settled, throws (ids are minted by
+ *   the gateway, unique per request: a repeat is a bug, never a free pass).
+ * - Recorded (only when a `Recorder` is given, i.e. with a store folder): an admission that
+ *   carries a `recovery` settlement (with it, so a crash cannot leave it uncharged), its cancel,
+ *   every settlement, every window started by an admission, every quota reset. Each call is made
+ *   after the change it records, within the same synchronous step; on every request it is one
+ *   method call (the recorder builds the journal line, journal.ts `settlementLine`).
+ * - Volatile by design (not in `snapshot()`): reservations, admission records, RPM and free-call
+ *   counters, slots, and the last-60-s rpm/tpm ring. Settled request ids are restored only from
+ *   the journal tail being replayed, not from the snapshot: a request cannot outlive the process
+ *   that admitted it, so cross-restart idempotency is only needed for what the journal itself
+ *   replays. Admissions in flight that carry a recovery settlement are in `snapshot().open`, so
+ *   compaction never drops one; `restore()` leaves them to the caller (crash recovery settles
+ *   them with `applySettlement`).
  */
-import { mkdir, open, readFile, rename, type FileHandle } from 'node:fs/promises';
-import { closeSync, fsync, ftruncateSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
 import { LRUCache } from 'lru-cache';
-import { join } from 'node:path';
-import { systemClock, type Clock } from '../clock.js';
-import { silentLogger, type Logger } from '../log.js';
-import { WINDOWS, WINDOW_MS, type Window } from '../config/types.js';
+import type { Clock } from '../../clock.js';
+import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
 import {
   dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
   type AdmitRequest, type AdmitResult, type Claim, type ClientSignal, type KeyState, type KeyStats, type PeriodUsage,
-  type Settlement, type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
-} from './types.js';
-import { RecentIds } from './recent.js';
+  type Settlement, type SlotRequest, type SlotResult, type UsageCounters, type WindowState,
+} from '../types.js';
+import { RecentIds } from '../recent.js';
 
 const MINUTE = 60_000;
 const DAY = 86_400_000;
@@ -75,15 +55,25 @@ const WEEK = 7 * DAY;
 const SETTLED_TTL_MS = DAY;
 /** Settled ids kept for idempotency: at least the last 200,000 (RecentIds keeps between half and all). */
 const SETTLED_MAX = 400_000;
-const COMPACT_BYTES = 4 * 1024 * 1024;
 const MAX_TIMER_MS = 2_147_483_647;
 /** Bytes of `remember()` entries kept (ids and values, as UTF-16 length); the oldest go first. */
 const REMEMBER_MAX_CHARS = 64 * 1024 * 1024;
-const SNAPSHOT = 'snapshot.json';
-const JOURNAL = 'journal.jsonl';
-const LOCK = 'gateway.lock';
-/** Folders locked by this process (a lock naming our own PID but not listed here is stale). */
-const lockedHere = new Set<string>();
+
+/**
+ * What must be made durable, told by the state as it happens (persistence.ts journals it). `t` is
+ * the store clock's time of the change. Every call follows the change it records.
+ */
+export interface Recorder {
+  /** An admission with its recovery settlement (already flagged `estimated` and `recovered`). */
+  admitted(id: string, t: number, recovery: Settlement): void;
+  settled(id: string, t: number, s: Settlement): void;
+  /** The cancel of an admission that was recorded by `admitted`. */
+  cancelled(id: string, t: number): void;
+  /** A key window started (used set to 0) by an admission. */
+  windowStarted(key: string, window: Window, t: number): void;
+  /** A key's quota and windows reset (`resetKeyQuota`). */
+  reset(key: string, t: number): void;
+}
 
 // ---- state shapes ------------------------------------------------------------------------------
 
@@ -169,14 +159,12 @@ interface SlotGroup {
   waiters: Set<Waiter>;
 }
 
-// ---- persisted shapes --------------------------------------------------------------------------
+// ---- durable state (what a snapshot holds) -----------------------------------------------------
 
 type PeriodJson = { start: number; used: number };
 
-interface SnapshotJson {
-  v: 1;
-  seq: number;
-  savedAt: number;
+/** The durable state as JSON (the body of persistence.ts's snapshot). */
+export interface DurableState {
   wallets: Record<string, number>;
   caps: Record<string, { weekly: PeriodJson; monthly: PeriodJson }>;
   /** keyed by planKey(user, group) */
@@ -185,67 +173,6 @@ interface SnapshotJson {
   stats: Record<string, { total: UsageCounters; days: Record<string, Record<string, UsageCounters>> }>;
   /** Admissions in flight when the snapshot was taken, with their recovery settlement. */
   open?: Record<string, { t: number; r: Settlement }>;
-}
-
-type JournalEntry =
-  | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
-  | { seq: number; op: 'admit'; t: number; id: string; r: Settlement }
-  | { seq: number; op: 'cancel'; t: number; id: string }
-  | { seq: number; op: 'wstart'; t: number; key: string; w: Window }
-  | { seq: number; op: 'reset'; t: number; key: string };
-
-type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
-
-/**
- * The positional journal line of a settlement (`SETTLE`) or of an admission with its recovery
- * settlement (`ADMIT`):
- *   [op, seq, t, id, keyId, user, group, model, billing, input, output, cacheRead, cacheWrite,
- *    cost, actual, durationMs, windows (comma-separated), flags (1 estimated, 2 recovered)]
- * Older journals hold the same entries as keyed objects (`JournalEntry`); both are read.
- */
-const SETTLE = 1;
-const ADMIT = 2;
-const LINE_FIELDS = 18;
-
-/** JSON texts of the strings that repeat on every line (key, user, group, model and window names). */
-const quoted = new Map<string, string>();
-function q(v: string): string {
-  if (typeof v !== 'string') return JSON.stringify(v ?? null); // what JSON.stringify of the object wrote
-  let j = quoted.get(v);
-  if (j === undefined) {
-    if (quoted.size >= 4096) quoted.clear();
-    j = JSON.stringify(v);
-    quoted.set(v, j);
-  }
-  return j;
-}
-
-/** A number as JSON writes it (NaN, infinities and a missing value as null): the line always parses. */
-function n(v: number): string | number {
-  return typeof v === 'number' && Number.isFinite(v) ? v : 'null';
-}
-
-function settlementLine(op: number, seq: number, t: number, id: string, s: Settlement): string {
-  const u = s.usage;
-  return '[' + op + ',' + seq + ',' + n(t) + ',' + JSON.stringify(id) + ',' + q(s.keyId) + ',' + q(s.user) + ',' + q(s.group) + ',' +
-    q(s.model) + ',' + q(s.billing) + ',' + n(u.input) + ',' + n(u.output) + ',' + n(u.cacheRead) + ',' + n(u.cacheWrite) + ',' +
-    n(s.cost) + ',' + n(s.actual) + ',' + n(s.durationMs) + ',' + q(s.windows.join(',')) + ',' + ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) + ']\n';
-}
-
-/** A positional line back to its entry; undefined when it is not one this version writes. */
-function fromLine(a: unknown[]): JournalEntry | undefined {
-  if (a.length < LINE_FIELDS || (a[0] !== SETTLE && a[0] !== ADMIT)) return undefined;
-  const flags = a[17] as number;
-  const s: Settlement = {
-    keyId: a[4] as string, user: a[5] as string, group: a[6] as string, model: a[7] as string, billing: a[8] as Settlement['billing'],
-    usage: { input: a[9] as number, output: a[10] as number, cacheRead: a[11] as number, cacheWrite: a[12] as number },
-    cost: a[13] as number, actual: a[14] as number, durationMs: a[15] as number,
-    windows: a[16] === '' ? [] : (a[16] as string).split(',') as Window[],
-  };
-  if (flags & 1) s.estimated = true;
-  if (flags & 2) s.recovered = true;
-  const [, seq, t, id] = a as [number, number, number, string];
-  return a[0] === SETTLE ? { seq, op: 'settle', t, id, s } : { seq, op: 'admit', t, id, r: s };
 }
 
 // ---- small helpers -----------------------------------------------------------------------------
@@ -305,10 +232,6 @@ function getOr<K, V>(m: Map<K, V>, k: K, make: () => V): V {
   return v;
 }
 
-function errCode(e: unknown): string | undefined {
-  return (e as NodeJS.ErrnoException | null)?.code;
-}
-
 type Check = { ok: true } | { ok: false; retryAfterMs?: number; held?: true };
 const OK: Check = { ok: true };
 const FAIL: Check = { ok: false };
@@ -322,20 +245,7 @@ function planCheck(period: Period, start: number, limit: number): Check {
   return used + period.reserved >= limit ? HELD : OK;
 }
 
-export interface MemoryStoreOptions {
-  /** Directory for the snapshot and journal; undefined = nothing on disk. */
-  path?: string;
-  /** How often buffered journal writes are written and fsynced (default 1000). */
-  flushIntervalMs?: number;
-  clock?: Clock;
-  log?: Logger;
-  /** Journal size that triggers compaction (default 4 MB). */
-  compactBytes?: number;
-}
-
-export class MemoryStore implements Store {
-  readonly kind = 'memory' as const;
-
+export class MemoryState {
   private readonly wallets = new Map<string, Wallet>();
   private readonly caps = new Map<string, CapCounters>();
   private readonly plans = new Map<string, PlanCounters & { user: string; group: string }>();
@@ -344,7 +254,7 @@ export class MemoryStore implements Store {
   private readonly rpm = new Map<string, MinuteCounter>();
   private readonly freeCalls = new Map<string, MinuteCounter>();
   private readonly admissions = new Map<string, Admission>();
-  /** Request ids settled lately (recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
+  /** Request ids settled lately (../recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
   private readonly settled = new RecentIds(SETTLED_MAX, SETTLED_TTL_MS);
   /** What the claims of the admission being checked do once all pass (see check()). */
   private readonly toHold: Held[] = [];
@@ -357,49 +267,16 @@ export class MemoryStore implements Store {
     ttlAutopurge: false,
   });
 
-  // persistence
-  private seq = 0;
-  private pending: string[] = [];
-  /** The journal's file descriptor (appends are synchronous writes, once per event-loop turn). */
-  private journal: number | undefined;
-  private journalBytes = 0;
-  /** Bytes written since the last fsync. */
-  private unsynced = false;
-  private writeScheduled = false;
-  /** While a snapshot is being written, appends wait in `pending` (the journal is truncated after). */
-  private compacting = false;
-  /** Admissions found unresolved while loading (id → recovery), settled once loading ends. */
-  private readonly unresolved = new Map<string, { t: number; r: Settlement }>();
-  private locked = false;
-  private chain: Promise<void> = Promise.resolve();
-  private timer: NodeJS.Timeout | undefined;
-  private closed = false;
-  private closing: Promise<void> | undefined;
-
-  private constructor(
+  constructor(
     private readonly clock: Clock,
-    private readonly log: Logger,
-    private readonly dir: string | undefined,
-    private readonly flushIntervalMs: number,
-    private readonly compactBytes: number,
+    /** Undefined: nothing is recorded (no store folder). */
+    private readonly recorder: Recorder | undefined,
   ) {}
-
-  static async open(opts: MemoryStoreOptions = {}): Promise<MemoryStore> {
-    const store = new MemoryStore(
-      opts.clock ?? systemClock,
-      opts.log ?? silentLogger,
-      opts.path,
-      opts.flushIntervalMs ?? 1000,
-      opts.compactBytes ?? COMPACT_BYTES,
-    );
-    if (store.dir !== undefined) await store.load();
-    return store;
-  }
 
   // ---- admission -------------------------------------------------------------------------------
 
-  async admit(req: AdmitRequest): Promise<AdmitResult> {
-    this.assertOpen();
+  /** Checks every claim and, when all pass, applies them: one synchronous step (see the top). */
+  admit(req: AdmitRequest): AdmitResult {
     assertMoney('reserve', req.reserve);
     // Ids are minted by the gateway, one admission each; a repeat is a bug, never a free pass.
     if (this.admissions.has(req.requestId) || this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
@@ -422,7 +299,7 @@ export class MemoryStore implements Store {
     for (const { w, key, window } of this.toStart) {
       w.start = now;
       w.used = 0;
-      this.append({ op: 'wstart', t: now, key, w: window });
+      if (this.recorder !== undefined) this.recorder.windowStarted(key, window, now);
     }
     for (const h of adm.held) h.reserved += req.reserve;
     const minute = Math.floor(now / MINUTE);
@@ -435,10 +312,10 @@ export class MemoryStore implements Store {
       adm.counted.push({ counter, minute });
     }
     this.admissions.set(req.requestId, adm);
-    if (req.recovery && this.dir !== undefined) {
+    if (req.recovery && this.recorder !== undefined) {
       assertMoney('recovery.actual', req.recovery.actual);
       adm.recovery = { ...req.recovery, estimated: true, recovered: true };
-      this.appendLine(settlementLine(ADMIT, ++this.seq, now, req.requestId, adm.recovery));
+      this.recorder.admitted(req.requestId, now, adm.recovery);
     }
     if (req.slot) return { ok: true, slot: this.admissionSlot(req.requestId, adm, req.slot) };
     return { ok: true };
@@ -566,26 +443,25 @@ export class MemoryStore implements Store {
     return adm;
   }
 
-  async cancel(requestId: string, opts: { keepCounts?: boolean } = {}): Promise<void> {
+  cancel(requestId: string, opts: { keepCounts?: boolean } = {}): void {
     const adm = this.release(requestId, !opts.keepCounts);
-    if (adm?.recovery && !this.closed) this.append({ op: 'cancel', t: this.clock.now(), id: requestId });
+    if (adm?.recovery && this.recorder !== undefined) this.recorder.cancelled(requestId, this.clock.now());
   }
 
   // ---- settlement ------------------------------------------------------------------------------
 
-  async settle(requestId: string, s: Settlement): Promise<void> {
-    this.assertOpen();
+  settle(requestId: string, s: Settlement): void {
     assertMoney('actual', s.actual);
     assertMoney('cost', s.cost);
     if (this.settled.has(requestId)) return;
     const now = this.clock.now();
     this.release(requestId, false);
     this.applySettlement(requestId, s, now);
-    if (this.dir !== undefined) this.appendLine(settlementLine(SETTLE, ++this.seq, now, requestId, s));
+    if (this.recorder !== undefined) this.recorder.settled(requestId, now, s);
   }
 
-  /** The durable effects of a settlement (also used by journal replay, with the recorded time). */
-  private applySettlement(requestId: string, s: Settlement, now: number): void {
+  /** The durable effects of a settlement (also used by journal replay, with the recorded time); records nothing. */
+  applySettlement(requestId: string, s: Settlement, now: number): void {
     this.settled.add(requestId, now);
     const k = this.keyCounters(s.keyId);
     k.used += s.actual;
@@ -721,11 +597,11 @@ export class MemoryStore implements Store {
 
   // ---- reads -----------------------------------------------------------------------------------
 
-  async balanceSpent(user: string): Promise<number> {
+  balanceSpent(user: string): number {
     return this.wallets.get(user)?.spent ?? 0;
   }
 
-  async keyState(keyId: string): Promise<KeyState> {
+  keyState(keyId: string): KeyState {
     const now = this.clock.now();
     const k = this.keys.get(keyId);
     const windows = {} as Record<Window, WindowState>;
@@ -738,7 +614,7 @@ export class MemoryStore implements Store {
     return { used: k?.used ?? 0, reserved: k?.reserved ?? 0, windows };
   }
 
-  async planUsage(user: string, group: string): Promise<PeriodUsage> {
+  planUsage(user: string, group: string): PeriodUsage {
     const p = this.plans.get(planKey(user, group));
     if (!p) return { daily: 0, weekly: 0, monthly: 0 };
     const now = this.clock.now();
@@ -749,14 +625,14 @@ export class MemoryStore implements Store {
     };
   }
 
-  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+  spendCapUsage(user: string): { weekly: number; monthly: number } {
     const c = this.caps.get(user);
     if (!c) return { weekly: 0, monthly: 0 };
     const now = this.clock.now();
     return { weekly: periodUsed(c.weekly, weekStart(now)), monthly: periodUsed(c.monthly, monthStart(now)) };
   }
 
-  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+  keyStats(keyId: string, fromDay: string, toDay: string): KeyStats {
     const now = this.clock.now();
     const u = this.usage.get(keyId);
     const today = zeroCounters();
@@ -785,13 +661,13 @@ export class MemoryStore implements Store {
     return { today, total, byModel: { ...byModel }, rpm, tpm };
   }
 
-  async resetKeyQuota(keyId: string): Promise<void> {
-    this.assertOpen();
+  resetKeyQuota(keyId: string): void {
     this.applyReset(keyId);
-    this.append({ op: 'reset', t: this.clock.now(), key: keyId });
+    if (this.recorder !== undefined) this.recorder.reset(keyId, this.clock.now());
   }
 
-  private applyReset(keyId: string): void {
+  /** A quota reset (also used by journal replay); records nothing. */
+  applyReset(keyId: string): void {
     const k = this.keyCounters(keyId);
     k.used = 0;
     for (const win of WINDOWS) {
@@ -802,16 +678,12 @@ export class MemoryStore implements Store {
 
   // ---- remembered items --------------------------------------------------------------------------
 
-  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+  remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): void {
     for (const [id, value] of entries) this.remembered.set(`${namespace}\u0000${id}`, value, { ttl: Math.max(1, ttlMs) });
   }
 
-  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+  recall(namespace: string, ids: readonly string[]): Array<string | undefined> {
     return ids.map((id) => this.remembered.get(`${namespace}\u0000${id}`));
-  }
-
-  async health(): Promise<StoreHealth> {
-    return { ready: !this.closed };
   }
 
   // ---- counters (created on first touch; never replaced, since admissions hold references) -----
@@ -844,284 +716,28 @@ export class MemoryStore implements Store {
     }));
   }
 
-  // ---- persistence -----------------------------------------------------------------------------
+  // ---- snapshot and replay ---------------------------------------------------------------------
 
-  private assertOpen(): void {
-    if (this.closed) throw new Error('store is closed');
+  /** Whether a settlement of this id was applied lately (replay skips a second one). */
+  isSettled(requestId: string): boolean {
+    return this.settled.has(requestId);
   }
 
-  private append(entry: DistributiveOmit<JournalEntry, 'seq'>): void {
-    if (this.dir === undefined) return;
-    this.appendLine(JSON.stringify({ seq: ++this.seq, ...entry }) + '\n');
-  }
-
-  /** `line` must carry the next `seq` (`++this.seq`). */
-  private appendLine(line: string): void {
-    if (this.dir === undefined) return;
-    this.pending.push(line);
-    if (!this.writeScheduled && this.journal !== undefined) {
-      this.writeScheduled = true;
-      setImmediate(() => {
-        this.writeScheduled = false;
-        this.writeNow();
-      });
+  /** A key window started at `t` (journal replay); records nothing. */
+  applyWindowStart(keyId: string, window: Window, t: number): void {
+    const w = this.keyCounters(keyId).windows[window];
+    if (w) {
+      w.start = t;
+      w.used = 0;
     }
   }
 
-  /**
-   * Hands everything appended so far to the OS in one synchronous write (no fsync): after it, a
-   * process kill loses none of it. Skipped while a snapshot is written (the journal is truncated
-   * when it is durable; `compact` writes what waited).
-   */
-  private writeNow(): void {
-    const fd = this.journal;
-    if (fd === undefined || this.compacting || this.pending.length === 0) return;
-    const chunk = Buffer.from(this.pending.join(''), 'utf8');
-    this.pending = [];
-    try {
-      let off = 0;
-      while (off < chunk.length) off += writeSync(fd, chunk, off, chunk.length - off);
-    } catch (e) {
-      // Put it back for the next attempt; cut off a partial write so lines stay whole.
-      this.pending.unshift(chunk.toString('utf8'));
-      try { ftruncateSync(fd, this.journalBytes); } catch { /* next write retries */ }
-      this.log.error('store journal write failed', { error: e as Error });
-      return;
-    }
-    this.journalBytes += chunk.length;
-    this.unsynced = true;
-    if (this.journalBytes >= this.compactBytes) void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
-  }
-
-  /** Runs `fn` after every earlier disk operation (one writer at a time). */
-  private serial(fn: () => Promise<void>): Promise<void> {
-    const p = this.chain.then(fn);
-    this.chain = p.catch(() => undefined);
-    return p;
-  }
-
-  async flush(): Promise<void> {
-    if (this.dir === undefined || this.journal === undefined) return;
-    return this.serial(() => this.writePending());
-  }
-
-  /** Writes what is pending and fsyncs the journal (power-loss durability). */
-  private async writePending(): Promise<void> {
-    const fd = this.journal;
-    if (fd === undefined) return;
-    this.writeNow();
-    if (this.pending.length > 0 && !this.compacting) throw new Error('store journal write failed');
-    if (!this.unsynced) return;
-    this.unsynced = false;
-    await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
-  }
-
-  /** Writes a snapshot of the whole state and empties the journal. Run through serial(). */
-  private async compact(): Promise<void> {
-    const dir = this.dir!;
-    const snap = JSON.stringify(this.snapshot());
-    // Everything buffered so far is in the snapshot; keep it until the snapshot is durable.
-    // Appends made while it is written wait in `pending` (written after the truncation below).
-    const included = this.pending;
-    this.pending = [];
-    this.compacting = true;
-    try {
-      const tmp = join(dir, SNAPSHOT + '.tmp');
-      const fh = await open(tmp, 'w');
-      try {
-        await fh.writeFile(snap, 'utf8');
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, join(dir, SNAPSHOT));
-      await syncDir(dir);
-    } catch (e) {
-      this.pending = included.concat(this.pending);
-      this.compacting = false;
-      throw e;
-    }
-    try {
-      if (this.journal !== undefined) {
-        ftruncateSync(this.journal, 0);
-        this.journalBytes = 0;
-      }
-    } finally {
-      this.compacting = false;
-    }
-    this.writeNow();
-  }
-
-  async close(): Promise<void> {
-    this.closing ??= this.doClose();
-    return this.closing;
-  }
-
-  private async doClose(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    if (this.dir === undefined || this.journal === undefined) return;
-    try {
-      await this.serial(() => this.writePending());
-      await this.serial(() => this.compact());
-      await this.serial(() => this.writePending());
-    } finally {
-      const fd = this.journal;
-      this.journal = undefined;
-      closeSync(fd);
-      this.unlock();
-    }
-  }
-
-  /** Takes `gateway.lock` (one process per folder); throws naming the holder when it runs. */
-  private lock(): void {
-    const dir = this.dir!;
-    const file = join(dir, LOCK);
-    for (let i = 0; i < 2; i++) {
-      try {
-        const fd = openSync(file, 'wx');
-        writeSync(fd, `${process.pid}\n`);
-        closeSync(fd);
-        this.locked = true;
-        lockedHere.add(dir);
-        return;
-      } catch (e) {
-        if (errCode(e) !== 'EEXIST') throw e;
-      }
-      let pid = NaN;
-      try { pid = Number.parseInt(readFileSync(file, 'utf8'), 10); } catch { /* removed meanwhile, or unreadable */ }
-      const held = pid === process.pid ? lockedHere.has(dir) : Number.isInteger(pid) && pid > 0 && processRuns(pid);
-      if (held) {
-        throw new Error(`store folder ${dir} is in use by another gateway process (PID ${pid}, ${file}); ` +
-          'stop that process or give this gateway another store.path');
-      }
-      if (i === 0) {
-        this.log.warn('store: taking over a stale lock', { path: file, pid: Number.isNaN(pid) ? undefined : pid });
-        try { unlinkSync(file); } catch { /* another process took it over first; the retry says so */ }
-      }
-    }
-    throw new Error(`store folder ${dir} is being taken over by another gateway process (${file})`);
-  }
-
-  private unlock(): void {
-    if (!this.locked) return;
-    this.locked = false;
-    lockedHere.delete(this.dir!);
-    try { unlinkSync(join(this.dir!, LOCK)); } catch { /* already gone */ }
-  }
-
-  private async load(): Promise<void> {
-    const dir = this.dir!;
-    await mkdir(dir, { recursive: true });
-    this.lock();
-    try {
-      const snapText = await readIfExists(join(dir, SNAPSHOT));
-      if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
-      const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
-      const replayed = this.replay(journalText);
-      const recovered = this.recoverUnresolved();
-      this.journal = openSync(join(dir, JOURNAL), 'a');
-      this.journalBytes = Buffer.byteLength(journalText);
-      await syncDir(dir); // the journal's directory entry, if it was just created
-      // Fold the journal into a fresh snapshot: also drops a torn tail before anything is appended.
-      if (journalText.length > 0 || recovered > 0) await this.serial(() => this.compact());
-      this.log.info('store loaded', { path: dir, seq: this.seq, replayed, recovered });
-    } catch (e) {
-      if (this.journal !== undefined) closeSync(this.journal);
-      this.journal = undefined;
-      this.unlock();
-      throw e;
-    }
-    this.timer = setInterval(() => {
-      this.flush().catch((e) => this.log.error('store journal flush failed', { error: e as Error }));
-    }, this.flushIntervalMs);
-    this.timer.unref();
-  }
-
-  private replay(text: string): number {
-    const lines = text.split('\n');
-    let replayed = 0;
-    for (let i = 0; i < lines.length; i++) {
-      const line = lines[i];
-      if (line.trim() === '') continue;
-      let e: JournalEntry;
-      try {
-        const v = JSON.parse(line) as JournalEntry | unknown[];
-        if (Array.isArray(v)) {
-          const d = fromLine(v);
-          if (!d) {
-            this.log.warn('store journal: unknown entry', { line: i + 1 });
-            continue;
-          }
-          e = d;
-        } else e = v;
-      } catch {
-        const last = lines.slice(i + 1).every((l) => l.trim() === '');
-        if (last) this.log.warn('store journal: ignoring torn last line', { line: i + 1 });
-        else this.log.error('store journal: skipping unreadable line', { line: i + 1 });
-        continue;
-      }
-      if (typeof e.seq !== 'number' || e.seq <= this.seq) continue;
-      this.seq = e.seq;
-      replayed++;
-      switch (e.op) {
-        case 'settle':
-          this.unresolved.delete(e.id);
-          if (!this.settled.has(e.id)) this.applySettlement(e.id, e.s, e.t);
-          break;
-        case 'admit':
-          if (!this.settled.has(e.id)) this.unresolved.set(e.id, { t: e.t, r: e.r });
-          break;
-        case 'cancel':
-          this.unresolved.delete(e.id);
-          break;
-        case 'wstart': {
-          const w = this.keyCounters(e.key).windows[e.w];
-          if (w) {
-            w.start = e.t;
-            w.used = 0;
-          }
-          break;
-        }
-        case 'reset':
-          this.applyReset(e.key);
-          break;
-        default:
-          this.log.warn('store journal: unknown entry', { line: i + 1 });
-      }
-    }
-    return replayed;
-  }
-
-  /**
-   * Settles every admission the previous process left unresolved with its recovery settlement
-   * (docs/limits.md "Crash recovery"). Runs at load, before the journal is opened: the settlements
-   * get journal sequence numbers and land in the snapshot written right after.
-   */
-  private recoverUnresolved(): number {
-    let n = 0;
-    for (const [id, { t, r }] of this.unresolved) {
-      const s: Settlement = { ...r, estimated: true, recovered: true };
-      this.applySettlement(id, s, t);
-      this.seq++;
-      n++;
-      this.log.warn('store: request in flight at a crash settled by the recovery rule', {
-        requestId: id, key: s.keyId, user: s.user, model: s.model, actual: s.actual, usage: s.usage, recovered: true,
-      });
-    }
-    this.unresolved.clear();
-    return n;
-  }
-
-  private snapshot(): SnapshotJson {
+  /** The durable state, with the admissions in flight that carry a recovery settlement (`open`). */
+  snapshot(): DurableState {
     const period = (p: Period): PeriodJson => ({ start: p.start, used: p.used });
     const days = (u: KeyUsage) =>
       Object.fromEntries([...u.days].map(([day, models]) => [day, Object.fromEntries(models)]));
     return {
-      v: 1,
-      seq: this.seq,
-      savedAt: this.clock.now(),
       wallets: Object.fromEntries([...this.wallets].map(([u, w]) => [u, w.spent])),
       caps: Object.fromEntries([...this.caps].map(([u, c]) => [u, { weekly: period(c.weekly), monthly: period(c.monthly) }])),
       plans: Object.fromEntries([...this.plans].map(([k, p]) => [k, {
@@ -1137,10 +753,8 @@ export class MemoryStore implements Store {
     };
   }
 
-  private restore(s: SnapshotJson): void {
-    if (s.v !== 1) throw new Error(`store snapshot: unsupported version ${String(s.v)}`);
-    this.seq = s.seq;
-    for (const [id, o] of Object.entries(s.open ?? {})) this.unresolved.set(id, o);
+  /** Loads a snapshot's durable state into a fresh state; `s.open` is left to the caller (crash recovery). */
+  restore(s: DurableState): void {
     for (const [user, spent] of Object.entries(s.wallets)) this.wallet(user).spent = spent;
     for (const [user, c] of Object.entries(s.caps)) {
       const cap = this.cap(user);
@@ -1168,37 +782,5 @@ export class MemoryStore implements Store {
         u.days.set(day, new Map(Object.entries(models).map(([m, c]) => [m, { ...zeroCounters(), ...c }])));
       }
     }
-  }
-}
-
-async function readIfExists(file: string): Promise<string | undefined> {
-  try {
-    return await readFile(file, 'utf8');
-  } catch (e) {
-    if (errCode(e) === 'ENOENT') return undefined;
-    throw e;
-  }
-}
-
-/** Makes a rename durable; not every platform can open a directory for fsync. */
-async function syncDir(dir: string): Promise<void> {
-  let fh: FileHandle | undefined;
-  try {
-    fh = await open(dir, 'r');
-    await fh.sync();
-  } catch {
-    // best effort
-  } finally {
-    await fh?.close().catch(() => undefined);
-  }
-}
-
-/** Whether a process with this PID exists (EPERM: it does, under another user). */
-function processRuns(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return errCode(e) === 'EPERM';
   }
 }

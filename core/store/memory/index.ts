@@ -1,0 +1,134 @@
+/**
+ * The embedded store: all state in process memory, persisted to a directory as a snapshot plus an
+ * append-only journal. The default for one gateway instance.
+ *
+ * This file is the `Store` (the contract is in ../types.ts) and nothing else: it composes
+ * - state.ts: the counters and their rules (admission, settlement, cancel, slots, reads), pure
+ *   and synchronous;
+ * - persistence.ts: the store folder (snapshot, journal, compaction, lock, crash recovery), only
+ *   with `path`; it is the state's `Recorder`.
+ * Each method hands the call to the state in the same turn: no `await` is added before or inside
+ * an admission, so its check-and-apply stays one atomic step.
+ *
+ * - Mutations after close() throw: a settlement that cannot be made durable is reported, not lost
+ *   silently. (A cancel is accepted, and journaled only until close() begins.)
+ */
+import { systemClock, type Clock } from '../../clock.js';
+import { silentLogger, type Logger } from '../../log.js';
+import type {
+  AdmitRequest, AdmitResult, KeyState, KeyStats, PeriodUsage, Settlement, SlotRequest, SlotResult, Store, StoreHealth,
+} from '../types.js';
+import { MemoryState } from './state.js';
+import { COMPACT_BYTES, Persistence } from './persistence.js';
+
+export interface MemoryStoreOptions {
+  /** Directory for the snapshot and journal; undefined = nothing on disk. */
+  path?: string;
+  /** How often buffered journal writes are written and fsynced (default 1000). */
+  flushIntervalMs?: number;
+  clock?: Clock;
+  log?: Logger;
+  /** Journal size that triggers compaction (default 4 MB). */
+  compactBytes?: number;
+}
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory' as const;
+
+  private closed = false;
+  private closing: Promise<void> | undefined;
+
+  private constructor(
+    private readonly state: MemoryState,
+    /** Undefined without `path`: nothing on disk. */
+    private readonly disk: Persistence | undefined,
+  ) {}
+
+  static async open(opts: MemoryStoreOptions = {}): Promise<MemoryStore> {
+    const clock = opts.clock ?? systemClock;
+    const disk = opts.path === undefined ? undefined : new Persistence({
+      dir: opts.path,
+      flushIntervalMs: opts.flushIntervalMs ?? 1000,
+      compactBytes: opts.compactBytes ?? COMPACT_BYTES,
+      clock,
+      log: opts.log ?? silentLogger,
+    });
+    const state = new MemoryState(clock, disk);
+    if (disk !== undefined) await disk.load(state);
+    return new MemoryStore(state, disk);
+  }
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    this.assertOpen();
+    return this.state.admit(req);
+  }
+
+  async cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void> {
+    this.state.cancel(requestId, opts);
+  }
+
+  async settle(requestId: string, s: Settlement): Promise<void> {
+    this.assertOpen();
+    this.state.settle(requestId, s);
+  }
+
+  acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    return this.state.acquireSlot(req);
+  }
+
+  async balanceSpent(user: string): Promise<number> {
+    return this.state.balanceSpent(user);
+  }
+
+  async keyState(keyId: string): Promise<KeyState> {
+    return this.state.keyState(keyId);
+  }
+
+  async planUsage(user: string, group: string): Promise<PeriodUsage> {
+    return this.state.planUsage(user, group);
+  }
+
+  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+    return this.state.spendCapUsage(user);
+  }
+
+  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+    return this.state.keyStats(keyId, fromDay, toDay);
+  }
+
+  async resetKeyQuota(keyId: string): Promise<void> {
+    this.assertOpen();
+    this.state.resetKeyQuota(keyId);
+  }
+
+  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+    this.state.remember(namespace, entries, ttlMs);
+  }
+
+  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+    return this.state.recall(namespace, ids);
+  }
+
+  async health(): Promise<StoreHealth> {
+    return { ready: !this.closed };
+  }
+
+  /** Writes the journal's pending lines and fsyncs it (also done every `flushIntervalMs`). */
+  flush(): Promise<void> {
+    return this.disk !== undefined ? this.disk.flush() : Promise.resolve();
+  }
+
+  async close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private doClose(): Promise<void> {
+    this.closed = true;
+    return this.disk !== undefined ? this.disk.close() : Promise.resolve();
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error('store is closed');
+  }
+}

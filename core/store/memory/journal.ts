@@ -1,0 +1,83 @@
+/**
+ * The journal's line format, both ways: what one line of `journal.jsonl` holds and how it is built
+ * and read back. No file I/O, no state (persistence.ts decides when lines are written and replays
+ * them; state.ts never sees a line).
+ *
+ * - One JSON value per line: admissions with their recovery settlement, settlements,
+ *   cancellations, window starts, quota resets, each with an increasing `seq`.
+ * - Settlements and admissions, two lines per request, are positional arrays built by hand
+ *   (`settlementLine`: about a third of the cost of `JSON.stringify` of the keyed object); the
+ *   rarer entries are keyed objects, and so is every line of journals written before (read as
+ *   ever: an upgrade replays an old journal).
+ */
+import type { Window } from '../../config/types.js';
+import type { Settlement } from '../types.js';
+
+export type JournalEntry =
+  | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
+  | { seq: number; op: 'admit'; t: number; id: string; r: Settlement }
+  | { seq: number; op: 'cancel'; t: number; id: string }
+  | { seq: number; op: 'wstart'; t: number; key: string; w: Window }
+  | { seq: number; op: 'reset'; t: number; key: string };
+
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+/** A keyed entry before its `seq` is given (`entryLine` adds it). */
+export type KeyedEntry = DistributiveOmit<JournalEntry, 'seq'>;
+
+/**
+ * The positional journal line of a settlement (`SETTLE`) or of an admission with its recovery
+ * settlement (`ADMIT`):
+ *   [op, seq, t, id, keyId, user, group, model, billing, input, output, cacheRead, cacheWrite,
+ *    cost, actual, durationMs, windows (comma-separated), flags (1 estimated, 2 recovered)]
+ * Older journals hold the same entries as keyed objects (`JournalEntry`); both are read.
+ */
+export const SETTLE = 1;
+export const ADMIT = 2;
+const LINE_FIELDS = 18;
+
+/** JSON texts of the strings that repeat on every line (key, user, group, model and window names). */
+const quoted = new Map<string, string>();
+function q(v: string): string {
+  if (typeof v !== 'string') return JSON.stringify(v ?? null); // what JSON.stringify of the object wrote
+  let j = quoted.get(v);
+  if (j === undefined) {
+    if (quoted.size >= 4096) quoted.clear();
+    j = JSON.stringify(v);
+    quoted.set(v, j);
+  }
+  return j;
+}
+
+/** A number as JSON writes it (NaN, infinities and a missing value as null): the line always parses. */
+function n(v: number): string | number {
+  return typeof v === 'number' && Number.isFinite(v) ? v : 'null';
+}
+
+export function settlementLine(op: number, seq: number, t: number, id: string, s: Settlement): string {
+  const u = s.usage;
+  return '[' + op + ',' + seq + ',' + n(t) + ',' + JSON.stringify(id) + ',' + q(s.keyId) + ',' + q(s.user) + ',' + q(s.group) + ',' +
+    q(s.model) + ',' + q(s.billing) + ',' + n(u.input) + ',' + n(u.output) + ',' + n(u.cacheRead) + ',' + n(u.cacheWrite) + ',' +
+    n(s.cost) + ',' + n(s.actual) + ',' + n(s.durationMs) + ',' + q(s.windows.join(',')) + ',' + ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) + ']\n';
+}
+
+/** The line of a rarer entry (cancel, window start, reset): a keyed object. */
+export function entryLine(seq: number, entry: KeyedEntry): string {
+  return JSON.stringify({ seq, ...entry }) + '\n';
+}
+
+/** A positional line back to its entry; undefined when it is not one this version writes. */
+export function fromLine(a: unknown[]): JournalEntry | undefined {
+  if (a.length < LINE_FIELDS || (a[0] !== SETTLE && a[0] !== ADMIT)) return undefined;
+  const flags = a[17] as number;
+  const s: Settlement = {
+    keyId: a[4] as string, user: a[5] as string, group: a[6] as string, model: a[7] as string, billing: a[8] as Settlement['billing'],
+    usage: { input: a[9] as number, output: a[10] as number, cacheRead: a[11] as number, cacheWrite: a[12] as number },
+    cost: a[13] as number, actual: a[14] as number, durationMs: a[15] as number,
+    windows: a[16] === '' ? [] : (a[16] as string).split(',') as Window[],
+  };
+  if (flags & 1) s.estimated = true;
+  if (flags & 2) s.recovered = true;
+  const [, seq, t, id] = a as [number, number, number, string];
+  return a[0] === SETTLE ? { seq, op: 'settle', t, id, s } : { seq, op: 'admit', t, id, r: s };
+}
