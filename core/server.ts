@@ -22,7 +22,7 @@ import { BodyMemory, readBody, recordedBody } from './body.js';
 import { KEEPALIVE } from './sse.js';
 import { runChain, runFinally, type CompiledChain } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
-import { Transport } from './transport.js';
+import { Transport } from './upstream/transport.js';
 import { runModelCall, type UpstreamDeps } from './upstream.js';
 import type { Store } from './store/types.js';
 import { openStore } from './store/index.js';

@@ -21,7 +21,7 @@ import { KEEPALIVE, SseParser, type SseBytesBlock } from './sse.js';
 import { passthrough } from './protocols/passthrough.js';
 import type { Conversion, ErrorInfo, ResponseTranslator } from './protocols/types.js';
 import { resolveModel, upstreamProtocol } from './routing.js';
-import { Transport, TransportError, type UpstreamResponse } from './transport.js';
+import { Transport, TransportError, type UpstreamResponse } from './upstream/transport.js';
 import { estimateTokens } from './protocols/usage.js';
 import { isFree, type Usage } from './money.js';
 import { chargeRate, choices } from './billing.js';
@@ -466,7 +466,7 @@ async function deliverJson(ctx: RequestContext, attempt: Attempt, up: UpstreamRe
   }
   // With its length, as the providers send it (not chunked): the whole answer is in hand. An
   // ASCII answer (most are) has the same bytes in latin1, which encodes as a plain copy, far
-  // cheaper than UTF-8 (as core/transport.ts does for request bodies).
+  // cheaper than UTF-8 (as core/upstream/transport.ts does for request bodies).
   const bytes = Buffer.byteLength(out.body);
   writeHead(ctx, 200, rateLimitHeaders(up.body, { 'content-type': 'application/json', 'content-length': String(bytes) }));
   ctx.res.end(out.body, bytes === out.body.length ? 'latin1' : 'utf8');
