@@ -5,7 +5,7 @@
 import type { PluginInstance, Outcome } from './plugin.js';
 import type { RequestContext } from './context.js';
 import { toGatewayError, type GatewayError } from './errors.js';
-import type { ChainHooks } from './upstream.js';
+import type { ChainHooks } from './upstream/types.js';
 
 export interface CompiledChain extends ChainHooks {
   names: readonly string[];

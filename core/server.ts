@@ -23,7 +23,7 @@ import { KEEPALIVE } from './sse.js';
 import { runChain, runFinally, type CompiledChain } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
 import { Transport } from './upstream/transport.js';
-import { runModelCall, type UpstreamDeps } from './upstream.js';
+import { runModelCall, type UpstreamDeps } from './upstream/index.js';
 import type { Store } from './store/types.js';
 import { openStore } from './store/index.js';
 import { systemClock, type Clock } from './clock.js';
