@@ -20,7 +20,7 @@ import { type OutgoingBody } from '../json/text.js';
 import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from './http.js';
 import { deliverJson } from './json.js';
 import { billInput, runOnResponse } from './outcome.js';
-import { deliverStream } from './stream.js';
+import { StreamDelivery } from './stream.js';
 import { TransportError, type UpstreamResponse } from './transport.js';
 import type { ChainHooks, UpstreamDeps } from './types.js';
 
@@ -122,7 +122,7 @@ export async function tryAttempt(
       return false;
     }
     ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: 'ok' });
-    if (stream) return await deliverStream(ctx, attempt, up, hooks, call.timedOut, call.idleTimedOut);
+    if (stream) return await new StreamDelivery(ctx, attempt, up, hooks, call.timedOut, call.idleTimedOut).run();
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {
     call.done();
