@@ -4,10 +4,11 @@
  * `newAttempt` makes the attempt the loop (core/upstream/index.ts) records in `ctx.attempts`;
  * `tryAttempt` encodes the request in the upstream's protocol, sends it, and hands an answer < 400
  * to its delivery (core/upstream/json.ts or stream.ts). It returns true when the client was
- * answered (successfully, or with a committed stream that failed later); false leaves
- * `attempt.error` and `attempt.failure` set, after the onResponse hooks ran, for the loop to try
- * another account or model. It throws only what must end the request (a refused body, a client
- * gone while a large body was encoded).
+ * answered (successfully, or with a committed stream that failed later); false, after the
+ * onResponse hooks ran, leaves `attempt.error` and `attempt.failure` set (or a hook set
+ * `attempt.retry`) for the loop to try another account or model. What ends the request is thrown:
+ * a body that cannot be converted, a client gone while a large body was encoded, a header Node
+ * refuses, a hook's error.
  */
 import type { Attempt, ParsedBody, RequestContext, ResolvedModel } from '../context.js';
 import { GatewayError } from '../errors.js';

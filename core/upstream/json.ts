@@ -3,10 +3,10 @@
  * read whole (at most MAX_JSON_BODY), translated to the client's protocol, judged by the
  * onResponse hooks, then written in one piece with its length.
  *
- * Returns true when it answered the client. False leaves `attempt.error` (and `failure`) set for
- * the attempt loop, which may try another account or model: nothing was written then. The usage is
- * the upstream's, else estimated from the answer's size; a client that left while the body was
- * read is billed its input (`billInput`).
+ * Returns true when it answered the client. False (nothing was written) leaves `attempt.error` and
+ * `attempt.failure` set, or a hook set `attempt.retry`: the loop may try another account or model.
+ * The usage is the upstream's, else estimated from the answer's size; a client that left while the
+ * body was read is billed its input (`billInput`).
  */
 import type { Attempt, RequestContext } from '../context.js';
 import { GatewayError } from '../errors.js';
