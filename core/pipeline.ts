@@ -6,7 +6,7 @@ import type { PluginInstance } from './plugin.js';
 import type { Outcome } from './types.js';
 import type { RequestContext } from './context.js';
 import { toGatewayError, type GatewayError } from './errors.js';
-import type { ChainHooks } from './upstream.js';
+import type { ChainHooks } from './upstream/types.js';
 
 export interface CompiledChain extends ChainHooks {
   names: readonly string[];

@@ -5,7 +5,7 @@
  */
 import { GatewayError } from '../errors.js';
 import { spliceJson, spliceLarge } from '../protocols/splice.js';
-import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream.js';
+import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from '../upstream/http.js';
 import type { Handler } from './types.js';
 import { sendJson } from './types.js';
 

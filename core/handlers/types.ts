@@ -1,5 +1,5 @@
 import type { RequestContext } from '../context.js';
-import type { UpstreamDeps } from '../upstream.js';
+import type { UpstreamDeps } from '../upstream/types.js';
 
 /** A route's terminal step when it is not a model call (`handler:` in gateway.yaml). */
 export type Handler = (ctx: RequestContext, deps: UpstreamDeps) => Promise<void>;

@@ -13,7 +13,7 @@
  *  - `Ropes` remembers, for the strings of a parsed body that span several pieces, the flat parts
  *    they are made of, so a serializer or a codec can read them a part at a time;
  *  - `OutgoingBody` is an upstream body as flat parts with its byte length, written to the socket a
- *    part at a time (core/transport.ts).
+ *    part at a time (core/upstream/transport.ts).
  *
  * Whoever reads a long string of a large body's JSON directly (a plugin's regular expression on a
  * 200 MiB text) still works, and pays the one flattening copy itself.

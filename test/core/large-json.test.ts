@@ -296,7 +296,7 @@ t.test('large-body work waits for the turn\'s share: a chunk arriving once it is
   const { largeWork } = await import('../../core/json/share.js');
   const { readRaw } = await import('../../core/body.js');
   const { OutgoingBody } = await import('../../core/json/text.js');
-  const { writeParts } = await import('../../core/transport.js');
+  const { writeParts } = await import('../../core/upstream/transport.js');
   const text = JSON.stringify({ model: 'm', data: 'x'.repeat(200) });
   const req = Object.assign(new Readable({ read() {} }), { headers: { 'content-length': String(text.length) } });
   const raw = readRaw(req as never, 1 << 20, undefined, 16);

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { classifyOutcome, cooldownMs, parseResetDuration, providerDelayMs, slowAccounts, TTFT_SAMPLES, TtftWindow } from '../../core/pool/health.js';
 import { GatewayError } from '../../core/errors.js';
-import { mapUpstreamStatus } from '../../core/upstream.js';
+import { mapUpstreamStatus } from '../../core/upstream/http.js';
 
 const NOW = Date.UTC(2026, 0, 1);
 const sched = { cooldownMs: 1000, maxCooldownMs: 10_000, slowFactor: 3, slowMarginMs: 1000 };

@@ -21,9 +21,9 @@
  */
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
-import type { ProviderConfig } from './config/types.js';
-import type { OutgoingBody } from './json/text.js';
-import { largeWork } from './json/share.js';
+import type { ProviderConfig } from '../config/types.js';
+import type { OutgoingBody } from '../json/text.js';
+import { largeWork } from '../json/share.js';
 
 export interface UpstreamRequest {
   provider: ProviderConfig;

@@ -1,0 +1,171 @@
+/**
+ * One attempt: a model on one account, sent once through the transport.
+ *
+ * `newAttempt` makes the attempt the loop (core/upstream/index.ts) records in `ctx.attempts`;
+ * `tryAttempt` encodes the request in the upstream's protocol, sends it, and hands an answer < 400
+ * to its delivery (core/upstream/json.ts or stream.ts). It returns true when the client was
+ * answered (successfully, or with a committed stream that failed later); false, after the
+ * onResponse hooks ran, leaves `attempt.error` and `attempt.failure` set (or a hook set
+ * `attempt.retry`) for the loop to try another account or model. What ends the request is thrown:
+ * a body that cannot be converted, a client gone while a large body was encoded, a header Node
+ * refuses, a hook's error.
+ */
+import type { Attempt, ParsedBody, RequestContext, ResolvedModel } from '../context.js';
+import { GatewayError } from '../errors.js';
+import type { AccountConfig } from '../config/types.js';
+import type { Conversion } from '../protocols/types.js';
+import { upstreamProtocol } from '../routing.js';
+import { LARGE_BODY, yieldTurn } from '../body.js';
+import { largeWork } from '../json/share.js';
+import { type OutgoingBody } from '../json/text.js';
+import { accountBaseUrl, mapUpstreamStatus, readAll, upstreamHeaders, upstreamPath } from './http.js';
+import { deliverJson } from './json.js';
+import { billInput, runOnResponse } from './outcome.js';
+import { StreamDelivery } from './stream.js';
+import { TransportError, type UpstreamResponse } from './transport.js';
+import type { ChainHooks, UpstreamDeps } from './types.js';
+
+/** Upstream error bodies are read for their message, up to this much. */
+const MAX_ERROR_BODY = 256 * 1024;
+
+const ANSWER = Symbol('answer');
+const HEADERS = Symbol('headers');
+/**
+ * An attempt as the core makes it: its `responseHeaders` are the upstream's (Node parses them
+ * only when read, and most requests never read them) until a plugin sets its own.
+ */
+interface AttemptState extends Attempt {
+  [ANSWER]: UpstreamResponse | undefined;
+  [HEADERS]: Attempt['responseHeaders'];
+}
+
+/** A new attempt of `cand` on `account`, numbered after those already in `ctx.attempts`. */
+export function newAttempt(ctx: RequestContext, cand: ResolvedModel, account: AccountConfig, body: ParsedBody): Attempt {
+  const state: AttemptState = {
+    index: ctx.attempts.length,
+    model: cand.model,
+    provider: cand.provider,
+    account,
+    upstreamProtocol: upstreamProtocol(ctx.protocol!, ctx.group, cand.provider.protocols),
+    headers: {},
+    retry: false,
+    request: { text: body.text, json: body.json, large: body.large },
+    [ANSWER]: undefined,
+    [HEADERS]: undefined,
+    get responseHeaders() {
+      return this[HEADERS] ?? this[ANSWER]?.headers;
+    },
+    set responseHeaders(v) {
+      this[HEADERS] = v;
+    },
+  };
+  return state;
+}
+
+/** One attempt. True when it answered the client (successfully or with a committed stream). */
+export async function tryAttempt(
+  ctx: RequestContext, attempt: Attempt, stream: boolean, hooks: ChainHooks, deps: UpstreamDeps,
+): Promise<boolean> {
+  const { provider } = attempt;
+  const conversion = attempt.conversion!;
+  const large = ctx.requestChars > LARGE_BODY;
+  if (large) await yieldTurn();
+  // Built in a frame of its own: this one stays suspended for a stream's whole life, and nothing
+  // of the request may stay in it.
+  let requestBody: string | OutgoingBody | Promise<OutgoingBody> = encodeRequest(ctx, attempt, conversion, stream);
+  if (requestBody instanceof Promise) requestBody = await requestBody;
+  if (large) {
+    await yieldTurn();
+    if (ctx.clientGone.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+  }
+  const url = accountBaseUrl(deps, provider, attempt.account) + upstreamPath(provider, attempt.upstreamProtocol);
+  // The plugins' headers over ours, as a spread would put them, without copying ours.
+  const headers = upstreamHeaders(ctx, provider, attempt.upstreamProtocol, stream, attempt.account);
+  for (const k in attempt.headers) headers[k] = attempt.headers[k];
+  const totalMs = provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs;
+  const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
+  const started = Date.now();
+  // One timer for the attempt (the whole-attempt deadline and the idle timeout): the transport's.
+  const call = deps.transport.send({ provider, account: attempt.account?.name, url, headers, body: requestBody, timeoutMs: totalMs, idleTimeoutMs: idleMs });
+  requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
+  const gone = ctx.clientGone;
+  gone.addEventListener('abort', call.abort);
+  let up: UpstreamResponse;
+  try {
+    up = await call.response;
+  } catch (e) {
+    call.done();
+    gone.removeEventListener('abort', call.abort);
+    const te = e as TransportError;
+    const timeout = call.timedOut() || te.kind === 'timeout';
+    // The client left after the upstream took the request: it processed the input, so that is billed.
+    if (gone.aborted && call.sent()) billInput(ctx, attempt);
+    attempt.error = gone.aborted
+      ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
+      : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
+    attempt.failure = timeout ? 'timeout' : 'connect';
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: timeout ? 'timeout' : 'connect_error' });
+    const r = runOnResponse(ctx, attempt, hooks);
+    if (r) await r;
+    return false;
+  }
+  ctx.metrics?.upstreamLatency.observe({ provider: provider.name, model: attempt.model.id }, (Date.now() - started) / 1000);
+  attempt.status = up.status;
+  (attempt as AttemptState)[ANSWER] = up; // responseHeaders reads it when asked
+  try {
+    if (up.status >= 400) {
+      let errText = '';
+      try { errText = await readAll(up.body, MAX_ERROR_BODY); } catch { /* message unknown */ }
+      attempt.error = mapUpstreamStatus(up.status, up.headers, errText);
+      attempt.failure = 'status';
+      ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: String(up.status) });
+      await runOnResponse(ctx, attempt, hooks);
+      return false;
+    }
+    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: 'ok' });
+    if (stream) return await new StreamDelivery(ctx, attempt, up, hooks, call.timedOut, call.idleTimedOut).run();
+    return await deliverJson(ctx, attempt, up, hooks);
+  } finally {
+    call.done();
+    gone.removeEventListener('abort', call.abort);
+  }
+}
+
+/**
+ * The upstream body of an attempt: a string (returned as it is, no promise), or a large body's
+ * parts built a share of each turn at a time.
+ */
+function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: Conversion, stream: boolean): string | Promise<OutgoingBody> {
+  let body: string | OutgoingBody;
+  try {
+    const input = {
+      text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
+    };
+    const largeBody = attempt.request.large;
+    body = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);
+  } catch (e) {
+    throw encodeError(e);
+  }
+  return typeof body === 'string' ? body : buildParts(ctx, body);
+}
+
+/** Builds a large body's parts a share of each turn at a time. */
+async function buildParts(ctx: RequestContext, body: OutgoingBody): Promise<OutgoingBody> {
+  try {
+    for (;;) {
+      if (largeWork.left === 0) await largeWork.next();
+      if (ctx.clientGone.aborted) return body;
+      const t = performance.now();
+      const done = body.step(largeWork.left);
+      largeWork.charge(performance.now() - t);
+      if (done) return body;
+    }
+  } catch (e) {
+    throw encodeError(e);
+  }
+}
+
+/** Converting walks the body recursively: a pathologically nested one is the client's error. */
+function encodeError(e: unknown): unknown {
+  return e instanceof RangeError ? new GatewayError('INVALID_REQUEST', { message: 'Request body is nested too deeply to convert' }) : e;
+}
