@@ -20,8 +20,6 @@ import type { Metrics } from './metrics.js';
 import type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 import { resolveModel } from './routing.js';
 
-export type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
-
 export function createSlot<T>(name: string): Slot<T> {
   return Object.freeze({ name });
 }

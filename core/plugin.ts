@@ -65,8 +65,6 @@ export interface PluginDeps {
   instanceName: string;
 }
 
-export type { Outcome, StreamFrame } from './types.js';
-
 type Awaitable<T> = T | Promise<T>;
 
 export interface PluginInstance {

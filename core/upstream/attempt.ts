@@ -10,7 +10,8 @@
  * a body that cannot be converted, a client gone while a large body was encoded, a header Node
  * refuses, a hook's error.
  */
-import type { Attempt, ParsedBody, RequestContext, ResolvedModel } from '../context.js';
+import type { RequestContext } from '../context.js';
+import type { Attempt, ParsedBody, ResolvedModel } from '../types.js';
 import { GatewayError } from '../errors.js';
 import type { AccountConfig } from '../config/types.js';
 import type { Conversion } from '../protocols/types.js';

@@ -20,7 +20,8 @@
  * - transport.ts: the HTTP transport (one `http.request` per attempt);
  * - types.ts: `UpstreamDeps` and `ChainHooks`, the contract with the server and the pipeline.
  */
-import type { Attempt, RequestContext, ResolvedModel } from '../context.js';
+import type { RequestContext } from '../context.js';
+import type { Attempt, ResolvedModel } from '../types.js';
 import { GatewayError } from '../errors.js';
 import type { ProtocolName } from '../config/types.js';
 import { passthrough } from '../protocols/passthrough.js';

@@ -8,7 +8,8 @@
  * The usage is the upstream's, else estimated from the answer's size; a client that left while the
  * body was read is billed its input (`billInput`).
  */
-import type { Attempt, RequestContext } from '../context.js';
+import type { RequestContext } from '../context.js';
+import type { Attempt } from '../types.js';
 import { GatewayError } from '../errors.js';
 import type { Usage } from '../money.js';
 import { rateLimitHeaders, readAll } from './http.js';

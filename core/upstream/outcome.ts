@@ -7,7 +7,8 @@
  * - `writeHead` is the commit: the status line is written once, and `ctx.committed` says so.
  * - `estimateUsage` and `billInput` put a usage on the request when the upstream reported none.
  */
-import type { Attempt, RequestContext } from '../context.js';
+import type { RequestContext } from '../context.js';
+import type { Attempt } from '../types.js';
 import { toGatewayError } from '../errors.js';
 import type { PluginInstance } from '../plugin.js';
 import { estimateTokens } from '../protocols/usage.js';

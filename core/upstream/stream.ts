@@ -17,7 +17,8 @@
  * the `for await`'s own: `writeNow()` returns a boolean, and only a full client buffer is waited for.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Attempt, RequestContext } from '../context.js';
+import type { RequestContext } from '../context.js';
+import type { Attempt } from '../types.js';
 import { GatewayError } from '../errors.js';
 import type { PluginInstance } from '../plugin.js';
 import { KEEPALIVE, SseParser, type SseBytesBlock } from '../sse.js';
