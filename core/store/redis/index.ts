@@ -10,7 +10,7 @@
  *   one slot has its other slots' reservations and counts taken back right after (compensation),
  *   so a concurrent request may meanwhile be refused by a reservation that is about to vanish.
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
- *   (`clock`) replaces it for the money periods only.
+ *   (`clock`) replaces it for the money periods only (pack.ts `now`).
  * - Crash recovery: each admission is listed under its instance (an index in Redis) with its
  *   `recovery` settlement. Instances renew a lease in a registry (heartbeat every lease/3); the
  *   reaper of any live instance resolves the admissions of an instance whose lease expired: the
@@ -46,12 +46,8 @@ import {
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts, SCRIPT_NAMES, type ScriptName } from './scripts.js';
+import { claimSpec, DONE_TTL_MS, int, LIST, now, OP, packSettlement, PARTS, RECORD_TTL_MS, tagOf, unpackSettlement } from './pack.js';
 
-const DAY = 86_400_000;
-/** An admission record outlives any request; an instance index lives as long. */
-const RECORD_TTL_MS = 7 * DAY;
-/** Done markers make settlement idempotent for a day (as the memory store). */
-const DONE_TTL_MS = DAY;
 const RECENT_MAX = 100_000;
 const PROBE_MS = 250;
 const WAITER_POLL_MS = 1_000;
@@ -73,13 +69,6 @@ const BATCH_MAX = 32;
 const BATCHES_IN_FLIGHT = 2;
 const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
-/** Separators of packed script arguments (lib.lua): fields, list items, parts of an index entry. */
-const SEP = '\x1f';
-const LIST = '\x1e';
-const PARTS = '\x1d';
-/** Separates the fields of one operation in a batch (batch.lua). */
-const OP = '\x1c';
-const CONTROL = /[\x1c-\x1f]/;
 
 export interface RedisStoreOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -167,51 +156,6 @@ const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
 
 function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
-}
-
-function int(v: number): string {
-  if (!Number.isSafeInteger(v)) throw new TypeError(`expected an integer, got ${v}`);
-  return String(v);
-}
-
-/** Names already checked by `field` (config names: bounded; cleared if it ever grows large). */
-const checkedNames = new Set<string>();
-
-/** A name packed into a script argument (config names never hold the separators). */
-function field(v: string): string {
-  if (checkedNames.has(v)) return v;
-  if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1c-0x1f: ${JSON.stringify(v)}`);
-  if (checkedNames.size >= 10_000) checkedNames.clear();
-  checkedNames.add(v);
-  return v;
-}
-
-/**
- * A settlement as one argument (settle.lua reads the fields by position) — also how an admission's
- * recovery settlement is kept in its instance index for the reaper.
- */
-function packSettlement(s: Settlement): string {
-  const u = s.usage;
-  let windows = '';
-  for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
-  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
-    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
-    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
-}
-
-function unpackSettlement(text: string): Settlement {
-  const f = text.split(SEP);
-  if (f.length !== 14 || (f[4] !== 'balance' && f[4] !== 'plan')) throw new Error('not a packed settlement');
-  const n = (i: number) => {
-    const v = Number(f[i]);
-    if (!Number.isSafeInteger(v)) throw new Error('not a packed settlement');
-    return v;
-  };
-  return {
-    keyId: f[0], user: f[1], group: f[2], model: f[3], billing: f[4], actual: n(5), cost: n(6),
-    usage: { input: n(7), output: n(8), cacheRead: n(9), cacheWrite: n(10) }, durationMs: n(11),
-    windows: f[12] ? (f[12].split(',') as Window[]) : [], estimated: f[13] === '1' || undefined,
-  };
 }
 
 /** Replies that mean "Redis cannot serve right now" rather than a bug in the call. */
@@ -582,29 +526,11 @@ export class RedisStore implements Store {
     if (this.closed) throw new Error('store is closed');
   }
 
-  private now(): string {
-    return this.clock ? int(this.clock.now()) : '0';
-  }
-
   private share(limit: number): number {
     return limit > 0 ? Math.max(1, Math.ceil(limit / this.divisor)) : limit;
   }
 
   // ---- admission --------------------------------------------------------------------------
-
-  private tagOf(c: Claim): string {
-    switch (c.kind) {
-      case 'balance':
-      case 'plan':
-      case 'spend-cap':
-        return this.keys.user(c.user);
-      case 'key-quota':
-      case 'key-window':
-        return this.keys.apiKey(c.key);
-      case 'rpm':
-        return c.scope === 'user' ? this.keys.user(c.id) : c.scope === 'group' ? this.keys.group(c.id) : this.keys.account(c.id);
-    }
-  }
 
   /** Claims grouped by hash slot (cluster), or one part for everything (single Redis). */
   private partition(req: AdmitRequest, slot?: Part['slot']): Part[] {
@@ -615,7 +541,7 @@ export class RedisStore implements Store {
       if (!p) parts.set(tag, (p = { tag, claims: [] }));
       return p;
     };
-    req.claims.forEach((claim, index) => partFor(this.tagOf(claim)).claims.push({ index, claim }));
+    req.claims.forEach((claim, index) => partFor(tagOf(this.keys, claim)).claims.push({ index, claim }));
     // Recovery settles the key's and the user's counters: both need a record to act on.
     if (req.recovery) {
       partFor(this.keys.apiKey(req.recovery.keyId));
@@ -626,27 +552,6 @@ export class RedisStore implements Store {
     return [...parts.values()];
   }
 
-  /** One claim for admit.lua: index, kind, hash tag, parameters. */
-  private claimSpec(index: number, c: Claim): string {
-    const k = this.keys;
-    switch (c.kind) {
-      case 'balance':
-        return `${index}${SEP}b${SEP}${k.user(c.user)}${SEP}${int(c.credit)}${SEP}${c.free ? '1' : '0'}${SEP}${int(c.freeRpm)}`;
-      case 'plan': {
-        const l = c.limits;
-        return `${index}${SEP}p${SEP}${k.user(c.user)}${SEP}${field(c.group)}${SEP}${int(l.daily)}${SEP}${int(l.weekly)}${SEP}${int(l.monthly)}`;
-      }
-      case 'key-quota':
-        return `${index}${SEP}q${SEP}${k.apiKey(c.key)}${SEP}${int(c.limit)}`;
-      case 'key-window':
-        return `${index}${SEP}w${SEP}${k.apiKey(c.key)}${SEP}${c.window}${SEP}${int(c.limit)}${SEP}${int(WINDOW_MS[c.window])}`;
-      case 'spend-cap':
-        return `${index}${SEP}c${SEP}${k.user(c.user)}${SEP}${c.period === 'weekly' ? 'w' : 'm'}${SEP}${int(c.limit)}`;
-      case 'rpm':
-        return `${index}${SEP}r${SEP}${this.tagOf(c)}${SEP}${int(c.limit)}`;
-    }
-  }
-
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
     return this.admitScript(req, part.tag, part.claims, part.slot, indexEntry);
@@ -655,13 +560,13 @@ export class RedisStore implements Store {
   private async admitScript(req: AdmitRequest, tag: string, claims: readonly { index: number; claim: Claim }[] | readonly Claim[], sl: Part['slot'], indexEntry: string): Promise<number[]> {
     const rec = this.keys.record(tag, req.requestId);
     const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
-    const args = [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];
+    const args = [now(this.clock), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];
     if (sl) args.push(this.keys.slotTag(sl.req.scope), sl.id, int(sl.req.limit), int(Math.max(0, sl.req.queueSize)));
     else args.push('', '', '', '');
     let spec = '';
     for (let i = 0; i < claims.length; i++) {
       const c = claims[i];
-      spec += (i > 0 ? LIST : '') + ('claim' in c ? this.claimSpec(c.index, c.claim) : this.claimSpec(i, c));
+      spec += (i > 0 ? LIST : '') + ('claim' in c ? claimSpec(this.keys, c.index, c.claim) : claimSpec(this.keys, i, c));
     }
     args.push(spec);
     return (await this.op('a', 'admit', keys, args)) as number[];
@@ -913,7 +818,7 @@ export class RedisStore implements Store {
     const userTag = k.user(s.user);
     const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
     const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.op('s', 'settle', keys, [this.now(), mode, id, instance, effects, keyTag, userTag, packed])) as number;
+    return (await this.op('s', 'settle', keys, [now(this.clock), mode, id, instance, effects, keyTag, userTag, packed])) as number;
   }
 
   // ---- crash recovery ---------------------------------------------------------------------------
@@ -1189,7 +1094,7 @@ export class RedisStore implements Store {
 
   async keyState(keyId: string): Promise<KeyState> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.counters(keyId)], [this.now(), 'key', WINDOW_SPEC])) as number[];
+      const r = (await this.run('read', [this.keys.counters(keyId)], [now(this.clock), 'key', WINDOW_SPEC])) as number[];
       const windows = {} as Record<Window, WindowState>;
       WINDOWS.forEach((w, i) => {
         const [start, used, reserved] = r.slice(2 + 3 * i, 5 + 3 * i);
@@ -1201,14 +1106,14 @@ export class RedisStore implements Store {
 
   async planUsage(user: string, group: string): Promise<PeriodUsage> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.plan(user, group)], [this.now(), 'plan'])) as number[];
+      const r = (await this.run('read', [this.keys.plan(user, group)], [now(this.clock), 'plan'])) as number[];
       return { daily: r[0], weekly: r[1], monthly: r[2] };
     });
   }
 
   async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.caps(user)], [this.now(), 'cap'])) as number[];
+      const r = (await this.run('read', [this.keys.caps(user)], [now(this.clock), 'cap'])) as number[];
       return { weekly: r[0], monthly: r[1] };
     });
   }
@@ -1216,7 +1121,7 @@ export class RedisStore implements Store {
   async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
     return this.read(async () => {
       const k = this.keys;
-      const r = (await this.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [this.now(), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
+      const r = (await this.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
       const total = zeroCounters();
       const flat = r[0] as string[];
       for (let i = 0; i < flat.length; i += 2) {
