@@ -20,23 +20,22 @@
  *   lease is taken for dead: its late settlements find the request resolved and are dropped
  *   (logged); the recovered charge stands.
  * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
- * - Faults: every call is bounded by `timeoutMs`, and ioredis keeps no offline queue. A timeout or
- *   lost connection marks Redis away until a probe succeeds. While away: admissions with a money
- *   claim fail closed (503 billing_service_error); RPM-only admissions and slots run on a local
- *   memory store at each limit's per-instance share (limit / `instancesHint`, rounded up); reads
- *   fail closed; settlements and cancels wait in an in-memory queue sent in order once Redis is
- *   back (idempotent per request id, so nothing counts twice). An admission whose outcome is
- *   unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the admission
- *   if it arrives later still. The queue does not survive the process: an admission of a process
- *   that dies with its settlement queued is resolved by the reaper's rule.
+ * - Faults: every call is bounded (client.ts). A timeout or lost connection marks Redis away
+ *   until a probe succeeds. While away: admissions with a money claim fail closed (503
+ *   billing_service_error); RPM-only admissions and slots run on a local memory store at each
+ *   limit's per-instance share (limit / `instancesHint`, rounded up); reads fail closed;
+ *   settlements and cancels wait in an in-memory queue sent in order once Redis is back
+ *   (idempotent per request id, so nothing counts twice). An admission whose outcome is unknown
+ *   (timed out) is cancelled once Redis answers; the cancel's marker refuses the admission if it
+ *   arrives later still. The queue does not survive the process: an admission of a process that
+ *   dies with its settlement queued is resolved by the reaper's rule.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
-import { GatewayError } from '../../errors.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
 import { MemoryStore } from '../memory.js';
 import {
@@ -45,28 +44,15 @@ import {
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
-import { loadScripts, SCRIPT_NAMES, type ScriptName } from './scripts.js';
-import { claimSpec, DONE_TTL_MS, int, LIST, now, OP, packSettlement, PARTS, RECORD_TTL_MS, tagOf, unpackSettlement } from './pack.js';
+import { loadScripts } from './scripts.js';
+import { check, isUnavailable, RedisClient, refuse, Unavailable, type Faults, type Reply } from './client.js';
+import { claimSpec, DONE_TTL_MS, int, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf, unpackSettlement } from './pack.js';
 
 const RECENT_MAX = 100_000;
 const PROBE_MS = 250;
 const WAITER_POLL_MS = 1_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
-/** Most operations in one batch.lua call (each runs for tens of microseconds in Redis). */
-const BATCH_MAX = 32;
-/**
- * Batches in Redis at once. One, plus a second only when a full batch (BATCH_MAX) waits behind it:
- * operations that arrive while a batch is in Redis wait for its reply and go together in the next.
- * A script call costs Redis a fixed part (loading and writing each counter hash, the script's own
- * set-up) whatever its size, so small batches cost more per operation — on a loaded Redis, and in
- * the bench's on the core it shares with the upstream. Measured in the bench's Redis chain
- * (A/B, eight rounds): against sending a second batch of any size at once, +6 % requests/s,
- * -4 % gateway and -22 % Redis CPU per request, scripts per request 0.08 instead of 0.15; against
- * strictly one at a time, the second batch under a backlog is worth +13 %. Four in flight did no
- * better; a BATCH_MAX of 64 no better either.
- */
-const BATCHES_IN_FLIGHT = 2;
 const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 
@@ -135,22 +121,6 @@ interface Waiter {
   onAbort: () => void;
 }
 
-/** An admission, settlement or cancel waiting for this turn's batch (single Redis). */
-interface BatchOp {
-  kind: 'a' | 's' | 'c';
-  name: ScriptName;
-  keys: string[];
-  args: string[];
-  resolve: (r: Reply) => void;
-  reject: (e: unknown) => void;
-}
-
-type Client = Redis | Cluster;
-type Reply = string | number | null | Reply[];
-
-/** Redis is unreachable or did not answer in time: the outcome of the call is unknown. */
-class Unavailable extends Error {}
-
 const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
 const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
 
@@ -158,18 +128,13 @@ function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
 }
 
-/** Replies that mean "Redis cannot serve right now" rather than a bug in the call. */
-const BUSY_REPLY = /^(LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|OOM|NOREPLICAS)\b/;
-
-export class RedisStore implements Store {
+export class RedisStore implements Store, Faults {
   readonly kind = 'redis' as const;
   readonly instanceId: string;
 
   private readonly keys: Keys;
-  private readonly client: Client;
-  private readonly sub: Client;
+  private readonly redis: RedisClient;
   private readonly log: Logger;
-  private readonly timeoutMs: number;
   private readonly leaseMs: number;
   private readonly divisor: number;
   private readonly clock?: Clock;
@@ -197,17 +162,12 @@ export class RedisStore implements Store {
   private slotSeq = 0;
 
   private readonly timers: NodeJS.Timeout[] = [];
-  /** Operations waiting for the next batch.lua call; at most BATCHES_IN_FLIGHT batches in Redis. */
-  private batchOps: BatchOp[] = [];
-  private batchArmed = false;
-  private readonly batchesInFlight = new Set<Promise<void>>();
   /** This instance's index of admissions (single Redis: written by admit.lua). */
   private readonly ownIndex: string;
 
   private constructor(opts: RedisStoreOptions, local: MemoryStore) {
     this.keys = new Keys(opts.prefix ?? 'gw:');
     this.log = opts.log ?? silentLogger;
-    this.timeoutMs = opts.timeoutMs ?? 500;
     this.leaseMs = Math.min(opts.leaseMs ?? 15_000, 30_000);
     this.divisor = Math.max(1, Math.floor(opts.instancesHint ?? 1));
     this.clock = opts.clock;
@@ -217,59 +177,16 @@ export class RedisStore implements Store {
     this.local = local;
     this.ownIndex = this.keys.index(this.instanceId);
 
-    const base = {
-      commandTimeout: this.timeoutMs,
-      connectTimeout: Math.max(this.timeoutMs, 1_000),
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      retryStrategy: (times: number) => Math.min(50 * times, 1_000),
-      lazyConnect: false,
-      // Off: ioredis's automatic pipelines run one at a time, which would hold the second batch
-      // (BATCHES_IN_FLIGHT) until the first is answered; the batches already make one command of
-      // the waiting operations.
-      enableAutoPipelining: false,
-    };
-    if (this.cluster) {
-      const nodes = opts.url.split(',').map((u) => u.trim()).filter(Boolean).map((u) => {
-        const url = new URL(u.includes('://') ? u : `redis://${u}`);
-        return { host: url.hostname, port: Number(url.port || 6379) };
-      });
-      const first = new URL(opts.url.split(',')[0].includes('://') ? opts.url.split(',')[0] : `redis://${opts.url.split(',')[0]}`);
-      const redisOptions = {
-        commandTimeout: this.timeoutMs,
-        connectTimeout: base.connectTimeout,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-        username: first.username ? decodeURIComponent(first.username) : undefined,
-        password: first.password ? decodeURIComponent(first.password) : undefined,
-      };
-      this.client = new Cluster(nodes, {
-        redisOptions,
-        enableOfflineQueue: false,
-        clusterRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
-        slotsRefreshTimeout: Math.max(this.timeoutMs, 1_000),
-        maxRedirections: 8,
-        // Not on a cluster: ioredis refuses to auto-pipeline scripts whose slots differ.
-        enableAutoPipelining: false,
-      });
-      this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
-    } else {
-      this.client = new Redis(opts.url, base);
-      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
-    }
     const scripts = loadScripts({
       prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
     });
-    // Prefixed: a command named `slots` would replace the cluster client's slot table.
-    for (const name of SCRIPT_NAMES) this.client.defineCommand(`gw_${name}`, { lua: scripts[name] });
+    this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
 
-    this.client.on('error', () => undefined); // reported through fault() by the calls that fail
-    this.client.on('close', () => this.fault(new Unavailable('connection to Redis closed')));
-    this.client.on('ready', () => void this.probe());
-    this.sub.on('error', () => undefined);
-    this.sub.on('message', (_ch: string, id: string) => this.onWake(id));
-    this.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
+    this.redis.faults = this;
+    this.redis.client.on('close', () => this.fault(new Unavailable('connection to Redis closed')));
+    this.redis.client.on('ready', () => void this.probe());
+    this.redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
+    this.redis.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -305,7 +222,7 @@ export class RedisStore implements Store {
   }
 
   /** Records a failed call: Redis is away until a probe succeeds. */
-  private fault(e: unknown): void {
+  fault(e: unknown): void {
     if (this.closed) return;
     if (this.state === 'up') {
       this.state = 'down';
@@ -345,7 +262,7 @@ export class RedisStore implements Store {
           void this.drain();
         }
       } catch (e) {
-        if (!this.isUnavailable(e)) this.log.error('store probe failed', { error: e as Error });
+        if (!isUnavailable(e)) this.log.error('store probe failed', { error: e as Error });
         if (this.state === 'down') this.logDown(e);
       } finally {
         this.probing = undefined;
@@ -360,7 +277,7 @@ export class RedisStore implements Store {
   private async checkMode(): Promise<void> {
     this.checkedMode = true;
     try {
-      const info = await this.cmd((c) => (c as Redis).info('cluster'));
+      const info = await this.redis.cmd((c) => (c as Redis).info('cluster'));
       if (/cluster_enabled:1/.test(info)) this.log.error('store: this Redis is a cluster node; set store.cluster: true');
     } catch {
       this.checkedMode = false;
@@ -370,17 +287,17 @@ export class RedisStore implements Store {
   private async beat(): Promise<boolean> {
     // Not before the client is ready: a cluster client without its slot table sends commands to
     // random nodes and follows the redirections, out of order.
-    if (this.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.client.status}`);
+    if (this.redis.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.redis.client.status}`);
     const work = (async () => {
       // A cluster client connects to each node on first use, and retries that first command on a
       // random node (out of order): connect them all before serving.
-      if (this.client instanceof Cluster) await Promise.all(this.client.nodes('master').map((n) => n.ping()));
-      return this.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
+      if (this.redis.client instanceof Cluster) await Promise.all(this.redis.client.nodes('master').map((n) => n.ping()));
+      return this.redis.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
     })();
     // Bounded whatever a client queue does: a probe that never ends would stop every later one.
     let timer: NodeJS.Timeout | undefined;
     const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.timeoutMs + 200);
+      timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.redis.timeoutMs + 200);
     });
     try {
       return (await Promise.race([work, limit])) === 1;
@@ -390,136 +307,15 @@ export class RedisStore implements Store {
     }
   }
 
-  private isUnavailable(e: unknown): boolean {
-    if (e instanceof Unavailable) return true;
-    const msg = (e as Error)?.message ?? '';
-    if ((e as Error)?.name === 'ReplyError') return BUSY_REPLY.test(msg);
-    return true; // connection errors, timeouts, cluster failures
-  }
-
-  /** Runs a script; failures that mean "Redis away" become Unavailable and mark the store down. */
-  private async run(name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
-    try {
-      const fn = (this.client as unknown as Record<string, (n: number, ...a: string[]) => Promise<Reply>>)[`gw_${name}`];
-      return await fn.call(this.client, keys.length, ...keys, ...args);
-    } catch (e) {
-      throw this.classify(e);
-    }
-  }
-
-  /**
-   * An admission, settlement or cancel. On a single Redis the operations of one event-loop turn
-   * (and those that arrive while a batch is in flight: BATCHES_IN_FLIGHT) go to Redis as one batch.lua call: still at
-   * most one round trip each, and Redis reads and writes each hash they share once. A batch of one
-   * runs its own script. On a cluster each runs at once (its keys are in its own hash slot).
-   */
-  private op(kind: BatchOp['kind'], name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
-    if (this.cluster) return this.run(name, keys, args);
-    return new Promise<Reply>((resolve, reject) => {
-      this.batchOps.push({ kind, name, keys, args, resolve, reject });
-      this.armBatch();
-    });
-  }
-
-  private armBatch(): void {
-    const inFlight = this.batchesInFlight.size;
-    if (this.batchArmed || inFlight >= BATCHES_IN_FLIGHT || this.batchOps.length === 0) return;
-    // Behind a batch in Redis, only a full one goes at once; fewer wait for its reply (armBatch
-    // runs again when it settles).
-    if (inFlight > 0 && this.batchOps.length < BATCH_MAX) return;
-    this.batchArmed = true;
-    setImmediate(this.flushBatch);
-  }
-
-  private readonly flushBatch = (): void => {
-    this.batchArmed = false;
-    const ops = this.batchOps.length <= BATCH_MAX ? this.batchOps : this.batchOps.slice(0, BATCH_MAX);
-    this.batchOps = ops === this.batchOps ? [] : this.batchOps.slice(BATCH_MAX);
-    if (ops.length === 0) return;
-    const sent: Promise<void> = this.sendBatch(ops).finally(() => {
-      this.batchesInFlight.delete(sent);
-      this.armBatch();
-    });
-    this.batchesInFlight.add(sent);
-    this.armBatch(); // a full batch left over beyond BATCH_MAX goes as the second
-  };
-
-  private async sendBatch(ops: BatchOp[]): Promise<void> {
-    if (ops.length === 1) {
-      const o = ops[0];
-      try {
-        o.resolve(await this.run(o.name, o.keys, o.args));
-      } catch (e) {
-        o.reject(e);
-      }
-      return;
-    }
-    // One argument per operation (its fields OP-separated): a client library's cost is per argument.
-    const args: string[] = new Array(ops.length);
-    for (let i = 0; i < ops.length; i++) {
-      const o = ops[i];
-      let text = o.kind + OP + o.keys.length;
-      for (const k of o.keys) text += OP + k;
-      for (const a of o.args) text += OP + a;
-      args[i] = text;
-    }
-    let replies: Reply[];
-    try {
-      replies = (await this.run('batch', [], args)) as Reply[];
-    } catch (e) {
-      for (const o of ops) o.reject(e);
-      return;
-    }
-    for (let i = 0; i < ops.length; i++) {
-      const r = replies[i];
-      if (ops[i].kind === 'a' && r === -1) ops[i].reject(new Error('ERR request already admitted'));
-      else ops[i].resolve(r);
-    }
-  }
-
-  /** Resolves once no batched operation waits or runs (close()). */
-  private async batchesDone(): Promise<void> {
-    while (this.batchOps.length > 0 || this.batchesInFlight.size > 0) {
-      if (this.batchesInFlight.size > 0) await Promise.all(this.batchesInFlight);
-      else await new Promise((r) => setImmediate(r));
-    }
-  }
-
-  private async cmd<T>(f: (c: Client) => Promise<T>): Promise<T> {
-    try {
-      return await f(this.client);
-    } catch (e) {
-      throw this.classify(e);
-    }
-  }
-
-  private classify(e: unknown): Error {
-    if (!this.isUnavailable(e)) return e as Error;
-    const msg = (e as Error)?.message ?? String(e);
-    if ((e as Error)?.name === 'ReplyError') {
-      // A busy reply (out of memory, loading) did not run the call: this call fails, nothing more.
-    } else if (msg === 'Command timed out') {
-      // One slow answer may be a blip: Redis is marked away only if a heartbeat times out too.
-      this.confirmDown(e);
-    } else {
-      this.fault(e); // the connection is gone
-    }
-    return new Unavailable(msg, { cause: e });
-  }
-
   private confirming = false;
 
-  private confirmDown(e: unknown): void {
+  confirmDown(e: unknown): void {
     if (this.confirming || this.state !== 'up') return;
     this.confirming = true;
     this.beat().then(
       () => undefined,
       () => this.fault(e),
     ).finally(() => (this.confirming = false));
-  }
-
-  private refuse(e?: unknown): GatewayError {
-    return new GatewayError('BILLING_SERVICE', { cause: e });
   }
 
   private assertOpen(): void {
@@ -569,7 +365,7 @@ export class RedisStore implements Store {
       spec += (i > 0 ? LIST : '') + ('claim' in c ? claimSpec(this.keys, c.index, c.claim) : claimSpec(this.keys, i, c));
     }
     args.push(spec);
-    return (await this.op('a', 'admit', keys, args)) as number[];
+    return (await this.redis.op('a', 'admit', keys, args)) as number[];
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -605,7 +401,7 @@ export class RedisStore implements Store {
       const undo = [...admittedTags, ...unknown];
       if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
       const e = failures.find((f) => f instanceof Unavailable) ?? failures[0];
-      throw e instanceof Unavailable ? this.refuse(e) : e;
+      throw e instanceof Unavailable ? refuse(e) : e;
     }
 
     // The parts combine as one check in claim order: the first claim refused outright wins, else the first held.
@@ -642,7 +438,7 @@ export class RedisStore implements Store {
       // The answer was lost: take back what may have been applied (its cancel marker also
       // refuses the admission should it reach Redis later), now or once Redis answers.
       await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
-      throw this.refuse(e);
+      throw refuse(e);
     }
     if (r[0] === 1) return this.admitted(req, [tag], slot, r[1]);
     const failIndex = r[1] >= 0 ? r[1] : -1;
@@ -667,7 +463,7 @@ export class RedisStore implements Store {
 
   /** Redis away: RPM-only admissions run locally at the per-instance share; money fails closed. */
   private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
-    if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw this.refuse(new Unavailable('Redis unreachable'));
+    if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw refuse(new Unavailable('Redis unreachable'));
     const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
     const slot = req.slot && { ...req.slot, limit: this.share(req.slot.limit), queueSize: this.share(req.slot.queueSize) };
     const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot });
@@ -677,11 +473,11 @@ export class RedisStore implements Store {
 
   private async indexAdd(id: string, entry: string): Promise<void> {
     const index = this.keys.index(this.instanceId);
-    await this.cmd((c) => c.multi().hset(index, id, entry).pexpire(index, RECORD_TTL_MS).exec().then(check));
+    await this.redis.cmd((c) => c.multi().hset(index, id, entry).pexpire(index, RECORD_TTL_MS).exec().then(check));
   }
 
   private async indexDel(instance: string, id: string): Promise<void> {
-    await this.cmd((c) => c.hdel(this.keys.index(instance), id));
+    await this.redis.cmd((c) => c.hdel(this.keys.index(instance), id));
   }
 
   // ---- settlement and cancel ----------------------------------------------------------------
@@ -807,7 +603,7 @@ export class RedisStore implements Store {
 
   private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
     const rec = this.keys.record(tag, id);
-    await this.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
+    await this.redis.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
   }
 
   /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`: packSettlement(s). */
@@ -818,7 +614,7 @@ export class RedisStore implements Store {
     const userTag = k.user(s.user);
     const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
     const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.op('s', 'settle', keys, [now(this.clock), mode, id, instance, effects, keyTag, userTag, packed])) as number;
+    return (await this.redis.op('s', 'settle', keys, [now(this.clock), mode, id, instance, effects, keyTag, userTag, packed])) as number;
   }
 
   // ---- crash recovery ---------------------------------------------------------------------------
@@ -828,7 +624,7 @@ export class RedisStore implements Store {
     if (this.state !== 'up' || this.closed || Date.now() - this.upSince < this.leaseMs) return;
     let dead: string[];
     try {
-      dead = ((await this.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
+      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
     } catch (e) {
       if (e instanceof Unavailable) return;
       throw e;
@@ -845,7 +641,7 @@ export class RedisStore implements Store {
 
   private async reapInstance(instance: string): Promise<void> {
     const index = this.keys.index(instance);
-    const entries = await this.cmd((c) => c.hgetall(index));
+    const entries = await this.redis.cmd((c) => c.hgetall(index));
     for (const [id, text] of Object.entries(entries)) {
       let entry: { p: string[]; r: Settlement | null; packed: string };
       try {
@@ -869,15 +665,15 @@ export class RedisStore implements Store {
       }
       if (this.cluster) await this.indexDel(instance, id);
     }
-    if ((await this.cmd((c) => c.hlen(index))) === 0) {
-      await this.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
+    if ((await this.redis.cmd((c) => c.hlen(index))) === 0) {
+      await this.redis.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
     }
   }
 
   private async isAlive(instance: string): Promise<boolean> {
     const [score, time] = await Promise.all([
-      this.cmd((c) => c.zscore(this.keys.registry(), instance)),
-      this.cmd((c) => c.time()),
+      this.redis.cmd((c) => c.zscore(this.keys.registry(), instance)),
+      this.redis.cmd((c) => c.time()),
     ]);
     const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
     return score !== null && Number(score) > now;
@@ -895,7 +691,7 @@ export class RedisStore implements Store {
         const held = [...(this.held.get(scope) ?? [])];
         const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
         if (held.length === 0 && waiting.length === 0) return;
-        const lost = (await this.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
+        const lost = (await this.redis.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
         for (const id of lost) {
           if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
         }
@@ -925,7 +721,7 @@ export class RedisStore implements Store {
   }
 
   private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
-    return this.run('slots', this.keys.slots(scope), [op, ...args]);
+    return this.redis.run('slots', this.keys.slots(scope), [op, ...args]);
   }
 
   private acquireLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
@@ -1079,22 +875,22 @@ export class RedisStore implements Store {
   // ---- reads ----------------------------------------------------------------------------------
 
   private async read<T>(f: () => Promise<T>): Promise<T> {
-    if (this.state !== 'up') throw this.refuse(new Unavailable('Redis unreachable'));
+    if (this.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
     try {
       return await f();
     } catch (e) {
-      if (e instanceof Unavailable) throw this.refuse(e);
+      if (e instanceof Unavailable) throw refuse(e);
       throw e;
     }
   }
 
   async balanceSpent(user: string): Promise<number> {
-    return this.read(async () => Number((await this.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
+    return this.read(async () => Number((await this.redis.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
   }
 
   async keyState(keyId: string): Promise<KeyState> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.counters(keyId)], [now(this.clock), 'key', WINDOW_SPEC])) as number[];
+      const r = (await this.redis.run('read', [this.keys.counters(keyId)], [now(this.clock), 'key', WINDOW_SPEC])) as number[];
       const windows = {} as Record<Window, WindowState>;
       WINDOWS.forEach((w, i) => {
         const [start, used, reserved] = r.slice(2 + 3 * i, 5 + 3 * i);
@@ -1106,14 +902,14 @@ export class RedisStore implements Store {
 
   async planUsage(user: string, group: string): Promise<PeriodUsage> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.plan(user, group)], [now(this.clock), 'plan'])) as number[];
+      const r = (await this.redis.run('read', [this.keys.plan(user, group)], [now(this.clock), 'plan'])) as number[];
       return { daily: r[0], weekly: r[1], monthly: r[2] };
     });
   }
 
   async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
     return this.read(async () => {
-      const r = (await this.run('read', [this.keys.caps(user)], [now(this.clock), 'cap'])) as number[];
+      const r = (await this.redis.run('read', [this.keys.caps(user)], [now(this.clock), 'cap'])) as number[];
       return { weekly: r[0], monthly: r[1] };
     });
   }
@@ -1121,7 +917,7 @@ export class RedisStore implements Store {
   async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
     return this.read(async () => {
       const k = this.keys;
-      const r = (await this.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
+      const r = (await this.redis.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
       const total = zeroCounters();
       const flat = r[0] as string[];
       for (let i = 0; i < flat.length; i += 2) {
@@ -1143,7 +939,7 @@ export class RedisStore implements Store {
     const kc = this.keys.counters(keyId);
     const fields: string[] = ['used', '0'];
     for (const w of WINDOWS) fields.push(`${w}:u`, '0');
-    await this.read(() => this.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
+    await this.read(() => this.redis.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
   }
 
   // ---- remembered items -------------------------------------------------------------------------
@@ -1151,7 +947,7 @@ export class RedisStore implements Store {
   async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
     if (this.state !== 'up' || entries.length === 0) return;
     try {
-      await this.cmd((c) => {
+      await this.redis.cmd((c) => {
         const m = c.multi();
         for (const [id, value] of entries) m.set(this.keys.remembered(namespace, id), value, 'PX', Math.max(1, Math.round(ttlMs)));
         return m.exec().then(check);
@@ -1165,7 +961,7 @@ export class RedisStore implements Store {
   async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
     if (this.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
     try {
-      const values = await this.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
+      const values = await this.redis.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
       return values.map((v) => v ?? undefined);
     } catch {
       return ids.map(() => undefined);
@@ -1200,23 +996,22 @@ export class RedisStore implements Store {
         await this.probe().catch(() => undefined);
       }
     }
-    await this.batchesDone();
+    await this.redis.batchesDone();
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
     for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
     this.held.clear();
     if (this.state === 'up') {
       // Leave the registry only with nothing left for a reaper to resolve.
       try {
-        if ((await this.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
-          await this.cmd((c) => c.zrem(this.keys.registry(), this.instanceId));
+        if ((await this.redis.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
+          await this.redis.cmd((c) => c.zrem(this.keys.registry(), this.instanceId));
         }
       } catch {
         // the lease runs out by itself
       }
     }
     await this.local.close();
-    this.client.disconnect();
-    this.sub.disconnect();
+    this.redis.disconnect();
   }
 
   /** Tests: dies like a killed process — no goodbye, no pending sent, leases left to expire. */
@@ -1227,14 +1022,8 @@ export class RedisStore implements Store {
       clearTimeout(w.timer);
       clearInterval(w.poll);
     }
-    this.client.disconnect();
-    this.sub.disconnect();
+    this.redis.disconnect();
   }
-}
-
-function check(results: [Error | null, unknown][] | null): void {
-  if (!results) throw new Unavailable('transaction aborted');
-  for (const [err] of results) if (err) throw err;
 }
 
 function addCounters(into: UsageCounters, c: UsageCounters): void {
