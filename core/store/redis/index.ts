@@ -20,19 +20,16 @@
  *   lease is taken for dead: its late settlements find the request resolved and are dropped
  *   (logged); the recovered charge stands.
  * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
- * - Faults: every call is bounded (client.ts). A timeout or lost connection marks Redis away
- *   until a probe succeeds. While away: admissions with a money claim fail closed (503
- *   billing_service_error); RPM-only admissions and slots run on a local memory store at each
- *   limit's per-instance share (limit / `instancesHint`, rounded up); reads fail closed;
- *   settlements and cancels wait in an in-memory queue sent in order once Redis is back
- *   (idempotent per request id, so nothing counts twice). An admission whose outcome is unknown
- *   (timed out) is cancelled once Redis answers; the cancel's marker refuses the admission if it
- *   arrives later still. The queue does not survive the process: an admission of a process that
- *   dies with its settlement queued is resolved by the reaper's rule.
+ * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
+ *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
+ *   Redis is back (idempotent per request id, so nothing counts twice). An admission whose outcome
+ *   is unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the
+ *   admission if it arrives later still. The queue does not survive the process: an admission of a
+ *   process that dies with its settlement queued is resolved by the reaper's rule.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
@@ -45,15 +42,14 @@ import {
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
-import { check, isUnavailable, RedisClient, refuse, Unavailable, type Faults, type Reply } from './client.js';
+import { check, RedisClient, refuse, Unavailable, type Reply } from './client.js';
 import { claimSpec, DONE_TTL_MS, int, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf, unpackSettlement } from './pack.js';
+import { Health, PROBE_MS } from './health.js';
 
 const RECENT_MAX = 100_000;
-const PROBE_MS = 250;
 const WAITER_POLL_MS = 1_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
-const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 
 export interface RedisStoreOptions {
@@ -128,28 +124,18 @@ function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
 }
 
-export class RedisStore implements Store, Faults {
+export class RedisStore implements Store {
   readonly kind = 'redis' as const;
   readonly instanceId: string;
 
   private readonly keys: Keys;
   private readonly redis: RedisClient;
+  /** Redis up or away, and the degraded mode (named so: `health()` is the Store's). */
+  private readonly status: Health;
   private readonly log: Logger;
   private readonly leaseMs: number;
-  private readonly divisor: number;
   private readonly clock?: Clock;
-  private readonly onHealth?: (h: StoreHealth) => void;
   private readonly cluster: boolean;
-  private readonly local: MemoryStore;
-
-  private state: 'down' | 'up' = 'down';
-  private upSince = 0;
-  /** Set once "degraded" has been logged for the current outage. */
-  private downLogged = false;
-  private probing: Promise<void> | undefined;
-  /** While open() waits for the first connection, failures are expected and not logged. */
-  private starting = true;
-  private closed = false;
 
   private readonly live = new Map<string, LiveAdmission>();
   private readonly recent = new RecentIds(RECENT_MAX);
@@ -169,22 +155,20 @@ export class RedisStore implements Store, Faults {
     this.keys = new Keys(opts.prefix ?? 'gw:');
     this.log = opts.log ?? silentLogger;
     this.leaseMs = Math.min(opts.leaseMs ?? 15_000, 30_000);
-    this.divisor = Math.max(1, Math.floor(opts.instancesHint ?? 1));
     this.clock = opts.clock;
-    this.onHealth = opts.onHealth;
     this.cluster = opts.cluster ?? false;
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
-    this.local = local;
     this.ownIndex = this.keys.index(this.instanceId);
 
     const scripts = loadScripts({
       prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
-
-    this.redis.faults = this;
-    this.redis.client.on('close', () => this.fault(new Unavailable('connection to Redis closed')));
-    this.redis.client.on('ready', () => void this.probe());
+    this.status = new Health(this.redis, local, { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth }, {
+      beat: () => this.beat(),
+      pending: () => this.pending.length,
+      drain: () => void this.drain(),
+    });
     this.redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
     this.redis.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
   }
@@ -194,18 +178,16 @@ export class RedisStore implements Store, Faults {
     store.startTimers();
     const deadline = Date.now() + (opts.connectWaitMs ?? 2_000);
     while (!store.isUp() && Date.now() < deadline) {
-      await store.probe();
+      await store.status.probe();
       if (!store.isUp()) await new Promise((r) => setTimeout(r, 50));
     }
-    store.starting = false;
-    if (!store.isUp()) store.logDown(new Unavailable('no connection to Redis at start'));
+    store.status.starting = false;
+    if (!store.isUp()) store.status.logDown(new Unavailable('no connection to Redis at start'));
     return store;
   }
 
-  // ---- connection state -------------------------------------------------------------------
-
   isUp(): boolean {
-    return this.state === 'up';
+    return this.status.isUp();
   }
 
   private startTimers(): void {
@@ -218,72 +200,10 @@ export class RedisStore implements Store, Faults {
     };
     every(Math.max(50, Math.floor(this.leaseMs / 3)), () => this.heartbeat());
     every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reap());
-    every(PROBE_MS, () => (this.state === 'down' ? this.probe() : undefined));
+    every(PROBE_MS, () => (this.status.state === 'down' ? this.status.probe() : undefined));
   }
 
-  /** Records a failed call: Redis is away until a probe succeeds. */
-  fault(e: unknown): void {
-    if (this.closed) return;
-    if (this.state === 'up') {
-      this.state = 'down';
-      this.logDown(e);
-    }
-  }
-
-  private logDown(e: unknown): void {
-    if (this.downLogged || this.starting || this.closed) return;
-    this.downLogged = true;
-    this.log.warn('store degraded: Redis unreachable; money paths refused (503), RPM and concurrency per instance', {
-      error: (e as Error)?.message, share: `1/${this.divisor}`,
-    });
-    this.onHealth?.({ ready: false, degraded: this.degradedText() });
-  }
-
-  private degradedText(): string {
-    return `redis unreachable: money paths refused, RPM and concurrency at 1/${this.divisor} of each limit per instance`;
-  }
-
-  /** One heartbeat; success brings the store back up and sends what waited. */
-  private probe(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    this.probing ??= (async () => {
-      await null; // see drain()
-      try {
-        const wasKnown = await this.beat();
-        if (this.state === 'down') {
-          this.state = 'up';
-          this.upSince = Date.now();
-          const hadLogged = this.downLogged;
-          this.downLogged = false;
-          if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.pending.length });
-          if (!wasKnown && !this.starting) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
-          this.onHealth?.({ ready: true });
-          if (!this.cluster && !this.checkedMode) void this.checkMode();
-          void this.drain();
-        }
-      } catch (e) {
-        if (!isUnavailable(e)) this.log.error('store probe failed', { error: e as Error });
-        if (this.state === 'down') this.logDown(e);
-      } finally {
-        this.probing = undefined;
-      }
-    })();
-    return this.probing;
-  }
-
-  private checkedMode = false;
-
-  /** A Redis Cluster node addressed as a single server fails every multi-key script: say why. */
-  private async checkMode(): Promise<void> {
-    this.checkedMode = true;
-    try {
-      const info = await this.redis.cmd((c) => (c as Redis).info('cluster'));
-      if (/cluster_enabled:1/.test(info)) this.log.error('store: this Redis is a cluster node; set store.cluster: true');
-    } catch {
-      this.checkedMode = false;
-    }
-  }
-
+  /** Renews this instance's lease in the registry: true when it was registered already (not reaped). */
   private async beat(): Promise<boolean> {
     // Not before the client is ready: a cluster client without its slot table sends commands to
     // random nodes and follows the redirections, out of order.
@@ -305,25 +225,6 @@ export class RedisStore implements Store, Faults {
       clearTimeout(timer);
       work.catch(() => undefined);
     }
-  }
-
-  private confirming = false;
-
-  confirmDown(e: unknown): void {
-    if (this.confirming || this.state !== 'up') return;
-    this.confirming = true;
-    this.beat().then(
-      () => undefined,
-      () => this.fault(e),
-    ).finally(() => (this.confirming = false));
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new Error('store is closed');
-  }
-
-  private share(limit: number): number {
-    return limit > 0 ? Math.max(1, Math.ceil(limit / this.divisor)) : limit;
   }
 
   // ---- admission --------------------------------------------------------------------------
@@ -369,14 +270,14 @@ export class RedisStore implements Store, Faults {
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    this.assertOpen();
+    this.status.assertOpen();
     assertMoney('reserve', req.reserve);
     if (this.live.has(req.requestId) || this.recent.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
     if (req.recovery) {
       assertMoney('recovery.actual', req.recovery.actual);
       assertMoney('recovery.cost', req.recovery.cost);
     }
-    if (this.state !== 'up') return this.admitLocally(req);
+    if (this.status.state !== 'up') return this.admitLocally(req);
 
     // A slot asked for with the admission goes into the same script, unless there is nothing to take.
     const sr = req.slot;
@@ -461,12 +362,9 @@ export class RedisStore implements Store, Faults {
     return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
   }
 
-  /** Redis away: RPM-only admissions run locally at the per-instance share; money fails closed. */
+  /** Redis away: the degraded admission (health.ts), settled or cancelled on the local store too. */
   private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
-    if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw refuse(new Unavailable('Redis unreachable'));
-    const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
-    const slot = req.slot && { ...req.slot, limit: this.share(req.slot.limit), queueSize: this.share(req.slot.queueSize) };
-    const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot });
+    const r = await this.status.admitLocally(req);
     if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
     return r;
   }
@@ -483,7 +381,7 @@ export class RedisStore implements Store, Faults {
   // ---- settlement and cancel ----------------------------------------------------------------
 
   async settle(requestId: string, s: Settlement): Promise<void> {
-    this.assertOpen();
+    this.status.assertOpen();
     assertMoney('actual', s.actual);
     assertMoney('cost', s.cost);
     assertMoney('usage tokens', s.usage.input);
@@ -493,7 +391,7 @@ export class RedisStore implements Store, Faults {
     if (this.recent.has(requestId)) return;
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
-    if (adm?.local) await this.local.cancel(requestId, { keepCounts: true });
+    if (adm?.local) await this.status.local.cancel(requestId, { keepCounts: true });
     else if (adm) this.unbindSlot(adm);
     await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
     this.recent.add(requestId);
@@ -503,7 +401,7 @@ export class RedisStore implements Store, Faults {
     const adm = this.live.get(requestId);
     if (!adm) return;
     this.live.delete(requestId);
-    if (adm.local) return this.local.cancel(requestId, opts);
+    if (adm.local) return this.status.local.cancel(requestId, opts);
     this.unbindSlot(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
   }
@@ -524,7 +422,7 @@ export class RedisStore implements Store, Faults {
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
   private async runOrQueue(op: PendingOp): Promise<void> {
-    if (this.state === 'up' && this.pending.length === 0) {
+    if (this.status.state === 'up' && this.pending.length === 0) {
       try {
         await this.apply(op, this.instanceId);
         return;
@@ -541,7 +439,7 @@ export class RedisStore implements Store, Faults {
       this.log.error('store: pending queue full; dropping the oldest operation', { operation: dropped });
     }
     this.pending.push(op);
-    if (this.state === 'up') void this.drain();
+    if (this.status.state === 'up') void this.drain();
   }
 
   /** Sends queued settlements and cancels in order while Redis answers. */
@@ -550,7 +448,7 @@ export class RedisStore implements Store, Faults {
       // Yield first, so that the finally below never runs before this promise is stored.
       await null;
       try {
-        while (this.pending.length > 0 && this.state === 'up') {
+        while (this.pending.length > 0 && this.status.state === 'up') {
           const op = this.pending[0];
           try {
             await this.apply(op, this.instanceId);
@@ -621,7 +519,7 @@ export class RedisStore implements Store, Faults {
 
   /** Resolves the admissions of instances whose lease expired (see the header). */
   private async reap(): Promise<void> {
-    if (this.state !== 'up' || this.closed || Date.now() - this.upSince < this.leaseMs) return;
+    if (this.status.state !== 'up' || this.status.closed || Date.now() - this.status.upSince < this.leaseMs) return;
     let dead: string[];
     try {
       dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
@@ -681,7 +579,7 @@ export class RedisStore implements Store, Faults {
 
   /** Renews this instance's lease and its slot leases and waiters. */
   private async heartbeat(): Promise<void> {
-    if (this.state !== 'up' || this.closed) return;
+    if (this.status.state !== 'up' || this.status.closed) return;
     if (this.pending.length > 0) void this.drain();
     try {
       const known = await this.beat();
@@ -706,13 +604,13 @@ export class RedisStore implements Store, Faults {
   async acquireSlot(req: SlotRequest): Promise<SlotResult> {
     if (req.signal.aborted) return { ok: false, reason: 'aborted' };
     if (req.limit <= 0) return { ok: true, release: () => {} };
-    if (this.state !== 'up') return this.acquireLocally(req, req.maxWaitMs);
+    if (this.status.state !== 'up') return this.status.acquireSlotLocally(req, req.maxWaitMs);
     const id = `${this.instanceId}/${++this.slotSeq}`;
     let r: number;
     try {
       r = (await this.slotOp(req.scope, 'acquire', id, int(req.limit), int(Math.max(0, req.queueSize)))) as number;
     } catch (e) {
-      if (e instanceof Unavailable) return this.acquireLocally(req, req.maxWaitMs);
+      if (e instanceof Unavailable) return this.status.acquireSlotLocally(req, req.maxWaitMs);
       throw e;
     }
     if (r === 1) return this.granted(req.scope, id);
@@ -722,10 +620,6 @@ export class RedisStore implements Store, Faults {
 
   private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
     return this.redis.run('slots', this.keys.slots(scope), [op, ...args]);
-  }
-
-  private acquireLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
-    return this.local.acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs });
   }
 
   /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
@@ -759,7 +653,7 @@ export class RedisStore implements Store, Faults {
   /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
   private releaseRemote(scope: string, id: string): void {
     this.forgetHeld(scope, id);
-    if (this.state !== 'up') return;
+    if (this.status.state !== 'up') return;
     this.slotOp(scope, 'release', id).catch(() => undefined);
   }
 
@@ -838,7 +732,7 @@ export class RedisStore implements Store, Faults {
       w.req.signal.removeEventListener('abort', w.onAbort);
       this.waiters.delete(w.id);
       w.done = true;
-      let r = await this.acquireLocally(w.req, rest);
+      let r = await this.status.acquireSlotLocally(w.req, rest);
       if (r.ok && w.requestId !== undefined) {
         // Still the admission's slot: its settlement or cancel frees this local one.
         const s = this.live.get(w.requestId)?.slot;
@@ -875,7 +769,7 @@ export class RedisStore implements Store, Faults {
   // ---- reads ----------------------------------------------------------------------------------
 
   private async read<T>(f: () => Promise<T>): Promise<T> {
-    if (this.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
+    if (this.status.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
     try {
       return await f();
     } catch (e) {
@@ -935,7 +829,7 @@ export class RedisStore implements Store, Faults {
   }
 
   async resetKeyQuota(keyId: string): Promise<void> {
-    this.assertOpen();
+    this.status.assertOpen();
     const kc = this.keys.counters(keyId);
     const fields: string[] = ['used', '0'];
     for (const w of WINDOWS) fields.push(`${w}:u`, '0');
@@ -945,7 +839,7 @@ export class RedisStore implements Store, Faults {
   // ---- remembered items -------------------------------------------------------------------------
 
   async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
-    if (this.state !== 'up' || entries.length === 0) return;
+    if (this.status.state !== 'up' || entries.length === 0) return;
     try {
       await this.redis.cmd((c) => {
         const m = c.multi();
@@ -959,7 +853,7 @@ export class RedisStore implements Store, Faults {
   }
 
   async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
-    if (this.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
+    if (this.status.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
     try {
       const values = await this.redis.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
       return values.map((v) => v ?? undefined);
@@ -969,8 +863,7 @@ export class RedisStore implements Store, Faults {
   }
 
   async health(): Promise<StoreHealth> {
-    if (this.closed) return { ready: false };
-    return this.state === 'up' ? { ready: true } : { ready: false, degraded: this.degradedText() };
+    return this.status.report();
   }
 
   /** Queued settlements not yet in Redis. */
@@ -980,27 +873,27 @@ export class RedisStore implements Store, Faults {
 
   /** Tries once to send what is queued. */
   async flush(): Promise<void> {
-    if (this.state === 'up') await this.drain();
+    if (this.status.state === 'up') await this.drain();
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.status.closed) return;
+    this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
     for (const w of [...this.waiters.values()]) this.finish(w, { ok: false, reason: 'aborted' });
     const deadline = Date.now() + CLOSE_DRAIN_MS;
     while (this.pending.length > 0 && Date.now() < deadline) {
-      if (this.state === 'up') await this.drain();
+      if (this.status.state === 'up') await this.drain();
       if (this.pending.length > 0) {
         await new Promise((r) => setTimeout(r, PROBE_MS));
-        await this.probe().catch(() => undefined);
+        await this.status.probe().catch(() => undefined);
       }
     }
     await this.redis.batchesDone();
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
     for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
     this.held.clear();
-    if (this.state === 'up') {
+    if (this.status.state === 'up') {
       // Leave the registry only with nothing left for a reaper to resolve.
       try {
         if ((await this.redis.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
@@ -1010,13 +903,13 @@ export class RedisStore implements Store, Faults {
         // the lease runs out by itself
       }
     }
-    await this.local.close();
+    await this.status.local.close();
     this.redis.disconnect();
   }
 
   /** Tests: dies like a killed process — no goodbye, no pending sent, leases left to expire. */
   crash(): void {
-    this.closed = true;
+    this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
     for (const w of this.waiters.values()) {
       clearTimeout(w.timer);
