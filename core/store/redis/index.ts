@@ -11,14 +11,7 @@
  *   so a concurrent request may meanwhile be refused by a reservation that is about to vanish.
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
  *   (`clock`) replaces it for the money periods only (pack.ts `now`).
- * - Crash recovery: each admission is listed under its instance (an index in Redis) with its
- *   `recovery` settlement. Instances renew a lease in a registry (heartbeat every lease/3); the
- *   reaper of any live instance resolves the admissions of an instance whose lease expired: the
- *   `recovery` settlement (settle semantics, once, `recovered`), or a release without charge when
- *   there is none. It waits one lease after its own (re)connection before judging others, so an
- *   outage of Redis itself kills nobody. A live instance cut off from Redis for longer than the
- *   lease is taken for dead: its late settlements find the request resolved and are dropped
- *   (logged); the recovered charge stands.
+ * - Crash recovery: reaper.ts.
  * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
  * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
  *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
@@ -29,7 +22,6 @@
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Cluster } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
@@ -43,8 +35,10 @@ import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
 import { check, RedisClient, refuse, Unavailable, type Reply } from './client.js';
-import { claimSpec, DONE_TTL_MS, int, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf, unpackSettlement } from './pack.js';
+import { DONE_TTL_MS, int, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
 import { Health, PROBE_MS } from './health.js';
+import { Ops, type PartSlot } from './ops.js';
+import { Reaper } from './reaper.js';
 
 const RECENT_MAX = 100_000;
 const WAITER_POLL_MS = 1_000;
@@ -77,7 +71,7 @@ interface Part {
   tag: string;
   claims: { index: number; claim: Claim }[];
   /** This part's script also takes the admission's concurrency slot (AdmitRequest.slot). */
-  slot?: { req: SlotRequest; id: string };
+  slot?: PartSlot;
 }
 
 interface LiveAdmission {
@@ -132,6 +126,8 @@ export class RedisStore implements Store {
   private readonly redis: RedisClient;
   /** Redis up or away, and the degraded mode (named so: `health()` is the Store's). */
   private readonly status: Health;
+  private readonly ops: Ops;
+  private readonly reaper: Reaper;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly clock?: Clock;
@@ -148,8 +144,6 @@ export class RedisStore implements Store {
   private slotSeq = 0;
 
   private readonly timers: NodeJS.Timeout[] = [];
-  /** This instance's index of admissions (single Redis: written by admit.lua). */
-  private readonly ownIndex: string;
 
   private constructor(opts: RedisStoreOptions, local: MemoryStore) {
     this.keys = new Keys(opts.prefix ?? 'gw:');
@@ -158,17 +152,18 @@ export class RedisStore implements Store {
     this.clock = opts.clock;
     this.cluster = opts.cluster ?? false;
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
-    this.ownIndex = this.keys.index(this.instanceId);
 
     const scripts = loadScripts({
       prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
     this.status = new Health(this.redis, local, { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth }, {
-      beat: () => this.beat(),
+      beat: () => this.reaper.beat(),
       pending: () => this.pending.length,
       drain: () => void this.drain(),
     });
+    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
+    this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
     this.redis.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
   }
@@ -199,32 +194,8 @@ export class RedisStore implements Store {
       this.timers.push(t);
     };
     every(Math.max(50, Math.floor(this.leaseMs / 3)), () => this.heartbeat());
-    every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reap());
+    every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reaper.reap());
     every(PROBE_MS, () => (this.status.state === 'down' ? this.status.probe() : undefined));
-  }
-
-  /** Renews this instance's lease in the registry: true when it was registered already (not reaped). */
-  private async beat(): Promise<boolean> {
-    // Not before the client is ready: a cluster client without its slot table sends commands to
-    // random nodes and follows the redirections, out of order.
-    if (this.redis.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.redis.client.status}`);
-    const work = (async () => {
-      // A cluster client connects to each node on first use, and retries that first command on a
-      // random node (out of order): connect them all before serving.
-      if (this.redis.client instanceof Cluster) await Promise.all(this.redis.client.nodes('master').map((n) => n.ping()));
-      return this.redis.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
-    })();
-    // Bounded whatever a client queue does: a probe that never ends would stop every later one.
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.redis.timeoutMs + 200);
-    });
-    try {
-      return (await Promise.race([work, limit])) === 1;
-    } finally {
-      clearTimeout(timer);
-      work.catch(() => undefined);
-    }
   }
 
   // ---- admission --------------------------------------------------------------------------
@@ -251,22 +222,7 @@ export class RedisStore implements Store {
 
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
-    return this.admitScript(req, part.tag, part.claims, part.slot, indexEntry);
-  }
-
-  private async admitScript(req: AdmitRequest, tag: string, claims: readonly { index: number; claim: Claim }[] | readonly Claim[], sl: Part['slot'], indexEntry: string): Promise<number[]> {
-    const rec = this.keys.record(tag, req.requestId);
-    const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
-    const args = [now(this.clock), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];
-    if (sl) args.push(this.keys.slotTag(sl.req.scope), sl.id, int(sl.req.limit), int(Math.max(0, sl.req.queueSize)));
-    else args.push('', '', '', '');
-    let spec = '';
-    for (let i = 0; i < claims.length; i++) {
-      const c = claims[i];
-      spec += (i > 0 ? LIST : '') + ('claim' in c ? claimSpec(this.keys, c.index, c.claim) : claimSpec(this.keys, i, c));
-    }
-    args.push(spec);
-    return (await this.redis.op('a', 'admit', keys, args)) as number[];
+    return this.ops.admit(req, part.tag, part.claims, part.slot, indexEntry);
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -288,7 +244,7 @@ export class RedisStore implements Store {
     // For the reaper: the parts, and the settlement to apply if this process dies (PARTS-separated).
     const entry = `${tags.join(LIST)}${PARTS}${req.recovery ? packSettlement(req.recovery) : ''}`;
     const calls: Promise<unknown>[] = parts.map((p) => this.admitPart(req, p, entry));
-    if (this.cluster) calls.push(this.indexAdd(req.requestId, entry));
+    if (this.cluster) calls.push(this.ops.indexAdd(req.requestId, entry));
     const results = await Promise.allSettled(calls);
     const reply = (i: number) => (results[i].status === 'fulfilled' ? (results[i] as PromiseFulfilledResult<number[]>).value : undefined);
     const admittedTags = tags.filter((_t, i) => reply(i)?.[0] === 1);
@@ -333,7 +289,7 @@ export class RedisStore implements Store {
     const entry = tag + PARTS + (req.recovery ? packSettlement(req.recovery) : '');
     let r: number[];
     try {
-      r = await this.admitScript(req, tag, req.claims, slot, entry);
+      r = await this.ops.admit(req, tag, req.claims, slot, entry);
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;
       // The answer was lost: take back what may have been applied (its cancel marker also
@@ -367,15 +323,6 @@ export class RedisStore implements Store {
     const r = await this.status.admitLocally(req);
     if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
     return r;
-  }
-
-  private async indexAdd(id: string, entry: string): Promise<void> {
-    const index = this.keys.index(this.instanceId);
-    await this.redis.cmd((c) => c.multi().hset(index, id, entry).pexpire(index, RECORD_TTL_MS).exec().then(check));
-  }
-
-  private async indexDel(instance: string, id: string): Promise<void> {
-    await this.redis.cmd((c) => c.hdel(this.keys.index(instance), id));
   }
 
   // ---- settlement and cancel ----------------------------------------------------------------
@@ -471,18 +418,18 @@ export class RedisStore implements Store {
   /** Applies a settlement or cancel of an admission listed under `instance`. */
   private async apply(op: PendingOp, instance: string): Promise<void> {
     if (op.op === 'cancel') {
-      await Promise.all(this.cancelTags(op.id, op.tags).map((tag) => this.cancelPart(op.id, tag, op.undo, instance)));
-      if (this.cluster) await this.indexDel(instance, op.id);
+      await Promise.all(this.ops.cancelTags(op.id, op.tags).map((tag) => this.ops.cancelPart(op.id, tag, op.undo, instance)));
+      if (this.cluster) await this.ops.indexDel(instance, op.id);
       return;
     }
     const packed = packSettlement(op.s);
     if (!this.cluster) {
       // One part: no fan-out (every request settles here).
-      if ((await this.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
+      if ((await this.ops.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
       return;
     }
-    const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, packed, 's', instance)));
-    if (this.cluster) await this.indexDel(instance, op.id);
+    const codes = await Promise.all(this.ops.settleTags(op.id, op.s, op.tags).map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)));
+    if (this.cluster) await this.ops.indexDel(instance, op.id);
     if (codes.includes(2)) this.lateSettlement(op);
   }
 
@@ -490,99 +437,12 @@ export class RedisStore implements Store {
     this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
   }
 
-  private cancelTags(id: string, tags: string[]): string[] {
-    return this.cluster ? tags : [this.keys.request(id)];
-  }
-
-  private settleTags(id: string, s: Settlement, tags?: string[]): string[] {
-    if (!this.cluster) return [this.keys.request(id)];
-    return [...new Set([...(tags ?? []), this.keys.apiKey(s.keyId), this.keys.user(s.user)])];
-  }
-
-  private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
-    const rec = this.keys.record(tag, id);
-    await this.redis.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
-  }
-
-  /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`: packSettlement(s). */
-  private async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
-    const k = this.keys;
-    const rec = k.record(tag, id);
-    const keyTag = k.apiKey(s.keyId);
-    const userTag = k.user(s.user);
-    const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
-    const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.redis.op('s', 'settle', keys, [now(this.clock), mode, id, instance, effects, keyTag, userTag, packed])) as number;
-  }
-
-  // ---- crash recovery ---------------------------------------------------------------------------
-
-  /** Resolves the admissions of instances whose lease expired (see the header). */
-  private async reap(): Promise<void> {
-    if (this.status.state !== 'up' || this.status.closed || Date.now() - this.status.upSince < this.leaseMs) return;
-    let dead: string[];
-    try {
-      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
-    } catch (e) {
-      if (e instanceof Unavailable) return;
-      throw e;
-    }
-    for (const instance of dead) {
-      try {
-        await this.reapInstance(instance);
-      } catch (e) {
-        if (e instanceof Unavailable) return;
-        this.log.error('store: crash recovery failed', { instance, error: e as Error });
-      }
-    }
-  }
-
-  private async reapInstance(instance: string): Promise<void> {
-    const index = this.keys.index(instance);
-    const entries = await this.redis.cmd((c) => c.hgetall(index));
-    for (const [id, text] of Object.entries(entries)) {
-      let entry: { p: string[]; r: Settlement | null; packed: string };
-      try {
-        const [tags, packed] = text.split(PARTS);
-        if (packed === undefined) throw new Error('not an index entry');
-        entry = { p: tags.split(LIST), r: packed ? unpackSettlement(packed) : null, packed };
-      } catch {
-        this.log.error('store: unreadable admission entry dropped', { instance, requestId: id });
-        await this.indexDel(instance, id);
-        continue;
-      }
-      if (this.cluster && (await this.isAlive(instance))) return;
-      if (entry.r) {
-        const s: Settlement = { ...entry.r, recovered: true, estimated: true };
-        const tags = this.cluster ? this.settleTags(id, s, entry.p) : [this.keys.request(id)];
-        const codes = await Promise.all(tags.map((tag) => this.settlePart(id, tag, s, entry.packed, 'r', instance)));
-        if (codes.includes(4)) return; // it renewed its lease: alive after all
-        if (codes.includes(1)) this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
-      } else {
-        await Promise.all(this.cancelTags(id, entry.p).map((tag) => this.cancelPart(id, tag, 0, instance)));
-      }
-      if (this.cluster) await this.indexDel(instance, id);
-    }
-    if ((await this.redis.cmd((c) => c.hlen(index))) === 0) {
-      await this.redis.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
-    }
-  }
-
-  private async isAlive(instance: string): Promise<boolean> {
-    const [score, time] = await Promise.all([
-      this.redis.cmd((c) => c.zscore(this.keys.registry(), instance)),
-      this.redis.cmd((c) => c.time()),
-    ]);
-    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
-    return score !== null && Number(score) > now;
-  }
-
   /** Renews this instance's lease and its slot leases and waiters. */
   private async heartbeat(): Promise<void> {
     if (this.status.state !== 'up' || this.status.closed) return;
     if (this.pending.length > 0) void this.drain();
     try {
-      const known = await this.beat();
+      const known = await this.reaper.beat();
       if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
       const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
       await Promise.all([...scopes].map(async (scope) => {
@@ -893,16 +753,7 @@ export class RedisStore implements Store {
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
     for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
     this.held.clear();
-    if (this.status.state === 'up') {
-      // Leave the registry only with nothing left for a reaper to resolve.
-      try {
-        if ((await this.redis.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
-          await this.redis.cmd((c) => c.zrem(this.keys.registry(), this.instanceId));
-        }
-      } catch {
-        // the lease runs out by itself
-      }
-    }
+    await this.reaper.leave();
     await this.status.local.close();
     this.redis.disconnect();
   }
