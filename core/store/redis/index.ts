@@ -11,8 +11,7 @@
  *   so a concurrent request may meanwhile be refused by a reservation that is about to vanish.
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
  *   (`clock`) replaces it for the money periods only (pack.ts `now`).
- * - Crash recovery: reaper.ts.
- * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
+ * - Crash recovery: reaper.ts. Concurrency slots: slots.ts.
  * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
  *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
  *   Redis is back (idempotent per request id, so nothing counts twice). An admission whose outcome
@@ -22,7 +21,6 @@
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
@@ -35,13 +33,13 @@ import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
 import { check, RedisClient, refuse, Unavailable, type Reply } from './client.js';
-import { DONE_TTL_MS, int, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
+import { DONE_TTL_MS, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
 import { Health, PROBE_MS } from './health.js';
 import { Ops, type PartSlot } from './ops.js';
 import { Reaper } from './reaper.js';
+import { Slots, type AdmissionSlot } from './slots.js';
 
 const RECENT_MAX = 100_000;
-const WAITER_POLL_MS = 1_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
@@ -83,33 +81,10 @@ interface LiveAdmission {
   slot?: AdmissionSlot;
 }
 
-interface AdmissionSlot {
-  scope: string;
-  id: string;
-  /** A slot of the local fallback, taken while Redis was away during the wait: freed here. */
-  local?: () => void;
-}
-
 type PendingOp =
   | { op: 'settle'; id: string; s: Settlement; tags?: string[] }
   /** undo: 0 keep the counts, 1 take RPM counts back, 2 also unstart the windows it started (compensation). */
   | { op: 'cancel'; id: string; undo: 0 | 1 | 2; tags: string[] };
-
-interface Waiter {
-  id: string;
-  scope: string;
-  req: SlotRequest;
-  /** The admission the slot belongs to (taken with it). */
-  requestId?: string;
-  deadline: number;
-  done: boolean;
-  /** It was answered with a slot. */
-  ok?: boolean;
-  resolve: (r: SlotResult) => void;
-  timer: NodeJS.Timeout;
-  poll: NodeJS.Timeout;
-  onAbort: () => void;
-}
 
 const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
 const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
@@ -127,6 +102,7 @@ export class RedisStore implements Store {
   /** Redis up or away, and the degraded mode (named so: `health()` is the Store's). */
   private readonly status: Health;
   private readonly ops: Ops;
+  private readonly slots: Slots;
   private readonly reaper: Reaper;
   private readonly log: Logger;
   private readonly leaseMs: number;
@@ -137,11 +113,6 @@ export class RedisStore implements Store {
   private readonly recent = new RecentIds(RECENT_MAX);
   private pending: PendingOp[] = [];
   private draining: Promise<void> | undefined;
-
-  /** scope → lease ids held by this instance */
-  private readonly held = new Map<string, Set<string>>();
-  private readonly waiters = new Map<string, Waiter>();
-  private slotSeq = 0;
 
   private readonly timers: NodeJS.Timeout[] = [];
 
@@ -163,9 +134,8 @@ export class RedisStore implements Store {
       drain: () => void this.drain(),
     });
     this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
+    this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
-    this.redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
-    this.redis.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -196,6 +166,19 @@ export class RedisStore implements Store {
     every(Math.max(50, Math.floor(this.leaseMs / 3)), () => this.heartbeat());
     every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reaper.reap());
     every(PROBE_MS, () => (this.status.state === 'down' ? this.status.probe() : undefined));
+  }
+
+  /** Renews this instance's lease and its slot leases and waiters. */
+  private async heartbeat(): Promise<void> {
+    if (this.status.state !== 'up' || this.status.closed) return;
+    if (this.pending.length > 0) void this.drain();
+    try {
+      const known = await this.reaper.beat();
+      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+      await this.slots.renew();
+    } catch (e) {
+      if (!(e instanceof Unavailable)) throw e;
+    }
   }
 
   // ---- admission --------------------------------------------------------------------------
@@ -237,7 +220,7 @@ export class RedisStore implements Store {
 
     // A slot asked for with the admission goes into the same script, unless there is nothing to take.
     const sr = req.slot;
-    const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: `${this.instanceId}/${++this.slotSeq}` } : undefined;
+    const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: this.slots.nextId() } : undefined;
     if (!this.cluster) return this.admitSingle(req, slot);
     const parts = this.partition(req, slot);
     const tags = parts.map((p) => p.tag);
@@ -314,8 +297,8 @@ export class RedisStore implements Store {
     if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
     if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
     live.slot = { scope: sr.scope, id: slot.id };
-    if (state === 1) return { ok: true, slot: Promise.resolve(this.granted(sr.scope, slot.id, req.requestId)) };
-    return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
+    if (state === 1) return { ok: true, slot: Promise.resolve(this.slots.granted(sr.scope, slot.id, req.requestId)) };
+    return { ok: true, slot: this.slots.wait(sr, slot.id, req.requestId) };
   }
 
   /** Redis away: the degraded admission (health.ts), settled or cancelled on the local store too. */
@@ -339,7 +322,7 @@ export class RedisStore implements Store {
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
     if (adm?.local) await this.status.local.cancel(requestId, { keepCounts: true });
-    else if (adm) this.unbindSlot(adm);
+    else if (adm) this.slots.unbind(adm);
     await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
     this.recent.add(requestId);
   }
@@ -349,22 +332,8 @@ export class RedisStore implements Store {
     if (!adm) return;
     this.live.delete(requestId);
     if (adm.local) return this.status.local.cancel(requestId, opts);
-    this.unbindSlot(adm);
+    this.slots.unbind(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
-  }
-
-  /**
-   * The settlement or cancel of an admission frees its slot in Redis (the record names it): here,
-   * only stop renewing it, and end a wait for it.
-   */
-  private unbindSlot(adm: LiveAdmission): void {
-    const s = adm.slot;
-    if (!s) return;
-    adm.slot = undefined;
-    this.forgetHeld(s.scope, s.id);
-    const w = this.waiters.get(s.id);
-    if (w) this.finish(w, { ok: false, reason: 'aborted' });
-    s.local?.();
   }
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
@@ -437,193 +406,10 @@ export class RedisStore implements Store {
     this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
   }
 
-  /** Renews this instance's lease and its slot leases and waiters. */
-  private async heartbeat(): Promise<void> {
-    if (this.status.state !== 'up' || this.status.closed) return;
-    if (this.pending.length > 0) void this.drain();
-    try {
-      const known = await this.reaper.beat();
-      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
-      const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
-      await Promise.all([...scopes].map(async (scope) => {
-        const held = [...(this.held.get(scope) ?? [])];
-        const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
-        if (held.length === 0 && waiting.length === 0) return;
-        const lost = (await this.redis.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
-        for (const id of lost) {
-          if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
-        }
-      }));
-    } catch (e) {
-      if (!(e instanceof Unavailable)) throw e;
-    }
-  }
+  // ---- the rest of the Store interface ----------------------------------------------------------
 
-  // ---- concurrency slots ----------------------------------------------------------------------
-
-  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
-    if (req.signal.aborted) return { ok: false, reason: 'aborted' };
-    if (req.limit <= 0) return { ok: true, release: () => {} };
-    if (this.status.state !== 'up') return this.status.acquireSlotLocally(req, req.maxWaitMs);
-    const id = `${this.instanceId}/${++this.slotSeq}`;
-    let r: number;
-    try {
-      r = (await this.slotOp(req.scope, 'acquire', id, int(req.limit), int(Math.max(0, req.queueSize)))) as number;
-    } catch (e) {
-      if (e instanceof Unavailable) return this.status.acquireSlotLocally(req, req.maxWaitMs);
-      throw e;
-    }
-    if (r === 1) return this.granted(req.scope, id);
-    if (r === 2) return { ok: false, reason: 'queue_full' };
-    return this.wait(req, id);
-  }
-
-  private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
-    return this.redis.run('slots', this.keys.slots(scope), [op, ...args]);
-  }
-
-  /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
-  private granted(scope: string, id: string, requestId?: string): SlotResult {
-    let set = this.held.get(scope);
-    if (!set) this.held.set(scope, (set = new Set()));
-    set.add(id);
-    let released = false;
-    return {
-      ok: true,
-      release: () => {
-        if (released) return;
-        released = true;
-        if (requestId !== undefined) {
-          // Before its settlement: freed now, and unbound (the settlement's script finds it gone).
-          const adm = this.live.get(requestId);
-          if (adm?.slot?.id !== id) return; // the settlement or cancel freed it already
-          adm.slot = undefined;
-        }
-        this.releaseRemote(scope, id);
-      },
-    };
-  }
-
-  private forgetHeld(scope: string, id: string): void {
-    const set = this.held.get(scope);
-    set?.delete(id);
-    if (set?.size === 0) this.held.delete(scope);
-  }
-
-  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
-  private releaseRemote(scope: string, id: string): void {
-    this.forgetHeld(scope, id);
-    if (this.status.state !== 'up') return;
-    this.slotOp(scope, 'release', id).catch(() => undefined);
-  }
-
-  private wait(req: SlotRequest, id: string, requestId?: string): Promise<SlotResult> {
-    return new Promise<SlotResult>((resolve) => {
-      const w: Waiter = {
-        id, scope: req.scope, req, requestId, resolve, done: false,
-        deadline: Date.now() + Math.max(0, req.maxWaitMs),
-        timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
-        poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
-        onAbort: () => void this.giveUp(w, 'aborted'),
-      };
-      req.signal.addEventListener('abort', w.onAbort, { once: true });
-      this.waiters.set(id, w);
-    });
-  }
-
-  private finish(w: Waiter, r: SlotResult): void {
-    if (w.done) {
-      if (r.ok) r.release();
-      return;
-    }
-    w.done = true;
-    w.ok = r.ok;
-    clearTimeout(w.timer);
-    clearInterval(w.poll);
-    w.req.signal.removeEventListener('abort', w.onAbort);
-    this.waiters.delete(w.id);
-    w.resolve(r);
-  }
-
-  /** A grant published by the instance that freed the slot (or found by a poll). */
-  private onWake(id: string): void {
-    const w = this.waiters.get(id);
-    if (w) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
-    // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
-    if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
-      const scope = this.scopeOfOrphan(id);
-      if (scope) this.releaseRemote(scope, id);
-    }
-  }
-
-  private readonly goneWaiters = new LRUCache<string, string>({ max: 10_000 });
-
-  private scopeOfOrphan(id: string): string | undefined {
-    return this.goneWaiters.get(id);
-  }
-
-  private isHeld(id: string): boolean {
-    for (const set of this.held.values()) if (set.has(id)) return true;
-    return false;
-  }
-
-  private async pollWaiter(w: Waiter): Promise<void> {
-    if (w.done) return;
-    try {
-      const r = (await this.slotOp(w.scope, 'poll', w.id)) as number;
-      if (w.done) {
-        if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
-        return;
-      }
-      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
-      else if (r === 3) {
-        // Its place expired (this instance could not renew it): queue again.
-        const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
-        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
-        else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
-      }
-    } catch (e) {
-      if (!(e instanceof Unavailable) || w.done) return;
-      // Redis went away while waiting: wait for a local slot for the rest of max_wait.
-      this.goneWaiters.set(w.id, w.scope);
-      const rest = Math.max(0, w.deadline - Date.now());
-      clearInterval(w.poll);
-      clearTimeout(w.timer);
-      w.req.signal.removeEventListener('abort', w.onAbort);
-      this.waiters.delete(w.id);
-      w.done = true;
-      let r = await this.status.acquireSlotLocally(w.req, rest);
-      if (r.ok && w.requestId !== undefined) {
-        // Still the admission's slot: its settlement or cancel frees this local one.
-        const s = this.live.get(w.requestId)?.slot;
-        if (s?.id === w.id) s.local = r.release;
-        else {
-          r.release();
-          r = { ok: false, reason: 'aborted' };
-        }
-      }
-      w.ok = r.ok;
-      w.resolve(r);
-    }
-  }
-
-  private async giveUp(w: Waiter, reason: 'timeout' | 'aborted'): Promise<void> {
-    if (w.done) return;
-    this.goneWaiters.set(w.id, w.scope);
-    if (reason === 'aborted') this.finish(w, { ok: false, reason });
-    let r = 3;
-    try {
-      r = (await this.slotOp(w.scope, 'leave', w.id)) as number;
-    } catch {
-      // unreachable: the waiter expires with its lease
-    }
-    if (r === 1) {
-      // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
-      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
-      if (!w.ok) this.releaseRemote(w.scope, w.id);
-      return;
-    }
-    this.finish(w, { ok: false, reason });
+  acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    return this.slots.acquire(req);
   }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -740,7 +526,7 @@ export class RedisStore implements Store {
     if (this.status.closed) return;
     this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
-    for (const w of [...this.waiters.values()]) this.finish(w, { ok: false, reason: 'aborted' });
+    this.slots.abortWaiters();
     const deadline = Date.now() + CLOSE_DRAIN_MS;
     while (this.pending.length > 0 && Date.now() < deadline) {
       if (this.status.state === 'up') await this.drain();
@@ -751,8 +537,7 @@ export class RedisStore implements Store {
     }
     await this.redis.batchesDone();
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
-    for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
-    this.held.clear();
+    await this.slots.releaseAll();
     await this.reaper.leave();
     await this.status.local.close();
     this.redis.disconnect();
@@ -762,10 +547,7 @@ export class RedisStore implements Store {
   crash(): void {
     this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
-    for (const w of this.waiters.values()) {
-      clearTimeout(w.timer);
-      clearInterval(w.poll);
-    }
+    this.slots.stop();
     this.redis.disconnect();
   }
 }
