@@ -1,7 +1,7 @@
 /**
  * The Redis store: several gateway instances (processes, machines) share limits and money through
  * one Redis (or Redis Cluster). Same behaviour as the memory store (the contract is in ../types.ts);
- * the decisions that differ:
+ * the decisions that differ (made in this module unless another is named):
  *
  * - Atomicity: admission and settlement are each one Lua script (EVALSHA) — on a single Redis one
  *   call for the whole request. On a cluster one call per hash slot the request touches (its key,
@@ -18,31 +18,43 @@
  *   is unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the
  *   admission if it arrives later still. The queue does not survive the process: an admission of a
  *   process that dies with its settlement queued is resolved by the reaper's rule.
+ *
+ * The modules, each importing only modules listed below it:
+ *   index.ts    RedisStore: open, admit / settle / cancel, the queue, the timers, close, crash
+ *   read.ts     the read side (usage, admin views, remembered items)
+ *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
+ *   reaper.ts   the registry of live instances and crash recovery
+ *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
+ *   health.ts   Redis up or away, probing, the degraded mode, /readyz
+ *   client.ts   the connections, bounded calls, errors, batching
+ *   scripts.ts  the .lua scripts, loaded
+ *   pack.ts     the packed arguments of the scripts
+ *   keys.ts     the key layout
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
-import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
+import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory.js';
 import {
   type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage, type Settlement,
-  type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
+  type SlotRequest, type SlotResult, type Store, type StoreHealth,
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
-import { check, RedisClient, refuse, Unavailable, type Reply } from './client.js';
-import { DONE_TTL_MS, LIST, now, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
+import { RedisClient, refuse, Unavailable } from './client.js';
+import { DONE_TTL_MS, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
 import { Health, PROBE_MS } from './health.js';
 import { Ops, type PartSlot } from './ops.js';
 import { Reaper } from './reaper.js';
 import { Slots, type AdmissionSlot } from './slots.js';
+import { Reads } from './read.js';
 
 const RECENT_MAX = 100_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
-const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 
 export interface RedisStoreOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -86,9 +98,6 @@ type PendingOp =
   /** undo: 0 keep the counts, 1 take RPM counts back, 2 also unstart the windows it started (compensation). */
   | { op: 'cancel'; id: string; undo: 0 | 1 | 2; tags: string[] };
 
-const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
-const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
-
 function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
 }
@@ -104,9 +113,9 @@ export class RedisStore implements Store {
   private readonly ops: Ops;
   private readonly slots: Slots;
   private readonly reaper: Reaper;
+  private readonly reads: Reads;
   private readonly log: Logger;
   private readonly leaseMs: number;
-  private readonly clock?: Clock;
   private readonly cluster: boolean;
 
   private readonly live = new Map<string, LiveAdmission>();
@@ -120,7 +129,6 @@ export class RedisStore implements Store {
     this.keys = new Keys(opts.prefix ?? 'gw:');
     this.log = opts.log ?? silentLogger;
     this.leaseMs = Math.min(opts.leaseMs ?? 15_000, 30_000);
-    this.clock = opts.clock;
     this.cluster = opts.cluster ?? false;
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
 
@@ -136,6 +144,7 @@ export class RedisStore implements Store {
     this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
+    this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -412,100 +421,36 @@ export class RedisStore implements Store {
     return this.slots.acquire(req);
   }
 
-  // ---- reads ----------------------------------------------------------------------------------
-
-  private async read<T>(f: () => Promise<T>): Promise<T> {
-    if (this.status.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof Unavailable) throw refuse(e);
-      throw e;
-    }
+  balanceSpent(user: string): Promise<number> {
+    return this.reads.balanceSpent(user);
   }
 
-  async balanceSpent(user: string): Promise<number> {
-    return this.read(async () => Number((await this.redis.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
+  keyState(keyId: string): Promise<KeyState> {
+    return this.reads.keyState(keyId);
   }
 
-  async keyState(keyId: string): Promise<KeyState> {
-    return this.read(async () => {
-      const r = (await this.redis.run('read', [this.keys.counters(keyId)], [now(this.clock), 'key', WINDOW_SPEC])) as number[];
-      const windows = {} as Record<Window, WindowState>;
-      WINDOWS.forEach((w, i) => {
-        const [start, used, reserved] = r.slice(2 + 3 * i, 5 + 3 * i);
-        windows[w] = start < 0 ? { used, reserved } : { start, used, reserved };
-      });
-      return { used: r[0], reserved: r[1], windows };
-    });
+  planUsage(user: string, group: string): Promise<PeriodUsage> {
+    return this.reads.planUsage(user, group);
   }
 
-  async planUsage(user: string, group: string): Promise<PeriodUsage> {
-    return this.read(async () => {
-      const r = (await this.redis.run('read', [this.keys.plan(user, group)], [now(this.clock), 'plan'])) as number[];
-      return { daily: r[0], weekly: r[1], monthly: r[2] };
-    });
+  spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+    return this.reads.spendCapUsage(user);
   }
 
-  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
-    return this.read(async () => {
-      const r = (await this.redis.run('read', [this.keys.caps(user)], [now(this.clock), 'cap'])) as number[];
-      return { weekly: r[0], monthly: r[1] };
-    });
+  keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+    return this.reads.keyStats(keyId, fromDay, toDay);
   }
 
-  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
-    return this.read(async () => {
-      const k = this.keys;
-      const r = (await this.redis.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
-      const total = zeroCounters();
-      const flat = r[0] as string[];
-      for (let i = 0; i < flat.length; i += 2) {
-        const f = flat[i] as keyof UsageCounters;
-        if (COUNTER_NAMES.includes(f)) total[f] = Number(flat[i + 1]);
-      }
-      const today = zeroCounters();
-      for (const [, c] of Object.entries(byModel(r[1] as string[]))) addCounters(today, c);
-      const models: Record<string, UsageCounters> = {};
-      for (let i = 4; i < r.length; i += 2) {
-        for (const [model, c] of Object.entries(byModel(r[i + 1] as string[]))) addCounters((models[model] ??= zeroCounters()), c);
-      }
-      return { today, total, byModel: models, rpm: r[2] as number, tpm: r[3] as number };
-    });
+  resetKeyQuota(keyId: string): Promise<void> {
+    return this.reads.resetKeyQuota(keyId);
   }
 
-  async resetKeyQuota(keyId: string): Promise<void> {
-    this.status.assertOpen();
-    const kc = this.keys.counters(keyId);
-    const fields: string[] = ['used', '0'];
-    for (const w of WINDOWS) fields.push(`${w}:u`, '0');
-    await this.read(() => this.redis.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
+  remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+    return this.reads.remember(namespace, entries, ttlMs);
   }
 
-  // ---- remembered items -------------------------------------------------------------------------
-
-  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
-    if (this.status.state !== 'up' || entries.length === 0) return;
-    try {
-      await this.redis.cmd((c) => {
-        const m = c.multi();
-        for (const [id, value] of entries) m.set(this.keys.remembered(namespace, id), value, 'PX', Math.max(1, Math.round(ttlMs)));
-        return m.exec().then(check);
-      });
-    } catch (e) {
-      // A cache: what cannot be kept now is simply not found later.
-      if (!(e instanceof Unavailable)) this.log.warn('store: remember failed', { error: e as Error });
-    }
-  }
-
-  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
-    if (this.status.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
-    try {
-      const values = await this.redis.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
-      return values.map((v) => v ?? undefined);
-    } catch {
-      return ids.map(() => undefined);
-    }
+  recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+    return this.reads.recall(namespace, ids);
   }
 
   async health(): Promise<StoreHealth> {
@@ -550,21 +495,4 @@ export class RedisStore implements Store {
     this.slots.stop();
     this.redis.disconnect();
   }
-}
-
-function addCounters(into: UsageCounters, c: UsageCounters): void {
-  for (const n of COUNTER_NAMES) into[n] += c[n];
-}
-
-/** `<model>|<counter>` fields of a day record → counters per model. */
-function byModel(flat: string[]): Record<string, UsageCounters> {
-  const out: Record<string, UsageCounters> = {};
-  for (let i = 0; i < flat.length; i += 2) {
-    const sep = flat[i].lastIndexOf('|');
-    const model = flat[i].slice(0, sep);
-    const f = flat[i].slice(sep + 1) as keyof UsageCounters;
-    if (!COUNTER_NAMES.includes(f)) continue;
-    (out[model] ??= zeroCounters())[f] = Number(flat[i + 1]);
-  }
-  return out;
 }
