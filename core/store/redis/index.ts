@@ -136,6 +136,7 @@ export class RedisStore implements Store {
       prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
+    // Health's hooks call parts made below: they run on connection events and failed calls, never during construction.
     this.status = new Health(this.redis, local, { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth }, {
       beat: () => this.reaper.beat(),
       pending: () => this.pending.length,
