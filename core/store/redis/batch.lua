@@ -1,5 +1,5 @@
 -- Several operations in one call, in order: the admissions, settlements and cancels of one
--- event-loop turn on a single Redis (index.ts batches them). Each is what its own script would do
+-- event-loop turn on a single Redis (client.ts batches them). Each is what its own script would do
 -- (ops.lua), and the whole batch is atomic; every hash they touch is read once and written once.
 --
 -- ARGV: one argument per operation, its fields separated by \28: its kind (a admit, s settle,

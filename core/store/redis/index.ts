@@ -1,7 +1,7 @@
 /**
  * The Redis store: several gateway instances (processes, machines) share limits and money through
  * one Redis (or Redis Cluster). Same behaviour as the memory store (the contract is in ../types.ts);
- * the decisions that differ:
+ * the decisions that differ (made in this module unless another is named):
  *
  * - Atomicity: admission and settlement are each one Lua script (EVALSHA) — on a single Redis one
  *   call for the whole request. On a cluster one call per hash slot the request touches (its key,
@@ -10,76 +10,51 @@
  *   one slot has its other slots' reservations and counts taken back right after (compensation),
  *   so a concurrent request may meanwhile be refused by a reservation that is about to vanish.
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
- *   (`clock`) replaces it for the money periods only.
- * - Crash recovery: each admission is listed under its instance (an index in Redis) with its
- *   `recovery` settlement. Instances renew a lease in a registry (heartbeat every lease/3); the
- *   reaper of any live instance resolves the admissions of an instance whose lease expired: the
- *   `recovery` settlement (settle semantics, once, `recovered`), or a release without charge when
- *   there is none. It waits one lease after its own (re)connection before judging others, so an
- *   outage of Redis itself kills nobody. A live instance cut off from Redis for longer than the
- *   lease is taken for dead: its late settlements find the request resolved and are dropped
- *   (logged); the recovered charge stands.
- * - Concurrency slots are leases renewed by the heartbeat; the queue is global and FIFO (slots.lua).
- * - Faults: every call is bounded by `timeoutMs`, and ioredis keeps no offline queue. A timeout or
- *   lost connection marks Redis away until a probe succeeds. While away: admissions with a money
- *   claim fail closed (503 billing_service_error); RPM-only admissions and slots run on a local
- *   memory store at each limit's per-instance share (limit / `instancesHint`, rounded up); reads
- *   fail closed; settlements and cancels wait in an in-memory queue sent in order once Redis is
- *   back (idempotent per request id, so nothing counts twice). An admission whose outcome is
- *   unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the admission
- *   if it arrives later still. The queue does not survive the process: an admission of a process
- *   that dies with its settlement queued is resolved by the reaper's rule.
+ *   (`clock`) replaces it for the money periods only (pack.ts `now`).
+ * - Crash recovery: reaper.ts. Concurrency slots: slots.ts.
+ * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
+ *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
+ *   Redis is back (idempotent per request id, so nothing counts twice). An admission whose outcome
+ *   is unknown (timed out) is cancelled once Redis answers; the cancel's marker refuses the
+ *   admission if it arrives later still. The queue does not survive the process: an admission of a
+ *   process that dies with its settlement queued is resolved by the reaper's rule.
+ *
+ * The modules, each importing only modules listed below it:
+ *   index.ts    RedisStore: open, admit / settle / cancel, the queue, the timers, close, crash
+ *   read.ts     the read side (usage, admin views, remembered items)
+ *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
+ *   reaper.ts   the registry of live instances and crash recovery
+ *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
+ *   health.ts   Redis up or away, probing, the degraded mode, /readyz
+ *   client.ts   the connections, bounded calls, errors, batching
+ *   scripts.ts  the .lua scripts, loaded
+ *   pack.ts     the packed arguments of the scripts
+ *   keys.ts     the key layout
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
-import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
-import { GatewayError } from '../../errors.js';
-import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
+import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory/index.js';
 import {
   type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage, type Settlement,
-  type SlotRequest, type SlotResult, type Store, type StoreHealth, type UsageCounters, type WindowState,
+  type SlotRequest, type SlotResult, type Store, type StoreHealth,
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
-import { loadScripts, SCRIPT_NAMES, type ScriptName } from './scripts.js';
+import { loadScripts } from './scripts.js';
+import { RedisClient, refuse, Unavailable } from './client.js';
+import { DONE_TTL_MS, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
+import { Health, PROBE_MS } from './health.js';
+import { Ops, type PartSlot } from './ops.js';
+import { Reaper } from './reaper.js';
+import { Slots, type AdmissionSlot } from './slots.js';
+import { Reads } from './read.js';
 
-const DAY = 86_400_000;
-/** An admission record outlives any request; an instance index lives as long. */
-const RECORD_TTL_MS = 7 * DAY;
-/** Done markers make settlement idempotent for a day (as the memory store). */
-const DONE_TTL_MS = DAY;
 const RECENT_MAX = 100_000;
-const PROBE_MS = 250;
-const WAITER_POLL_MS = 1_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
-/** Most operations in one batch.lua call (each runs for tens of microseconds in Redis). */
-const BATCH_MAX = 32;
-/**
- * Batches in Redis at once. One, plus a second only when a full batch (BATCH_MAX) waits behind it:
- * operations that arrive while a batch is in Redis wait for its reply and go together in the next.
- * A script call costs Redis a fixed part (loading and writing each counter hash, the script's own
- * set-up) whatever its size, so small batches cost more per operation — on a loaded Redis, and in
- * the bench's on the core it shares with the upstream. Measured in the bench's Redis chain
- * (A/B, eight rounds): against sending a second batch of any size at once, +6 % requests/s,
- * -4 % gateway and -22 % Redis CPU per request, scripts per request 0.08 instead of 0.15; against
- * strictly one at a time, the second batch under a backlog is worth +13 %. Four in flight did no
- * better; a BATCH_MAX of 64 no better either.
- */
-const BATCHES_IN_FLIGHT = 2;
-const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
-const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
-/** Separators of packed script arguments (lib.lua): fields, list items, parts of an index entry. */
-const SEP = '\x1f';
-const LIST = '\x1e';
-const PARTS = '\x1d';
-/** Separates the fields of one operation in a batch (batch.lua). */
-const OP = '\x1c';
-const CONTROL = /[\x1c-\x1f]/;
 
 export interface RedisStoreOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -106,7 +81,7 @@ interface Part {
   tag: string;
   claims: { index: number; claim: Claim }[];
   /** This part's script also takes the admission's concurrency slot (AdmitRequest.slot). */
-  slot?: { req: SlotRequest; id: string };
+  slot?: PartSlot;
 }
 
 interface LiveAdmission {
@@ -118,214 +93,59 @@ interface LiveAdmission {
   slot?: AdmissionSlot;
 }
 
-interface AdmissionSlot {
-  scope: string;
-  id: string;
-  /** A slot of the local fallback, taken while Redis was away during the wait: freed here. */
-  local?: () => void;
-}
-
 type PendingOp =
   | { op: 'settle'; id: string; s: Settlement; tags?: string[] }
   /** undo: 0 keep the counts, 1 take RPM counts back, 2 also unstart the windows it started (compensation). */
   | { op: 'cancel'; id: string; undo: 0 | 1 | 2; tags: string[] };
 
-interface Waiter {
-  id: string;
-  scope: string;
-  req: SlotRequest;
-  /** The admission the slot belongs to (taken with it). */
-  requestId?: string;
-  deadline: number;
-  done: boolean;
-  /** It was answered with a slot. */
-  ok?: boolean;
-  resolve: (r: SlotResult) => void;
-  timer: NodeJS.Timeout;
-  poll: NodeJS.Timeout;
-  onAbort: () => void;
-}
-
-/** An admission, settlement or cancel waiting for this turn's batch (single Redis). */
-interface BatchOp {
-  kind: 'a' | 's' | 'c';
-  name: ScriptName;
-  keys: string[];
-  args: string[];
-  resolve: (r: Reply) => void;
-  reject: (e: unknown) => void;
-}
-
-type Client = Redis | Cluster;
-type Reply = string | number | null | Reply[];
-
-/** Redis is unreachable or did not answer in time: the outcome of the call is unknown. */
-class Unavailable extends Error {}
-
-const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
-const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
-
 function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
 }
-
-function int(v: number): string {
-  if (!Number.isSafeInteger(v)) throw new TypeError(`expected an integer, got ${v}`);
-  return String(v);
-}
-
-/** Names already checked by `field` (config names: bounded; cleared if it ever grows large). */
-const checkedNames = new Set<string>();
-
-/** A name packed into a script argument (config names never hold the separators). */
-function field(v: string): string {
-  if (checkedNames.has(v)) return v;
-  if (CONTROL.test(v)) throw new TypeError(`a store name must not contain the control characters 0x1c-0x1f: ${JSON.stringify(v)}`);
-  if (checkedNames.size >= 10_000) checkedNames.clear();
-  checkedNames.add(v);
-  return v;
-}
-
-/**
- * A settlement as one argument (settle.lua reads the fields by position) — also how an admission's
- * recovery settlement is kept in its instance index for the reaper.
- */
-function packSettlement(s: Settlement): string {
-  const u = s.usage;
-  let windows = '';
-  for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
-  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
-    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
-    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
-}
-
-function unpackSettlement(text: string): Settlement {
-  const f = text.split(SEP);
-  if (f.length !== 14 || (f[4] !== 'balance' && f[4] !== 'plan')) throw new Error('not a packed settlement');
-  const n = (i: number) => {
-    const v = Number(f[i]);
-    if (!Number.isSafeInteger(v)) throw new Error('not a packed settlement');
-    return v;
-  };
-  return {
-    keyId: f[0], user: f[1], group: f[2], model: f[3], billing: f[4], actual: n(5), cost: n(6),
-    usage: { input: n(7), output: n(8), cacheRead: n(9), cacheWrite: n(10) }, durationMs: n(11),
-    windows: f[12] ? (f[12].split(',') as Window[]) : [], estimated: f[13] === '1' || undefined,
-  };
-}
-
-/** Replies that mean "Redis cannot serve right now" rather than a bug in the call. */
-const BUSY_REPLY = /^(LOADING|BUSY|MASTERDOWN|CLUSTERDOWN|TRYAGAIN|READONLY|OOM|NOREPLICAS)\b/;
 
 export class RedisStore implements Store {
   readonly kind = 'redis' as const;
   readonly instanceId: string;
 
   private readonly keys: Keys;
-  private readonly client: Client;
-  private readonly sub: Client;
+  private readonly redis: RedisClient;
+  /** Redis up or away, and the degraded mode (named so: `health()` is the Store's). */
+  private readonly status: Health;
+  private readonly ops: Ops;
+  private readonly slots: Slots;
+  private readonly reaper: Reaper;
+  private readonly reads: Reads;
   private readonly log: Logger;
-  private readonly timeoutMs: number;
   private readonly leaseMs: number;
-  private readonly divisor: number;
-  private readonly clock?: Clock;
-  private readonly onHealth?: (h: StoreHealth) => void;
   private readonly cluster: boolean;
-  private readonly local: MemoryStore;
-
-  private state: 'down' | 'up' = 'down';
-  private upSince = 0;
-  /** Set once "degraded" has been logged for the current outage. */
-  private downLogged = false;
-  private probing: Promise<void> | undefined;
-  /** While open() waits for the first connection, failures are expected and not logged. */
-  private starting = true;
-  private closed = false;
 
   private readonly live = new Map<string, LiveAdmission>();
   private readonly recent = new RecentIds(RECENT_MAX);
   private pending: PendingOp[] = [];
   private draining: Promise<void> | undefined;
 
-  /** scope → lease ids held by this instance */
-  private readonly held = new Map<string, Set<string>>();
-  private readonly waiters = new Map<string, Waiter>();
-  private slotSeq = 0;
-
   private readonly timers: NodeJS.Timeout[] = [];
-  /** Operations waiting for the next batch.lua call; at most BATCHES_IN_FLIGHT batches in Redis. */
-  private batchOps: BatchOp[] = [];
-  private batchArmed = false;
-  private readonly batchesInFlight = new Set<Promise<void>>();
-  /** This instance's index of admissions (single Redis: written by admit.lua). */
-  private readonly ownIndex: string;
 
   private constructor(opts: RedisStoreOptions, local: MemoryStore) {
     this.keys = new Keys(opts.prefix ?? 'gw:');
     this.log = opts.log ?? silentLogger;
-    this.timeoutMs = opts.timeoutMs ?? 500;
     this.leaseMs = Math.min(opts.leaseMs ?? 15_000, 30_000);
-    this.divisor = Math.max(1, Math.floor(opts.instancesHint ?? 1));
-    this.clock = opts.clock;
-    this.onHealth = opts.onHealth;
     this.cluster = opts.cluster ?? false;
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
-    this.local = local;
-    this.ownIndex = this.keys.index(this.instanceId);
 
-    const base = {
-      commandTimeout: this.timeoutMs,
-      connectTimeout: Math.max(this.timeoutMs, 1_000),
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      retryStrategy: (times: number) => Math.min(50 * times, 1_000),
-      lazyConnect: false,
-      // Off: ioredis's automatic pipelines run one at a time, which would hold the second batch
-      // (BATCHES_IN_FLIGHT) until the first is answered; the batches already make one command of
-      // the waiting operations.
-      enableAutoPipelining: false,
-    };
-    if (this.cluster) {
-      const nodes = opts.url.split(',').map((u) => u.trim()).filter(Boolean).map((u) => {
-        const url = new URL(u.includes('://') ? u : `redis://${u}`);
-        return { host: url.hostname, port: Number(url.port || 6379) };
-      });
-      const first = new URL(opts.url.split(',')[0].includes('://') ? opts.url.split(',')[0] : `redis://${opts.url.split(',')[0]}`);
-      const redisOptions = {
-        commandTimeout: this.timeoutMs,
-        connectTimeout: base.connectTimeout,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-        username: first.username ? decodeURIComponent(first.username) : undefined,
-        password: first.password ? decodeURIComponent(first.password) : undefined,
-      };
-      this.client = new Cluster(nodes, {
-        redisOptions,
-        enableOfflineQueue: false,
-        clusterRetryStrategy: (times: number) => Math.min(100 * times, 1_000),
-        slotsRefreshTimeout: Math.max(this.timeoutMs, 1_000),
-        maxRedirections: 8,
-        // Not on a cluster: ioredis refuses to auto-pipeline scripts whose slots differ.
-        enableAutoPipelining: false,
-      });
-      this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
-    } else {
-      this.client = new Redis(opts.url, base);
-      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
-    }
     const scripts = loadScripts({
       prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
     });
-    // Prefixed: a command named `slots` would replace the cluster client's slot table.
-    for (const name of SCRIPT_NAMES) this.client.defineCommand(`gw_${name}`, { lua: scripts[name] });
-
-    this.client.on('error', () => undefined); // reported through fault() by the calls that fail
-    this.client.on('close', () => this.fault(new Unavailable('connection to Redis closed')));
-    this.client.on('ready', () => void this.probe());
-    this.sub.on('error', () => undefined);
-    this.sub.on('message', (_ch: string, id: string) => this.onWake(id));
-    this.sub.subscribe(this.keys.wakeChannel()).catch(() => undefined);
+    this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
+    // Health's hooks call parts made below: they run on connection events and failed calls, never during construction.
+    this.status = new Health(this.redis, local, { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth }, {
+      beat: () => this.reaper.beat(),
+      pending: () => this.pending.length,
+      drain: () => void this.drain(),
+    });
+    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
+    this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
+    this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
+    this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -333,18 +153,16 @@ export class RedisStore implements Store {
     store.startTimers();
     const deadline = Date.now() + (opts.connectWaitMs ?? 2_000);
     while (!store.isUp() && Date.now() < deadline) {
-      await store.probe();
+      await store.status.probe();
       if (!store.isUp()) await new Promise((r) => setTimeout(r, 50));
     }
-    store.starting = false;
-    if (!store.isUp()) store.logDown(new Unavailable('no connection to Redis at start'));
+    store.status.starting = false;
+    if (!store.isUp()) store.status.logDown(new Unavailable('no connection to Redis at start'));
     return store;
   }
 
-  // ---- connection state -------------------------------------------------------------------
-
   isUp(): boolean {
-    return this.state === 'up';
+    return this.status.isUp();
   }
 
   private startTimers(): void {
@@ -356,255 +174,24 @@ export class RedisStore implements Store {
       this.timers.push(t);
     };
     every(Math.max(50, Math.floor(this.leaseMs / 3)), () => this.heartbeat());
-    every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reap());
-    every(PROBE_MS, () => (this.state === 'down' ? this.probe() : undefined));
+    every(Math.max(100, Math.floor(this.leaseMs / 2)), () => this.reaper.reap());
+    every(PROBE_MS, () => (this.status.state === 'down' ? this.status.probe() : undefined));
   }
 
-  /** Records a failed call: Redis is away until a probe succeeds. */
-  private fault(e: unknown): void {
-    if (this.closed) return;
-    if (this.state === 'up') {
-      this.state = 'down';
-      this.logDown(e);
-    }
-  }
-
-  private logDown(e: unknown): void {
-    if (this.downLogged || this.starting || this.closed) return;
-    this.downLogged = true;
-    this.log.warn('store degraded: Redis unreachable; money paths refused (503), RPM and concurrency per instance', {
-      error: (e as Error)?.message, share: `1/${this.divisor}`,
-    });
-    this.onHealth?.({ ready: false, degraded: this.degradedText() });
-  }
-
-  private degradedText(): string {
-    return `redis unreachable: money paths refused, RPM and concurrency at 1/${this.divisor} of each limit per instance`;
-  }
-
-  /** One heartbeat; success brings the store back up and sends what waited. */
-  private probe(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    this.probing ??= (async () => {
-      await null; // see drain()
-      try {
-        const wasKnown = await this.beat();
-        if (this.state === 'down') {
-          this.state = 'up';
-          this.upSince = Date.now();
-          const hadLogged = this.downLogged;
-          this.downLogged = false;
-          if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.pending.length });
-          if (!wasKnown && !this.starting) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
-          this.onHealth?.({ ready: true });
-          if (!this.cluster && !this.checkedMode) void this.checkMode();
-          void this.drain();
-        }
-      } catch (e) {
-        if (!this.isUnavailable(e)) this.log.error('store probe failed', { error: e as Error });
-        if (this.state === 'down') this.logDown(e);
-      } finally {
-        this.probing = undefined;
-      }
-    })();
-    return this.probing;
-  }
-
-  private checkedMode = false;
-
-  /** A Redis Cluster node addressed as a single server fails every multi-key script: say why. */
-  private async checkMode(): Promise<void> {
-    this.checkedMode = true;
+  /** Renews this instance's lease and its slot leases and waiters. */
+  private async heartbeat(): Promise<void> {
+    if (this.status.state !== 'up' || this.status.closed) return;
+    if (this.pending.length > 0) void this.drain();
     try {
-      const info = await this.cmd((c) => (c as Redis).info('cluster'));
-      if (/cluster_enabled:1/.test(info)) this.log.error('store: this Redis is a cluster node; set store.cluster: true');
-    } catch {
-      this.checkedMode = false;
-    }
-  }
-
-  private async beat(): Promise<boolean> {
-    // Not before the client is ready: a cluster client without its slot table sends commands to
-    // random nodes and follows the redirections, out of order.
-    if (this.client.status !== 'ready') throw new Unavailable(`Redis connection ${this.client.status}`);
-    const work = (async () => {
-      // A cluster client connects to each node on first use, and retries that first command on a
-      // random node (out of order): connect them all before serving.
-      if (this.client instanceof Cluster) await Promise.all(this.client.nodes('master').map((n) => n.ping()));
-      return this.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
-    })();
-    // Bounded whatever a client queue does: a probe that never ends would stop every later one.
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.timeoutMs + 200);
-    });
-    try {
-      return (await Promise.race([work, limit])) === 1;
-    } finally {
-      clearTimeout(timer);
-      work.catch(() => undefined);
-    }
-  }
-
-  private isUnavailable(e: unknown): boolean {
-    if (e instanceof Unavailable) return true;
-    const msg = (e as Error)?.message ?? '';
-    if ((e as Error)?.name === 'ReplyError') return BUSY_REPLY.test(msg);
-    return true; // connection errors, timeouts, cluster failures
-  }
-
-  /** Runs a script; failures that mean "Redis away" become Unavailable and mark the store down. */
-  private async run(name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
-    try {
-      const fn = (this.client as unknown as Record<string, (n: number, ...a: string[]) => Promise<Reply>>)[`gw_${name}`];
-      return await fn.call(this.client, keys.length, ...keys, ...args);
+      const known = await this.reaper.beat();
+      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+      await this.slots.renew();
     } catch (e) {
-      throw this.classify(e);
+      if (!(e instanceof Unavailable)) throw e;
     }
-  }
-
-  /**
-   * An admission, settlement or cancel. On a single Redis the operations of one event-loop turn
-   * (and those that arrive while a batch is in flight: BATCHES_IN_FLIGHT) go to Redis as one batch.lua call: still at
-   * most one round trip each, and Redis reads and writes each hash they share once. A batch of one
-   * runs its own script. On a cluster each runs at once (its keys are in its own hash slot).
-   */
-  private op(kind: BatchOp['kind'], name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
-    if (this.cluster) return this.run(name, keys, args);
-    return new Promise<Reply>((resolve, reject) => {
-      this.batchOps.push({ kind, name, keys, args, resolve, reject });
-      this.armBatch();
-    });
-  }
-
-  private armBatch(): void {
-    const inFlight = this.batchesInFlight.size;
-    if (this.batchArmed || inFlight >= BATCHES_IN_FLIGHT || this.batchOps.length === 0) return;
-    // Behind a batch in Redis, only a full one goes at once; fewer wait for its reply (armBatch
-    // runs again when it settles).
-    if (inFlight > 0 && this.batchOps.length < BATCH_MAX) return;
-    this.batchArmed = true;
-    setImmediate(this.flushBatch);
-  }
-
-  private readonly flushBatch = (): void => {
-    this.batchArmed = false;
-    const ops = this.batchOps.length <= BATCH_MAX ? this.batchOps : this.batchOps.slice(0, BATCH_MAX);
-    this.batchOps = ops === this.batchOps ? [] : this.batchOps.slice(BATCH_MAX);
-    if (ops.length === 0) return;
-    const sent: Promise<void> = this.sendBatch(ops).finally(() => {
-      this.batchesInFlight.delete(sent);
-      this.armBatch();
-    });
-    this.batchesInFlight.add(sent);
-    this.armBatch(); // a full batch left over beyond BATCH_MAX goes as the second
-  };
-
-  private async sendBatch(ops: BatchOp[]): Promise<void> {
-    if (ops.length === 1) {
-      const o = ops[0];
-      try {
-        o.resolve(await this.run(o.name, o.keys, o.args));
-      } catch (e) {
-        o.reject(e);
-      }
-      return;
-    }
-    // One argument per operation (its fields OP-separated): a client library's cost is per argument.
-    const args: string[] = new Array(ops.length);
-    for (let i = 0; i < ops.length; i++) {
-      const o = ops[i];
-      let text = o.kind + OP + o.keys.length;
-      for (const k of o.keys) text += OP + k;
-      for (const a of o.args) text += OP + a;
-      args[i] = text;
-    }
-    let replies: Reply[];
-    try {
-      replies = (await this.run('batch', [], args)) as Reply[];
-    } catch (e) {
-      for (const o of ops) o.reject(e);
-      return;
-    }
-    for (let i = 0; i < ops.length; i++) {
-      const r = replies[i];
-      if (ops[i].kind === 'a' && r === -1) ops[i].reject(new Error('ERR request already admitted'));
-      else ops[i].resolve(r);
-    }
-  }
-
-  /** Resolves once no batched operation waits or runs (close()). */
-  private async batchesDone(): Promise<void> {
-    while (this.batchOps.length > 0 || this.batchesInFlight.size > 0) {
-      if (this.batchesInFlight.size > 0) await Promise.all(this.batchesInFlight);
-      else await new Promise((r) => setImmediate(r));
-    }
-  }
-
-  private async cmd<T>(f: (c: Client) => Promise<T>): Promise<T> {
-    try {
-      return await f(this.client);
-    } catch (e) {
-      throw this.classify(e);
-    }
-  }
-
-  private classify(e: unknown): Error {
-    if (!this.isUnavailable(e)) return e as Error;
-    const msg = (e as Error)?.message ?? String(e);
-    if ((e as Error)?.name === 'ReplyError') {
-      // A busy reply (out of memory, loading) did not run the call: this call fails, nothing more.
-    } else if (msg === 'Command timed out') {
-      // One slow answer may be a blip: Redis is marked away only if a heartbeat times out too.
-      this.confirmDown(e);
-    } else {
-      this.fault(e); // the connection is gone
-    }
-    return new Unavailable(msg, { cause: e });
-  }
-
-  private confirming = false;
-
-  private confirmDown(e: unknown): void {
-    if (this.confirming || this.state !== 'up') return;
-    this.confirming = true;
-    this.beat().then(
-      () => undefined,
-      () => this.fault(e),
-    ).finally(() => (this.confirming = false));
-  }
-
-  private refuse(e?: unknown): GatewayError {
-    return new GatewayError('BILLING_SERVICE', { cause: e });
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new Error('store is closed');
-  }
-
-  private now(): string {
-    return this.clock ? int(this.clock.now()) : '0';
-  }
-
-  private share(limit: number): number {
-    return limit > 0 ? Math.max(1, Math.ceil(limit / this.divisor)) : limit;
   }
 
   // ---- admission --------------------------------------------------------------------------
-
-  private tagOf(c: Claim): string {
-    switch (c.kind) {
-      case 'balance':
-      case 'plan':
-      case 'spend-cap':
-        return this.keys.user(c.user);
-      case 'key-quota':
-      case 'key-window':
-        return this.keys.apiKey(c.key);
-      case 'rpm':
-        return c.scope === 'user' ? this.keys.user(c.id) : c.scope === 'group' ? this.keys.group(c.id) : this.keys.account(c.id);
-    }
-  }
 
   /** Claims grouped by hash slot (cluster), or one part for everything (single Redis). */
   private partition(req: AdmitRequest, slot?: Part['slot']): Part[] {
@@ -615,7 +202,7 @@ export class RedisStore implements Store {
       if (!p) parts.set(tag, (p = { tag, claims: [] }));
       return p;
     };
-    req.claims.forEach((claim, index) => partFor(this.tagOf(claim)).claims.push({ index, claim }));
+    req.claims.forEach((claim, index) => partFor(tagOf(this.keys, claim)).claims.push({ index, claim }));
     // Recovery settles the key's and the user's counters: both need a record to act on.
     if (req.recovery) {
       partFor(this.keys.apiKey(req.recovery.keyId));
@@ -626,67 +213,31 @@ export class RedisStore implements Store {
     return [...parts.values()];
   }
 
-  /** One claim for admit.lua: index, kind, hash tag, parameters. */
-  private claimSpec(index: number, c: Claim): string {
-    const k = this.keys;
-    switch (c.kind) {
-      case 'balance':
-        return `${index}${SEP}b${SEP}${k.user(c.user)}${SEP}${int(c.credit)}${SEP}${c.free ? '1' : '0'}${SEP}${int(c.freeRpm)}`;
-      case 'plan': {
-        const l = c.limits;
-        return `${index}${SEP}p${SEP}${k.user(c.user)}${SEP}${field(c.group)}${SEP}${int(l.daily)}${SEP}${int(l.weekly)}${SEP}${int(l.monthly)}`;
-      }
-      case 'key-quota':
-        return `${index}${SEP}q${SEP}${k.apiKey(c.key)}${SEP}${int(c.limit)}`;
-      case 'key-window':
-        return `${index}${SEP}w${SEP}${k.apiKey(c.key)}${SEP}${c.window}${SEP}${int(c.limit)}${SEP}${int(WINDOW_MS[c.window])}`;
-      case 'spend-cap':
-        return `${index}${SEP}c${SEP}${k.user(c.user)}${SEP}${c.period === 'weekly' ? 'w' : 'm'}${SEP}${int(c.limit)}`;
-      case 'rpm':
-        return `${index}${SEP}r${SEP}${this.tagOf(c)}${SEP}${int(c.limit)}`;
-    }
-  }
-
   /** Runs one part's admission; the index entry goes with it on a single Redis. */
   private async admitPart(req: AdmitRequest, part: Part, indexEntry: string): Promise<number[]> {
-    return this.admitScript(req, part.tag, part.claims, part.slot, indexEntry);
-  }
-
-  private async admitScript(req: AdmitRequest, tag: string, claims: readonly { index: number; claim: Claim }[] | readonly Claim[], sl: Part['slot'], indexEntry: string): Promise<number[]> {
-    const rec = this.keys.record(tag, req.requestId);
-    const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
-    const args = [this.now(), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];
-    if (sl) args.push(this.keys.slotTag(sl.req.scope), sl.id, int(sl.req.limit), int(Math.max(0, sl.req.queueSize)));
-    else args.push('', '', '', '');
-    let spec = '';
-    for (let i = 0; i < claims.length; i++) {
-      const c = claims[i];
-      spec += (i > 0 ? LIST : '') + ('claim' in c ? this.claimSpec(c.index, c.claim) : this.claimSpec(i, c));
-    }
-    args.push(spec);
-    return (await this.op('a', 'admit', keys, args)) as number[];
+    return this.ops.admit(req, part.tag, part.claims, part.slot, indexEntry);
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    this.assertOpen();
+    this.status.assertOpen();
     assertMoney('reserve', req.reserve);
     if (this.live.has(req.requestId) || this.recent.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
     if (req.recovery) {
       assertMoney('recovery.actual', req.recovery.actual);
       assertMoney('recovery.cost', req.recovery.cost);
     }
-    if (this.state !== 'up') return this.admitLocally(req);
+    if (this.status.state !== 'up') return this.admitLocally(req);
 
     // A slot asked for with the admission goes into the same script, unless there is nothing to take.
     const sr = req.slot;
-    const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: `${this.instanceId}/${++this.slotSeq}` } : undefined;
+    const slot = sr && !sr.signal.aborted && sr.limit > 0 ? { req: sr, id: this.slots.nextId() } : undefined;
     if (!this.cluster) return this.admitSingle(req, slot);
     const parts = this.partition(req, slot);
     const tags = parts.map((p) => p.tag);
     // For the reaper: the parts, and the settlement to apply if this process dies (PARTS-separated).
     const entry = `${tags.join(LIST)}${PARTS}${req.recovery ? packSettlement(req.recovery) : ''}`;
     const calls: Promise<unknown>[] = parts.map((p) => this.admitPart(req, p, entry));
-    if (this.cluster) calls.push(this.indexAdd(req.requestId, entry));
+    if (this.cluster) calls.push(this.ops.indexAdd(req.requestId, entry));
     const results = await Promise.allSettled(calls);
     const reply = (i: number) => (results[i].status === 'fulfilled' ? (results[i] as PromiseFulfilledResult<number[]>).value : undefined);
     const admittedTags = tags.filter((_t, i) => reply(i)?.[0] === 1);
@@ -700,7 +251,7 @@ export class RedisStore implements Store {
       const undo = [...admittedTags, ...unknown];
       if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
       const e = failures.find((f) => f instanceof Unavailable) ?? failures[0];
-      throw e instanceof Unavailable ? this.refuse(e) : e;
+      throw e instanceof Unavailable ? refuse(e) : e;
     }
 
     // The parts combine as one check in claim order: the first claim refused outright wins, else the first held.
@@ -731,13 +282,13 @@ export class RedisStore implements Store {
     const entry = tag + PARTS + (req.recovery ? packSettlement(req.recovery) : '');
     let r: number[];
     try {
-      r = await this.admitScript(req, tag, req.claims, slot, entry);
+      r = await this.ops.admit(req, tag, req.claims, slot, entry);
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;
       // The answer was lost: take back what may have been applied (its cancel marker also
       // refuses the admission should it reach Redis later), now or once Redis answers.
       await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
-      throw this.refuse(e);
+      throw refuse(e);
     }
     if (r[0] === 1) return this.admitted(req, [tag], slot, r[1]);
     const failIndex = r[1] >= 0 ? r[1] : -1;
@@ -756,33 +307,21 @@ export class RedisStore implements Store {
     if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
     if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
     live.slot = { scope: sr.scope, id: slot.id };
-    if (state === 1) return { ok: true, slot: Promise.resolve(this.granted(sr.scope, slot.id, req.requestId)) };
-    return { ok: true, slot: this.wait(sr, slot.id, req.requestId) };
+    if (state === 1) return { ok: true, slot: Promise.resolve(this.slots.granted(sr.scope, slot.id, req.requestId)) };
+    return { ok: true, slot: this.slots.wait(sr, slot.id, req.requestId) };
   }
 
-  /** Redis away: RPM-only admissions run locally at the per-instance share; money fails closed. */
+  /** Redis away: the degraded admission (health.ts), settled or cancelled on the local store too. */
   private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
-    if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw this.refuse(new Unavailable('Redis unreachable'));
-    const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
-    const slot = req.slot && { ...req.slot, limit: this.share(req.slot.limit), queueSize: this.share(req.slot.queueSize) };
-    const r = await this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot });
+    const r = await this.status.admitLocally(req);
     if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
     return r;
-  }
-
-  private async indexAdd(id: string, entry: string): Promise<void> {
-    const index = this.keys.index(this.instanceId);
-    await this.cmd((c) => c.multi().hset(index, id, entry).pexpire(index, RECORD_TTL_MS).exec().then(check));
-  }
-
-  private async indexDel(instance: string, id: string): Promise<void> {
-    await this.cmd((c) => c.hdel(this.keys.index(instance), id));
   }
 
   // ---- settlement and cancel ----------------------------------------------------------------
 
   async settle(requestId: string, s: Settlement): Promise<void> {
-    this.assertOpen();
+    this.status.assertOpen();
     assertMoney('actual', s.actual);
     assertMoney('cost', s.cost);
     assertMoney('usage tokens', s.usage.input);
@@ -792,8 +331,8 @@ export class RedisStore implements Store {
     if (this.recent.has(requestId)) return;
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
-    if (adm?.local) await this.local.cancel(requestId, { keepCounts: true });
-    else if (adm) this.unbindSlot(adm);
+    if (adm?.local) await this.status.local.cancel(requestId, { keepCounts: true });
+    else if (adm) this.slots.unbind(adm);
     await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
     this.recent.add(requestId);
   }
@@ -802,28 +341,14 @@ export class RedisStore implements Store {
     const adm = this.live.get(requestId);
     if (!adm) return;
     this.live.delete(requestId);
-    if (adm.local) return this.local.cancel(requestId, opts);
-    this.unbindSlot(adm);
+    if (adm.local) return this.status.local.cancel(requestId, opts);
+    this.slots.unbind(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
-  }
-
-  /**
-   * The settlement or cancel of an admission frees its slot in Redis (the record names it): here,
-   * only stop renewing it, and end a wait for it.
-   */
-  private unbindSlot(adm: LiveAdmission): void {
-    const s = adm.slot;
-    if (!s) return;
-    adm.slot = undefined;
-    this.forgetHeld(s.scope, s.id);
-    const w = this.waiters.get(s.id);
-    if (w) this.finish(w, { ok: false, reason: 'aborted' });
-    s.local?.();
   }
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
   private async runOrQueue(op: PendingOp): Promise<void> {
-    if (this.state === 'up' && this.pending.length === 0) {
+    if (this.status.state === 'up' && this.pending.length === 0) {
       try {
         await this.apply(op, this.instanceId);
         return;
@@ -840,7 +365,7 @@ export class RedisStore implements Store {
       this.log.error('store: pending queue full; dropping the oldest operation', { operation: dropped });
     }
     this.pending.push(op);
-    if (this.state === 'up') void this.drain();
+    if (this.status.state === 'up') void this.drain();
   }
 
   /** Sends queued settlements and cancels in order while Redis answers. */
@@ -849,7 +374,7 @@ export class RedisStore implements Store {
       // Yield first, so that the finally below never runs before this promise is stored.
       await null;
       try {
-        while (this.pending.length > 0 && this.state === 'up') {
+        while (this.pending.length > 0 && this.status.state === 'up') {
           const op = this.pending[0];
           try {
             await this.apply(op, this.instanceId);
@@ -872,18 +397,18 @@ export class RedisStore implements Store {
   /** Applies a settlement or cancel of an admission listed under `instance`. */
   private async apply(op: PendingOp, instance: string): Promise<void> {
     if (op.op === 'cancel') {
-      await Promise.all(this.cancelTags(op.id, op.tags).map((tag) => this.cancelPart(op.id, tag, op.undo, instance)));
-      if (this.cluster) await this.indexDel(instance, op.id);
+      await Promise.all(this.ops.cancelTags(op.id, op.tags).map((tag) => this.ops.cancelPart(op.id, tag, op.undo, instance)));
+      if (this.cluster) await this.ops.indexDel(instance, op.id);
       return;
     }
     const packed = packSettlement(op.s);
     if (!this.cluster) {
       // One part: no fan-out (every request settles here).
-      if ((await this.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
+      if ((await this.ops.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
       return;
     }
-    const codes = await Promise.all(this.settleTags(op.id, op.s, op.tags).map((tag) => this.settlePart(op.id, tag, op.s, packed, 's', instance)));
-    if (this.cluster) await this.indexDel(instance, op.id);
+    const codes = await Promise.all(this.ops.settleTags(op.id, op.s, op.tags).map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)));
+    if (this.cluster) await this.ops.indexDel(instance, op.id);
     if (codes.includes(2)) this.lateSettlement(op);
   }
 
@@ -891,385 +416,46 @@ export class RedisStore implements Store {
     this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
   }
 
-  private cancelTags(id: string, tags: string[]): string[] {
-    return this.cluster ? tags : [this.keys.request(id)];
+  // ---- the rest of the Store interface ----------------------------------------------------------
+
+  acquireSlot(req: SlotRequest): Promise<SlotResult> {
+    return this.slots.acquire(req);
   }
 
-  private settleTags(id: string, s: Settlement, tags?: string[]): string[] {
-    if (!this.cluster) return [this.keys.request(id)];
-    return [...new Set([...(tags ?? []), this.keys.apiKey(s.keyId), this.keys.user(s.user)])];
+  balanceSpent(user: string): Promise<number> {
+    return this.reads.balanceSpent(user);
   }
 
-  private async cancelPart(id: string, tag: string, undo: 0 | 1 | 2, instance: string): Promise<void> {
-    const rec = this.keys.record(tag, id);
-    await this.op('c', 'cancel', [rec, this.keys.done(tag, id), this.cluster ? rec : this.keys.index(instance)], [String(undo), id]);
+  keyState(keyId: string): Promise<KeyState> {
+    return this.reads.keyState(keyId);
   }
 
-  /** Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`: packSettlement(s). */
-  private async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
-    const k = this.keys;
-    const rec = k.record(tag, id);
-    const keyTag = k.apiKey(s.keyId);
-    const userTag = k.user(s.user);
-    const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
-    const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.op('s', 'settle', keys, [this.now(), mode, id, instance, effects, keyTag, userTag, packed])) as number;
+  planUsage(user: string, group: string): Promise<PeriodUsage> {
+    return this.reads.planUsage(user, group);
   }
 
-  // ---- crash recovery ---------------------------------------------------------------------------
-
-  /** Resolves the admissions of instances whose lease expired (see the header). */
-  private async reap(): Promise<void> {
-    if (this.state !== 'up' || this.closed || Date.now() - this.upSince < this.leaseMs) return;
-    let dead: string[];
-    try {
-      dead = ((await this.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
-    } catch (e) {
-      if (e instanceof Unavailable) return;
-      throw e;
-    }
-    for (const instance of dead) {
-      try {
-        await this.reapInstance(instance);
-      } catch (e) {
-        if (e instanceof Unavailable) return;
-        this.log.error('store: crash recovery failed', { instance, error: e as Error });
-      }
-    }
+  spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
+    return this.reads.spendCapUsage(user);
   }
 
-  private async reapInstance(instance: string): Promise<void> {
-    const index = this.keys.index(instance);
-    const entries = await this.cmd((c) => c.hgetall(index));
-    for (const [id, text] of Object.entries(entries)) {
-      let entry: { p: string[]; r: Settlement | null; packed: string };
-      try {
-        const [tags, packed] = text.split(PARTS);
-        if (packed === undefined) throw new Error('not an index entry');
-        entry = { p: tags.split(LIST), r: packed ? unpackSettlement(packed) : null, packed };
-      } catch {
-        this.log.error('store: unreadable admission entry dropped', { instance, requestId: id });
-        await this.indexDel(instance, id);
-        continue;
-      }
-      if (this.cluster && (await this.isAlive(instance))) return;
-      if (entry.r) {
-        const s: Settlement = { ...entry.r, recovered: true, estimated: true };
-        const tags = this.cluster ? this.settleTags(id, s, entry.p) : [this.keys.request(id)];
-        const codes = await Promise.all(tags.map((tag) => this.settlePart(id, tag, s, entry.packed, 'r', instance)));
-        if (codes.includes(4)) return; // it renewed its lease: alive after all
-        if (codes.includes(1)) this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
-      } else {
-        await Promise.all(this.cancelTags(id, entry.p).map((tag) => this.cancelPart(id, tag, 0, instance)));
-      }
-      if (this.cluster) await this.indexDel(instance, id);
-    }
-    if ((await this.cmd((c) => c.hlen(index))) === 0) {
-      await this.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
-    }
+  keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
+    return this.reads.keyStats(keyId, fromDay, toDay);
   }
 
-  private async isAlive(instance: string): Promise<boolean> {
-    const [score, time] = await Promise.all([
-      this.cmd((c) => c.zscore(this.keys.registry(), instance)),
-      this.cmd((c) => c.time()),
-    ]);
-    const now = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
-    return score !== null && Number(score) > now;
+  resetKeyQuota(keyId: string): Promise<void> {
+    return this.reads.resetKeyQuota(keyId);
   }
 
-  /** Renews this instance's lease and its slot leases and waiters. */
-  private async heartbeat(): Promise<void> {
-    if (this.state !== 'up' || this.closed) return;
-    if (this.pending.length > 0) void this.drain();
-    try {
-      const known = await this.beat();
-      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
-      const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
-      await Promise.all([...scopes].map(async (scope) => {
-        const held = [...(this.held.get(scope) ?? [])];
-        const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
-        if (held.length === 0 && waiting.length === 0) return;
-        const lost = (await this.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
-        for (const id of lost) {
-          if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
-        }
-      }));
-    } catch (e) {
-      if (!(e instanceof Unavailable)) throw e;
-    }
+  remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
+    return this.reads.remember(namespace, entries, ttlMs);
   }
 
-  // ---- concurrency slots ----------------------------------------------------------------------
-
-  async acquireSlot(req: SlotRequest): Promise<SlotResult> {
-    if (req.signal.aborted) return { ok: false, reason: 'aborted' };
-    if (req.limit <= 0) return { ok: true, release: () => {} };
-    if (this.state !== 'up') return this.acquireLocally(req, req.maxWaitMs);
-    const id = `${this.instanceId}/${++this.slotSeq}`;
-    let r: number;
-    try {
-      r = (await this.slotOp(req.scope, 'acquire', id, int(req.limit), int(Math.max(0, req.queueSize)))) as number;
-    } catch (e) {
-      if (e instanceof Unavailable) return this.acquireLocally(req, req.maxWaitMs);
-      throw e;
-    }
-    if (r === 1) return this.granted(req.scope, id);
-    if (r === 2) return { ok: false, reason: 'queue_full' };
-    return this.wait(req, id);
-  }
-
-  private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
-    return this.run('slots', this.keys.slots(scope), [op, ...args]);
-  }
-
-  private acquireLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
-    return this.local.acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs });
-  }
-
-  /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
-  private granted(scope: string, id: string, requestId?: string): SlotResult {
-    let set = this.held.get(scope);
-    if (!set) this.held.set(scope, (set = new Set()));
-    set.add(id);
-    let released = false;
-    return {
-      ok: true,
-      release: () => {
-        if (released) return;
-        released = true;
-        if (requestId !== undefined) {
-          // Before its settlement: freed now, and unbound (the settlement's script finds it gone).
-          const adm = this.live.get(requestId);
-          if (adm?.slot?.id !== id) return; // the settlement or cancel freed it already
-          adm.slot = undefined;
-        }
-        this.releaseRemote(scope, id);
-      },
-    };
-  }
-
-  private forgetHeld(scope: string, id: string): void {
-    const set = this.held.get(scope);
-    set?.delete(id);
-    if (set?.size === 0) this.held.delete(scope);
-  }
-
-  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
-  private releaseRemote(scope: string, id: string): void {
-    this.forgetHeld(scope, id);
-    if (this.state !== 'up') return;
-    this.slotOp(scope, 'release', id).catch(() => undefined);
-  }
-
-  private wait(req: SlotRequest, id: string, requestId?: string): Promise<SlotResult> {
-    return new Promise<SlotResult>((resolve) => {
-      const w: Waiter = {
-        id, scope: req.scope, req, requestId, resolve, done: false,
-        deadline: Date.now() + Math.max(0, req.maxWaitMs),
-        timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
-        poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
-        onAbort: () => void this.giveUp(w, 'aborted'),
-      };
-      req.signal.addEventListener('abort', w.onAbort, { once: true });
-      this.waiters.set(id, w);
-    });
-  }
-
-  private finish(w: Waiter, r: SlotResult): void {
-    if (w.done) {
-      if (r.ok) r.release();
-      return;
-    }
-    w.done = true;
-    w.ok = r.ok;
-    clearTimeout(w.timer);
-    clearInterval(w.poll);
-    w.req.signal.removeEventListener('abort', w.onAbort);
-    this.waiters.delete(w.id);
-    w.resolve(r);
-  }
-
-  /** A grant published by the instance that freed the slot (or found by a poll). */
-  private onWake(id: string): void {
-    const w = this.waiters.get(id);
-    if (w) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
-    // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
-    if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
-      const scope = this.scopeOfOrphan(id);
-      if (scope) this.releaseRemote(scope, id);
-    }
-  }
-
-  private readonly goneWaiters = new LRUCache<string, string>({ max: 10_000 });
-
-  private scopeOfOrphan(id: string): string | undefined {
-    return this.goneWaiters.get(id);
-  }
-
-  private isHeld(id: string): boolean {
-    for (const set of this.held.values()) if (set.has(id)) return true;
-    return false;
-  }
-
-  private async pollWaiter(w: Waiter): Promise<void> {
-    if (w.done) return;
-    try {
-      const r = (await this.slotOp(w.scope, 'poll', w.id)) as number;
-      if (w.done) {
-        if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
-        return;
-      }
-      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
-      else if (r === 3) {
-        // Its place expired (this instance could not renew it): queue again.
-        const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
-        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
-        else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
-      }
-    } catch (e) {
-      if (!(e instanceof Unavailable) || w.done) return;
-      // Redis went away while waiting: wait for a local slot for the rest of max_wait.
-      this.goneWaiters.set(w.id, w.scope);
-      const rest = Math.max(0, w.deadline - Date.now());
-      clearInterval(w.poll);
-      clearTimeout(w.timer);
-      w.req.signal.removeEventListener('abort', w.onAbort);
-      this.waiters.delete(w.id);
-      w.done = true;
-      let r = await this.acquireLocally(w.req, rest);
-      if (r.ok && w.requestId !== undefined) {
-        // Still the admission's slot: its settlement or cancel frees this local one.
-        const s = this.live.get(w.requestId)?.slot;
-        if (s?.id === w.id) s.local = r.release;
-        else {
-          r.release();
-          r = { ok: false, reason: 'aborted' };
-        }
-      }
-      w.ok = r.ok;
-      w.resolve(r);
-    }
-  }
-
-  private async giveUp(w: Waiter, reason: 'timeout' | 'aborted'): Promise<void> {
-    if (w.done) return;
-    this.goneWaiters.set(w.id, w.scope);
-    if (reason === 'aborted') this.finish(w, { ok: false, reason });
-    let r = 3;
-    try {
-      r = (await this.slotOp(w.scope, 'leave', w.id)) as number;
-    } catch {
-      // unreachable: the waiter expires with its lease
-    }
-    if (r === 1) {
-      // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
-      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
-      if (!w.ok) this.releaseRemote(w.scope, w.id);
-      return;
-    }
-    this.finish(w, { ok: false, reason });
-  }
-
-  // ---- reads ----------------------------------------------------------------------------------
-
-  private async read<T>(f: () => Promise<T>): Promise<T> {
-    if (this.state !== 'up') throw this.refuse(new Unavailable('Redis unreachable'));
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof Unavailable) throw this.refuse(e);
-      throw e;
-    }
-  }
-
-  async balanceSpent(user: string): Promise<number> {
-    return this.read(async () => Number((await this.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
-  }
-
-  async keyState(keyId: string): Promise<KeyState> {
-    return this.read(async () => {
-      const r = (await this.run('read', [this.keys.counters(keyId)], [this.now(), 'key', WINDOW_SPEC])) as number[];
-      const windows = {} as Record<Window, WindowState>;
-      WINDOWS.forEach((w, i) => {
-        const [start, used, reserved] = r.slice(2 + 3 * i, 5 + 3 * i);
-        windows[w] = start < 0 ? { used, reserved } : { start, used, reserved };
-      });
-      return { used: r[0], reserved: r[1], windows };
-    });
-  }
-
-  async planUsage(user: string, group: string): Promise<PeriodUsage> {
-    return this.read(async () => {
-      const r = (await this.run('read', [this.keys.plan(user, group)], [this.now(), 'plan'])) as number[];
-      return { daily: r[0], weekly: r[1], monthly: r[2] };
-    });
-  }
-
-  async spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }> {
-    return this.read(async () => {
-      const r = (await this.run('read', [this.keys.caps(user)], [this.now(), 'cap'])) as number[];
-      return { weekly: r[0], monthly: r[1] };
-    });
-  }
-
-  async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
-    return this.read(async () => {
-      const k = this.keys;
-      const r = (await this.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [this.now(), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
-      const total = zeroCounters();
-      const flat = r[0] as string[];
-      for (let i = 0; i < flat.length; i += 2) {
-        const f = flat[i] as keyof UsageCounters;
-        if (COUNTER_NAMES.includes(f)) total[f] = Number(flat[i + 1]);
-      }
-      const today = zeroCounters();
-      for (const [, c] of Object.entries(byModel(r[1] as string[]))) addCounters(today, c);
-      const models: Record<string, UsageCounters> = {};
-      for (let i = 4; i < r.length; i += 2) {
-        for (const [model, c] of Object.entries(byModel(r[i + 1] as string[]))) addCounters((models[model] ??= zeroCounters()), c);
-      }
-      return { today, total, byModel: models, rpm: r[2] as number, tpm: r[3] as number };
-    });
-  }
-
-  async resetKeyQuota(keyId: string): Promise<void> {
-    this.assertOpen();
-    const kc = this.keys.counters(keyId);
-    const fields: string[] = ['used', '0'];
-    for (const w of WINDOWS) fields.push(`${w}:u`, '0');
-    await this.read(() => this.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
-  }
-
-  // ---- remembered items -------------------------------------------------------------------------
-
-  async remember(namespace: string, entries: ReadonlyArray<readonly [string, string]>, ttlMs: number): Promise<void> {
-    if (this.state !== 'up' || entries.length === 0) return;
-    try {
-      await this.cmd((c) => {
-        const m = c.multi();
-        for (const [id, value] of entries) m.set(this.keys.remembered(namespace, id), value, 'PX', Math.max(1, Math.round(ttlMs)));
-        return m.exec().then(check);
-      });
-    } catch (e) {
-      // A cache: what cannot be kept now is simply not found later.
-      if (!(e instanceof Unavailable)) this.log.warn('store: remember failed', { error: e as Error });
-    }
-  }
-
-  async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
-    if (this.state !== 'up' || ids.length === 0) return ids.map(() => undefined);
-    try {
-      const values = await this.cmd((c) => c.mget(...ids.map((id) => this.keys.remembered(namespace, id))));
-      return values.map((v) => v ?? undefined);
-    } catch {
-      return ids.map(() => undefined);
-    }
+  recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
+    return this.reads.recall(namespace, ids);
   }
 
   async health(): Promise<StoreHealth> {
-    if (this.closed) return { ready: false };
-    return this.state === 'up' ? { ready: true } : { ready: false, degraded: this.degradedText() };
+    return this.status.report();
   }
 
   /** Queued settlements not yet in Redis. */
@@ -1279,72 +465,35 @@ export class RedisStore implements Store {
 
   /** Tries once to send what is queued. */
   async flush(): Promise<void> {
-    if (this.state === 'up') await this.drain();
+    if (this.status.state === 'up') await this.drain();
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.status.closed) return;
+    this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
-    for (const w of [...this.waiters.values()]) this.finish(w, { ok: false, reason: 'aborted' });
+    this.slots.abortWaiters();
     const deadline = Date.now() + CLOSE_DRAIN_MS;
     while (this.pending.length > 0 && Date.now() < deadline) {
-      if (this.state === 'up') await this.drain();
+      if (this.status.state === 'up') await this.drain();
       if (this.pending.length > 0) {
         await new Promise((r) => setTimeout(r, PROBE_MS));
-        await this.probe().catch(() => undefined);
+        await this.status.probe().catch(() => undefined);
       }
     }
-    await this.batchesDone();
+    await this.redis.batchesDone();
     for (const op of this.pending) this.log.error('store: closing with an operation Redis never received', { operation: op });
-    for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
-    this.held.clear();
-    if (this.state === 'up') {
-      // Leave the registry only with nothing left for a reaper to resolve.
-      try {
-        if ((await this.cmd((c) => c.hlen(this.keys.index(this.instanceId)))) === 0) {
-          await this.cmd((c) => c.zrem(this.keys.registry(), this.instanceId));
-        }
-      } catch {
-        // the lease runs out by itself
-      }
-    }
-    await this.local.close();
-    this.client.disconnect();
-    this.sub.disconnect();
+    await this.slots.releaseAll();
+    await this.reaper.leave();
+    await this.status.local.close();
+    this.redis.disconnect();
   }
 
   /** Tests: dies like a killed process — no goodbye, no pending sent, leases left to expire. */
   crash(): void {
-    this.closed = true;
+    this.status.closed = true;
     for (const t of this.timers) clearInterval(t);
-    for (const w of this.waiters.values()) {
-      clearTimeout(w.timer);
-      clearInterval(w.poll);
-    }
-    this.client.disconnect();
-    this.sub.disconnect();
+    this.slots.stop();
+    this.redis.disconnect();
   }
-}
-
-function check(results: [Error | null, unknown][] | null): void {
-  if (!results) throw new Unavailable('transaction aborted');
-  for (const [err] of results) if (err) throw err;
-}
-
-function addCounters(into: UsageCounters, c: UsageCounters): void {
-  for (const n of COUNTER_NAMES) into[n] += c[n];
-}
-
-/** `<model>|<counter>` fields of a day record → counters per model. */
-function byModel(flat: string[]): Record<string, UsageCounters> {
-  const out: Record<string, UsageCounters> = {};
-  for (let i = 0; i < flat.length; i += 2) {
-    const sep = flat[i].lastIndexOf('|');
-    const model = flat[i].slice(0, sep);
-    const f = flat[i].slice(sep + 1) as keyof UsageCounters;
-    if (!COUNTER_NAMES.includes(f)) continue;
-    (out[model] ??= zeroCounters())[f] = Number(flat[i + 1]);
-  }
-  return out;
 }

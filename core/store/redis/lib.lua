@@ -109,7 +109,7 @@ local function split_cached(s, sep)
   return out
 end
 
--- Separators of packed arguments (names never contain them: index.ts escapes or refuses them).
+-- Separators of packed arguments (names never contain them: keys.ts escapes them, pack.ts refuses them).
 local SEP, LIST = '\31', '\30'
 
 -- Key names, as keys.ts builds them: P .. '{' .. tag .. '}:' .. suffix.

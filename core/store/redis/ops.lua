@@ -259,7 +259,7 @@ end
 -- A[1] now ('0' = TIME)   A[2] mode: s settle | r recover   A[3] request id (index field)
 -- A[4] the instance that admitted it   A[5] effects: key 0/1, user 0/1 (on a cluster a part
 -- applies only those in its own hash slot)   A[6] key tag   A[7] user tag
--- A[8] the settlement, SEP-separated (index.ts packSettlement): key, user, group, model,
+-- A[8] the settlement, SEP-separated (pack.ts packSettlement): key, user, group, model,
 --   billing (balance | plan), actual, cost, input, output, cache read, cache write tokens,
 --   duration ms, key windows "5h,1d", estimated 0/1
 -- Returns 1 applied, 0 already settled, 2 already resolved by crash recovery, 3 nothing to recover,

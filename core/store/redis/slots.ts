@@ -1,0 +1,292 @@
+/**
+ * Concurrency slots: `acquireSlot()`, and the slot an admission takes in its own script
+ * (AdmitRequest.slot: index.ts admits, `granted`/`wait` here follow it up).
+ *
+ * Concurrency slots are leases renewed by the heartbeat (`renew`); the queue is global and FIFO
+ * (slots.lua). A slot freed in Redis (released or expired) goes to the head of the queue at once,
+ * and the grant is published on the wake channel: the waiter's instance hears it on its subscriber
+ * connection (`onWake`). Each waiter also polls every WAITER_POLL_MS, for a grant whose message was
+ * missed or a place in the queue that expired. A release is fire and forget: if Redis does not hear
+ * it, the lease runs out.
+ * While Redis is away (health.ts) slots come from the local store at the per-instance share; a
+ * waiter whose Redis goes away waits there for the rest of its `maxWaitMs`.
+ *
+ * An admission's slot is freed by its settlement or cancel (its record names it): `unbind` only
+ * stops renewing it and ends a wait for it. Which admission holds which slot is index.ts's table of
+ * live admissions, read here through `live`.
+ */
+import { LRUCache } from 'lru-cache';
+import type { Logger } from '../../log.js';
+import type { SlotRequest, SlotResult } from '../types.js';
+import { Unavailable, type RedisClient, type Reply } from './client.js';
+import type { Health } from './health.js';
+import type { Keys } from './keys.js';
+import { int } from './pack.js';
+
+const WAITER_POLL_MS = 1_000;
+
+/** The concurrency slot taken with an admission: its record frees it at settlement or cancel. */
+export interface AdmissionSlot {
+  scope: string;
+  id: string;
+  /** A slot of the local fallback, taken while Redis was away during the wait: freed here. */
+  local?: () => void;
+}
+
+/** An admission as this module sees it (index.ts's live admissions): the slot bound to it, if any. */
+export interface SlotHolder {
+  slot?: AdmissionSlot;
+}
+
+interface Waiter {
+  id: string;
+  scope: string;
+  req: SlotRequest;
+  /** The admission the slot belongs to (taken with it). */
+  requestId?: string;
+  deadline: number;
+  done: boolean;
+  /** It was answered with a slot. */
+  ok?: boolean;
+  resolve: (r: SlotResult) => void;
+  timer: NodeJS.Timeout;
+  poll: NodeJS.Timeout;
+  onAbort: () => void;
+}
+
+export class Slots {
+  /** scope → lease ids held by this instance */
+  private readonly held = new Map<string, Set<string>>();
+  private readonly waiters = new Map<string, Waiter>();
+  private slotSeq = 0;
+  private readonly goneWaiters = new LRUCache<string, string>({ max: 10_000 });
+
+  /** `live`: the admissions of this instance by request id (index.ts). */
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly health: Health,
+    private readonly keys: Keys,
+    private readonly instanceId: string,
+    private readonly live: ReadonlyMap<string, SlotHolder>,
+    private readonly log: Logger,
+  ) {
+    redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
+    redis.sub.subscribe(keys.wakeChannel()).catch(() => undefined);
+  }
+
+  /** A new lease id of this instance. */
+  nextId(): string {
+    return `${this.instanceId}/${++this.slotSeq}`;
+  }
+
+  async acquire(req: SlotRequest): Promise<SlotResult> {
+    if (req.signal.aborted) return { ok: false, reason: 'aborted' };
+    if (req.limit <= 0) return { ok: true, release: () => {} };
+    if (this.health.state !== 'up') return this.health.acquireSlotLocally(req, req.maxWaitMs);
+    const id = this.nextId();
+    let r: number;
+    try {
+      r = (await this.slotOp(req.scope, 'acquire', id, int(req.limit), int(Math.max(0, req.queueSize)))) as number;
+    } catch (e) {
+      if (e instanceof Unavailable) return this.health.acquireSlotLocally(req, req.maxWaitMs);
+      throw e;
+    }
+    if (r === 1) return this.granted(req.scope, id);
+    if (r === 2) return { ok: false, reason: 'queue_full' };
+    return this.wait(req, id);
+  }
+
+  private slotOp(scope: string, op: string, ...args: string[]): Promise<Reply> {
+    return this.redis.run('slots', this.keys.slots(scope), [op, ...args]);
+  }
+
+  /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
+  granted(scope: string, id: string, requestId?: string): SlotResult {
+    let set = this.held.get(scope);
+    if (!set) this.held.set(scope, (set = new Set()));
+    set.add(id);
+    let released = false;
+    return {
+      ok: true,
+      release: () => {
+        if (released) return;
+        released = true;
+        if (requestId !== undefined) {
+          // Before its settlement: freed now, and unbound (the settlement's script finds it gone).
+          const adm = this.live.get(requestId);
+          if (adm?.slot?.id !== id) return; // the settlement or cancel freed it already
+          adm.slot = undefined;
+        }
+        this.releaseRemote(scope, id);
+      },
+    };
+  }
+
+  /**
+   * The settlement or cancel of an admission frees its slot in Redis (the record names it): here,
+   * only stop renewing it, and end a wait for it.
+   */
+  unbind(adm: SlotHolder): void {
+    const s = adm.slot;
+    if (!s) return;
+    adm.slot = undefined;
+    this.forgetHeld(s.scope, s.id);
+    const w = this.waiters.get(s.id);
+    if (w) this.finish(w, { ok: false, reason: 'aborted' });
+    s.local?.();
+  }
+
+  private forgetHeld(scope: string, id: string): void {
+    const set = this.held.get(scope);
+    set?.delete(id);
+    if (set?.size === 0) this.held.delete(scope);
+  }
+
+  /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
+  private releaseRemote(scope: string, id: string): void {
+    this.forgetHeld(scope, id);
+    if (this.health.state !== 'up') return;
+    this.slotOp(scope, 'release', id).catch(() => undefined);
+  }
+
+  /** Queued in Redis: waits for a grant (wake-up or poll) until `maxWaitMs`, an abort or a settlement. */
+  wait(req: SlotRequest, id: string, requestId?: string): Promise<SlotResult> {
+    return new Promise<SlotResult>((resolve) => {
+      const w: Waiter = {
+        id, scope: req.scope, req, requestId, resolve, done: false,
+        deadline: Date.now() + Math.max(0, req.maxWaitMs),
+        timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
+        poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
+        onAbort: () => void this.giveUp(w, 'aborted'),
+      };
+      req.signal.addEventListener('abort', w.onAbort, { once: true });
+      this.waiters.set(id, w);
+    });
+  }
+
+  private finish(w: Waiter, r: SlotResult): void {
+    if (w.done) {
+      if (r.ok) r.release();
+      return;
+    }
+    w.done = true;
+    w.ok = r.ok;
+    clearTimeout(w.timer);
+    clearInterval(w.poll);
+    w.req.signal.removeEventListener('abort', w.onAbort);
+    this.waiters.delete(w.id);
+    w.resolve(r);
+  }
+
+  /** A grant published by the instance that freed the slot (or found by a poll). */
+  private onWake(id: string): void {
+    const w = this.waiters.get(id);
+    if (w) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
+    // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
+    if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
+      const scope = this.scopeOfOrphan(id);
+      if (scope) this.releaseRemote(scope, id);
+    }
+  }
+
+  private scopeOfOrphan(id: string): string | undefined {
+    return this.goneWaiters.get(id);
+  }
+
+  private isHeld(id: string): boolean {
+    for (const set of this.held.values()) if (set.has(id)) return true;
+    return false;
+  }
+
+  private async pollWaiter(w: Waiter): Promise<void> {
+    if (w.done) return;
+    try {
+      const r = (await this.slotOp(w.scope, 'poll', w.id)) as number;
+      if (w.done) {
+        if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
+        return;
+      }
+      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
+      else if (r === 3) {
+        // Its place expired (this instance could not renew it): queue again.
+        const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
+        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
+        else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
+      }
+    } catch (e) {
+      if (!(e instanceof Unavailable) || w.done) return;
+      // Redis went away while waiting: wait for a local slot for the rest of max_wait.
+      this.goneWaiters.set(w.id, w.scope);
+      const rest = Math.max(0, w.deadline - Date.now());
+      clearInterval(w.poll);
+      clearTimeout(w.timer);
+      w.req.signal.removeEventListener('abort', w.onAbort);
+      this.waiters.delete(w.id);
+      w.done = true;
+      let r = await this.health.acquireSlotLocally(w.req, rest);
+      if (r.ok && w.requestId !== undefined) {
+        // Still the admission's slot: its settlement or cancel frees this local one.
+        const s = this.live.get(w.requestId)?.slot;
+        if (s?.id === w.id) s.local = r.release;
+        else {
+          r.release();
+          r = { ok: false, reason: 'aborted' };
+        }
+      }
+      w.ok = r.ok;
+      w.resolve(r);
+    }
+  }
+
+  private async giveUp(w: Waiter, reason: 'timeout' | 'aborted'): Promise<void> {
+    if (w.done) return;
+    this.goneWaiters.set(w.id, w.scope);
+    if (reason === 'aborted') this.finish(w, { ok: false, reason });
+    let r = 3;
+    try {
+      r = (await this.slotOp(w.scope, 'leave', w.id)) as number;
+    } catch {
+      // unreachable: the waiter expires with its lease
+    }
+    if (r === 1) {
+      // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
+      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
+      if (!w.ok) this.releaseRemote(w.scope, w.id);
+      return;
+    }
+    this.finish(w, { ok: false, reason });
+  }
+
+  /** The heartbeat's part: renews the leases of the slots held and the places of the waiters, per scope. */
+  renew(): Promise<unknown> {
+    const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
+    return Promise.all([...scopes].map(async (scope) => {
+      const held = [...(this.held.get(scope) ?? [])];
+      const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
+      if (held.length === 0 && waiting.length === 0) return;
+      const lost = (await this.redis.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
+      for (const id of lost) {
+        if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
+      }
+    }));
+  }
+
+  /** close(): every waiter is answered `aborted`. */
+  abortWaiters(): void {
+    for (const w of [...this.waiters.values()]) this.finish(w, { ok: false, reason: 'aborted' });
+  }
+
+  /** close(): gives back every slot held (a release Redis does not hear runs out with its lease). */
+  async releaseAll(): Promise<void> {
+    for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
+    this.held.clear();
+  }
+
+  /** crash(): the waiters' timers stop, nothing is said to Redis. */
+  stop(): void {
+    for (const w of this.waiters.values()) {
+      clearTimeout(w.timer);
+      clearInterval(w.poll);
+    }
+  }
+}
