@@ -241,7 +241,7 @@ export class StreamDelivery {
   }
 
   /** The preamble hold's timer: the held preamble is committed without waiting for content. */
-  private static holdExpired(d: StreamDelivery): void {
+  private static holdExpired(this: void, d: StreamDelivery): void {
     void d.commitHeld().catch(() => undefined);
   }
 
@@ -308,7 +308,7 @@ export class StreamDelivery {
   }
 
   /** The keepalive's interval timer (one per stream, unref'd). */
-  private static keepaliveTick(d: StreamDelivery): void {
+  private static keepaliveTick(this: void, d: StreamDelivery): void {
     d.keepalive();
   }
 

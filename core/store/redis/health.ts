@@ -104,7 +104,7 @@ export class Health implements Faults {
   probe(): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.probing ??= (async () => {
-      await null; // yield first, so that the finally below never runs before this promise is stored
+      await Promise.resolve(); // yield first, so that the finally below never runs before this promise is stored
       try {
         const wasKnown = await this.hooks.beat();
         if (this.state === 'down') {

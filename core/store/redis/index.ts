@@ -246,7 +246,7 @@ export class RedisStore implements Store {
     if (failures.length > 0) {
       // Take back what got applied — and, where the answer was lost, what may have been (its
       // cancel marker also refuses an admission that reaches Redis later). Now, or once Redis answers.
-      const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && (results[i] as PromiseRejectedResult).reason instanceof Unavailable);
+      const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && (results[i]).reason instanceof Unavailable);
       const lostIndex = this.cluster && results[parts.length].status === 'rejected';
       const undo = [...admittedTags, ...unknown];
       if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
@@ -372,7 +372,7 @@ export class RedisStore implements Store {
   private drain(): Promise<void> {
     this.draining ??= (async () => {
       // Yield first, so that the finally below never runs before this promise is stored.
-      await null;
+      await Promise.resolve();
       try {
         while (this.pending.length > 0 && this.status.state === 'up') {
           const op = this.pending[0];
