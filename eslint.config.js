@@ -32,12 +32,18 @@ export default tseslint.config(
     // The rooms (docs/architecture.md): the core never reaches up into what is built on it.
     files: ['core/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', {
-        patterns: [{
-          regex: '(^|/)(plugins|mock|cli|bench|test)/',
-          message: 'core/ must not import from plugins/, mock/, cli/, bench/ or test/: pass what it needs in (see docs/architecture.md).',
-        }],
-      }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '(^|/)(plugins|mock|cli|bench|test)/',
+              message:
+                'core/ must not import from plugins/, mock/, cli/, bench/ or test/: pass what it needs in (see docs/architecture.md).',
+            },
+          ],
+        },
+      ],
     },
   },
   {

@@ -19,7 +19,11 @@ const FIRST_TOKEN = /"content":"[^"]/;
 function post(url: string, auth: string, body: Buffer, agent: http.Agent | false, extra: Record<string, string> = {}): http.ClientRequest {
   const u = new URL(url);
   const req = http.request({
-    host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+    host: u.hostname,
+    port: u.port,
+    path: u.pathname,
+    method: 'POST',
+    agent,
     headers: { 'content-type': 'application/json', 'content-length': body.length, ...(auth ? { authorization: auth } : {}), ...extra },
   });
   req.on('socket', guard);
@@ -39,7 +43,13 @@ function guard(socket: import('node:net').Socket): void {
 }
 
 /** One streaming request; resolves with the ms from sending the body to the first token (NaN: failed). */
-function firstToken(url: string, auth: string, body: Buffer, agent: http.Agent | false, keep?: http.IncomingMessage[]): Promise<{ ms: number; status: number }> {
+function firstToken(
+  url: string,
+  auth: string,
+  body: Buffer,
+  agent: http.Agent | false,
+  keep?: http.IncomingMessage[],
+): Promise<{ ms: number; status: number }> {
   return new Promise((resolve) => {
     let t0 = 0n;
     let done = false;
@@ -107,7 +117,13 @@ async function hold(m: Msg): Promise<Msg> {
   return { opened, failed: m.n - opened, statuses, ms: Date.now() - t0 };
 }
 
-interface BodyLoad { bytes: number; ok: number; failed: number; statuses: Record<string, number>; totalMs: number }
+interface BodyLoad {
+  bytes: number;
+  ok: number;
+  failed: number;
+  statuses: Record<string, number>;
+  totalMs: number;
+}
 let stopping = false;
 const timers: NodeJS.Timeout[] = [];
 const inflight = new Set<http.ClientRequest>();
@@ -174,7 +190,8 @@ async function stop(): Promise<Msg> {
   stopping = true;
   for (const t of timers.splice(0)) clearInterval(t);
   const completed: Record<string, Msg> = {};
-  for (const [bytes, c] of counts) completed[bytes] = { ok: c.ok, failed: c.failed, statuses: c.statuses, meanMs: c.ok ? c.totalMs / c.ok : NaN };
+  for (const [bytes, c] of counts)
+    completed[bytes] = { ok: c.ok, failed: c.failed, statuses: c.statuses, meanMs: c.ok ? c.totalMs / c.ok : NaN };
   for (const r of inflight) r.destroy();
   inflight.clear();
   counts.clear();
@@ -184,11 +201,16 @@ async function stop(): Promise<Msg> {
 process.on('message', (m: Msg) => {
   const run = async (): Promise<Msg> => {
     switch (m.op) {
-      case 'ttft': return ttft(m);
-      case 'hold': return hold(m);
-      case 'bodies': return bodies(m);
-      case 'stop': return stop();
-      default: throw new Error(`unknown op ${m.op}`);
+      case 'ttft':
+        return ttft(m);
+      case 'hold':
+        return hold(m);
+      case 'bodies':
+        return bodies(m);
+      case 'stop':
+        return stop();
+      default:
+        throw new Error(`unknown op ${m.op}`);
     }
   };
   run().then(

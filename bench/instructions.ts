@@ -47,14 +47,32 @@ const USAGE = `npm run bench:instructions -- [options]
                     started here, on another core than the gateway where taskset is available)`;
 
 interface Opts {
-  requests: number; warmup: number; concurrency: number; words: number; only: string[]; sides: string[]; out?: string; gatewayRoot: string; cpuProf: boolean;
+  requests: number;
+  warmup: number;
+  concurrency: number;
+  words: number;
+  only: string[];
+  sides: string[];
+  out?: string;
+  gatewayRoot: string;
+  cpuProf: boolean;
   store: 'memory' | 'redis';
   /** Set once the redis-server runs (`--store redis`). */
   redisUrl?: string;
 }
 
 function parse(argv: string[]): Opts {
-  const o: Opts = { requests: 0, warmup: 0, concurrency: 10, words: 20, only: ['json', 'stream'], sides: ['proxy', 'gateway'], gatewayRoot: root, cpuProf: false, store: 'memory' };
+  const o: Opts = {
+    requests: 0,
+    warmup: 0,
+    concurrency: 10,
+    words: 20,
+    only: ['json', 'stream'],
+    sides: ['proxy', 'gateway'],
+    gatewayRoot: root,
+    cpuProf: false,
+    store: 'memory',
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -75,8 +93,7 @@ function parse(argv: string[]): Opts {
       const k = v();
       if (k !== 'memory' && k !== 'redis') throw new Error(`--store takes memory or redis\n${USAGE}`);
       o.store = k;
-    }
-    else if (a === '--help' || a === '-h') throw new Error(USAGE);
+    } else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
   o.requests ||= o.cpuProf ? 20_000 : 2000;
@@ -111,7 +128,12 @@ async function waitFor(url: string, child: ChildProcess, log: string, timeoutMs:
   while (Date.now() - t0 < timeoutMs) {
     if (child.exitCode !== null) throw new Error(`${url}: exited\n${fs.readFileSync(log, 'utf8').slice(-2000)}`);
     const ok = await new Promise<boolean>((resolve) => {
-      http.get(url, (res) => { res.resume(); resolve(res.statusCode === 200); }).on('error', () => resolve(false));
+      http
+        .get(url, (res) => {
+          res.resume();
+          resolve(res.statusCode === 200);
+        })
+        .on('error', () => resolve(false));
     });
     if (ok) return;
     await sleep(500);
@@ -124,16 +146,31 @@ async function load(url: string, auth: string, body: string, n: number, concurre
   const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
   let sent = 0;
   let failed = 0;
-  const one = () => new Promise<void>((resolve) => {
-    const req = http.request(url, { method: 'POST', agent, headers: { 'content-type': 'application/json', authorization: auth, 'content-length': Buffer.byteLength(body) } }, (res) => {
-      if (res.statusCode !== 200) failed++;
-      res.resume();
-      res.on('end', resolve);
-      res.on('error', () => { failed++; resolve(); });
+  const one = () =>
+    new Promise<void>((resolve) => {
+      const req = http.request(
+        url,
+        {
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', authorization: auth, 'content-length': Buffer.byteLength(body) },
+        },
+        (res) => {
+          if (res.statusCode !== 200) failed++;
+          res.resume();
+          res.on('end', resolve);
+          res.on('error', () => {
+            failed++;
+            resolve();
+          });
+        },
+      );
+      req.on('error', () => {
+        failed++;
+        resolve();
+      });
+      req.end(body);
     });
-    req.on('error', () => { failed++; resolve(); });
-    req.end(body);
-  });
   const worker = async () => {
     while (sent < n) {
       sent++;
@@ -153,7 +190,10 @@ async function load(url: string, auth: string, body: string, n: number, concurre
  * better estimate of the steady state.
  */
 function lastDump(dir: string, prefix: string): { total: number; compile: number } {
-  const files = fs.readdirSync(dir).filter((f) => f.startsWith(prefix)).map((f) => path.join(dir, f));
+  const files = fs
+    .readdirSync(dir)
+    .filter((f) => f.startsWith(prefix))
+    .map((f) => path.join(dir, f));
   files.sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
   const text = fs.readFileSync(files[0], 'utf8');
   const m = /^(?:summary|totals):\s*(\d+)/m.exec(text);
@@ -186,7 +226,14 @@ function lastDump(dir: string, prefix: string): { total: number; compile: number
 }
 
 /** The server of one side: command, arguments and environment (`wrap` runs it under valgrind or the profiler). */
-function serverCommand(o: Opts, side: string, port: number, work: string, mockUrl: string, wrap: string[]): { cmd: string; args: string[]; env: NodeJS.ProcessEnv } {
+function serverCommand(
+  o: Opts,
+  side: string,
+  port: number,
+  work: string,
+  mockUrl: string,
+  wrap: string[],
+): { cmd: string; args: string[]; env: NodeJS.ProcessEnv } {
   const [cmd, ...pre] = wrap.length && !wrap[0].startsWith('-') ? wrap : [process.execPath, ...wrap];
   if (side === 'gateway') {
     const dataDir = path.join(work, `gateway-data-${port}`);
@@ -196,7 +243,12 @@ function serverCommand(o: Opts, side: string, port: number, work: string, mockUr
     // timeout than the shipped 500 ms: on a busy machine a stall of a second or two would otherwise
     // mark Redis away and fail the run; what a call costs the gateway's CPU is the same.
     const store = o.redisUrl ? { kind: 'redis', url: o.redisUrl, prefix: `bench${port}:`, timeout: '5s' } : undefined;
-    fs.writeFileSync(cfg, YAML.stringify(gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store })));
+    fs.writeFileSync(
+      cfg,
+      YAML.stringify(
+        gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store }),
+      ),
+    );
     return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
   }
   return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
@@ -227,7 +279,12 @@ async function main(): Promise<void> {
   for (const side of o.sides) {
     const port = await freePort();
     const prefix = `callgrind-${side}.out`;
-    const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, ['valgrind', '--tool=callgrind', `--callgrind-out-file=${path.join(work, prefix)}`, process.execPath]);
+    const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [
+      'valgrind',
+      '--tool=callgrind',
+      `--callgrind-out-file=${path.join(work, prefix)}`,
+      process.execPath,
+    ]);
     const log = path.join(work, `${side}.log`);
     const child = launch(cmd, args, log, env);
     const url = `http://127.0.0.1:${port}`;
@@ -235,7 +292,8 @@ async function main(): Promise<void> {
       await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 300_000);
       const scenarios = o.only.filter((name) => name !== 'convert' || side === 'gateway');
       // Every scenario is warmed before any is counted: code they share is compiled by then.
-      for (const name of scenarios) await load(url + '/v1/chat/completions', targets[name].auth, targets[name].body, o.warmup, o.concurrency);
+      for (const name of scenarios)
+        await load(url + '/v1/chat/completions', targets[name].auth, targets[name].body, o.warmup, o.concurrency);
       for (const name of scenarios) {
         const t = targets[name];
         await sleep(1500); // timers of the last requests, the store's journal flush
@@ -246,7 +304,9 @@ async function main(): Promise<void> {
         const ir = lastDump(work, prefix);
         const per = (n: number) => Math.round(n / o.requests);
         (results[name] ??= {})[side] = per(ir.total - ir.compile);
-        console.error(`${side} ${name}: ${per(ir.total).toLocaleString('en')} instructions per request, ${per(ir.total - ir.compile).toLocaleString('en')} without JIT compilation`);
+        console.error(
+          `${side} ${name}: ${per(ir.total).toLocaleString('en')} instructions per request, ${per(ir.total - ir.compile).toLocaleString('en')} without JIT compilation`,
+        );
       }
     } finally {
       child.kill('SIGKILL');
@@ -260,7 +320,9 @@ async function main(): Promise<void> {
     const ratio = r.proxy && r.gateway ? (r.gateway / r.proxy).toFixed(2) : '';
     console.log(`| ${name} | ${o.sides.map((s) => (r[s] ? Math.round(r[s] / 1000) + 'k' : '')).join(' | ')} | ${ratio} |`);
   }
-  console.log(`(instructions per request without JIT compilation; ${o.requests} requests after ${o.warmup} warm-up, ${o.concurrency} at a time; callgrind files in ${work})`);
+  console.log(
+    `(instructions per request without JIT compilation; ${o.requests} requests after ${o.warmup} warm-up, ${o.concurrency} at a time; callgrind files in ${work})`,
+  );
 }
 
 /** Pause that marks a phase boundary in a profile: no request runs for this long. */
@@ -281,7 +343,14 @@ async function profileAll(o: Opts, work: string, mockUrl: string, targets: Recor
       const dir = path.join(work, `${side}-${name}`);
       // The proxy role has no SIGTERM handler of its own: exit normally so the profile is written.
       const exit = 'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))';
-      const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [...pin, '--import', exit, '--cpu-prof', '--cpu-prof-dir', dir]);
+      const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [
+        ...pin,
+        '--import',
+        exit,
+        '--cpu-prof',
+        '--cpu-prof-dir',
+        dir,
+      ]);
       const log = path.join(work, `${side}-${name}.log`);
       const child = launch(cmd, args, log, env);
       const url = `http://127.0.0.1:${port}`;
@@ -332,7 +401,10 @@ async function startRedis(work: string): Promise<string> {
   for (;;) {
     if (child.exitCode !== null) throw new Error(`redis-server exited\n${fs.readFileSync(log, 'utf8').slice(-2000)}`);
     const up = await new Promise<boolean>((resolve) => {
-      const s = net.connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.end();
+        resolve(true);
+      });
       s.on('error', () => resolve(false));
     });
     if (up) return `redis://127.0.0.1:${port}`;
@@ -380,10 +452,18 @@ function category(fn: string, url: string): string | undefined {
   if (url.includes('/dist/bench/')) return 'bench role (proxy)';
   if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node: streams';
   if (url.startsWith('node:_http') || url === 'node:http') return 'node: http';
-  if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller')) return 'node: events, AbortSignal';
-  if (url.startsWith('node:internal/process/task_queues') || url.startsWith('node:internal/timers') || url === 'node:timers' || fn === 'runMicrotasks') return 'node: ticks, microtasks, timers';
+  if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller'))
+    return 'node: events, AbortSignal';
+  if (
+    url.startsWith('node:internal/process/task_queues') ||
+    url.startsWith('node:internal/timers') ||
+    url === 'node:timers' ||
+    fn === 'runMicrotasks'
+  )
+    return 'node: ticks, microtasks, timers';
   if (url.startsWith('node:')) return 'node: other';
-  if (url === '') return `native: ${fn === 'writev' || fn === 'writeString' || fn === 'writeBuffer' || fn === 'writeUtf8String' ? 'writes (syscalls)' : 'other'}`;
+  if (url === '')
+    return `native: ${fn === 'writev' || fn === 'writeString' || fn === 'writeBuffer' || fn === 'writeUtf8String' ? 'writes (syscalls)' : 'other'}`;
   return 'other';
 }
 

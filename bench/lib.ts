@@ -92,13 +92,17 @@ export const USAGE = `usage: npm run bench -- [options]
 
 function positiveInt(flag: string, v: string | undefined, min = 1): number {
   const n = Number(v);
-  if (v === undefined || v === '' || !Number.isInteger(n) || n < min) throw new Error(`${flag} needs an integer ≥ ${min}, got ${v ?? 'nothing'}`);
+  if (v === undefined || v === '' || !Number.isInteger(n) || n < min)
+    throw new Error(`${flag} needs an integer ≥ ${min}, got ${v ?? 'nothing'}`);
   return n;
 }
 
 function scenarioList(flag: string, v: string | undefined): Scenario[] {
   if (!v) throw new Error(`${flag} needs a comma-separated list of scenarios (${SCENARIOS.join(', ')})`);
-  const names = v.split(',').map((s) => s.trim()).filter(Boolean);
+  const names = v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (const n of names) {
     if (!(SCENARIOS as readonly string[]).includes(n)) throw new Error(`${flag}: unknown scenario '${n}' (known: ${SCENARIOS.join(', ')})`);
   }
@@ -121,34 +125,66 @@ export function parseArgs(argv: readonly string[]): Options {
     const a = args[i];
     const next = () => args[++i];
     switch (a) {
-      case '--quick': break;
-      case '--only': only = scenarioList(a, next()); break;
-      case '--skip': skip = scenarioList(a, next()); break;
-      case '--rounds': o.rounds = positiveInt(a, next()); break;
-      case '--heavy-rounds': o.heavyRounds = positiveInt(a, next()); break;
-      case '--duration': o.duration = positiveInt(a, next()); break;
-      case '--concurrency': o.concurrency = positiveInt(a, next()); break;
-      case '--words': o.words = positiveInt(a, next()); break;
-      case '--streams': o.streams = positiveInt(a, next()); break;
-      case '--ttft-requests': o.ttftRequests = positiveInt(a, next(), 2); break;
-      case '--probe-concurrency': o.probeConcurrency = positiveInt(a, next()); break;
+      case '--quick':
+        break;
+      case '--only':
+        only = scenarioList(a, next());
+        break;
+      case '--skip':
+        skip = scenarioList(a, next());
+        break;
+      case '--rounds':
+        o.rounds = positiveInt(a, next());
+        break;
+      case '--heavy-rounds':
+        o.heavyRounds = positiveInt(a, next());
+        break;
+      case '--duration':
+        o.duration = positiveInt(a, next());
+        break;
+      case '--concurrency':
+        o.concurrency = positiveInt(a, next());
+        break;
+      case '--words':
+        o.words = positiveInt(a, next());
+        break;
+      case '--streams':
+        o.streams = positiveInt(a, next());
+        break;
+      case '--ttft-requests':
+        o.ttftRequests = positiveInt(a, next(), 2);
+        break;
+      case '--probe-concurrency':
+        o.probeConcurrency = positiveInt(a, next());
+        break;
       case '--bodies': {
-        const v = (next() ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+        const v = (next() ?? '')
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean);
         const unknown = v.filter((x) => !(BODY_VARIANTS as readonly string[]).includes(x));
         if (v.length === 0 || unknown.length > 0) throw new Error(`--bodies needs a comma-separated list of ${BODY_VARIANTS.join(', ')}`);
         o.bodiesVariants = v;
         break;
       }
-      case '--no-pin': o.pin = false; break;
+      case '--no-pin':
+        o.pin = false;
+        break;
       case '--out': {
         const v = next();
         if (!v) throw new Error('--out needs a folder');
         o.out = v;
         break;
       }
-      case '--no-save': o.out = null; break;
-      case '-h': case '--help': o.help = true; break;
-      default: throw new Error(`unknown option '${a}'\n${USAGE}`);
+      case '--no-save':
+        o.out = null;
+        break;
+      case '-h':
+      case '--help':
+        o.help = true;
+        break;
+      default:
+        throw new Error(`unknown option '${a}'\n${USAGE}`);
     }
   }
   const chosen = only ?? [...SCENARIOS];
@@ -233,7 +269,8 @@ export function parseWrk(stdout: string): WrkRun {
   const line = stdout.split('\n').find((l) => l.startsWith('BENCH_JSON '));
   if (!line) throw new Error(`wrk printed no BENCH_JSON line:\n${stdout.slice(0, 2000)}`);
   const r = JSON.parse(line.slice('BENCH_JSON '.length)) as WrkRun;
-  if (typeof r.requests !== 'number' || typeof r.durationUs !== 'number' || !r.errors || !r.latencyUs) throw new Error(`unexpected wrk summary: ${line}`);
+  if (typeof r.requests !== 'number' || typeof r.durationUs !== 'number' || !r.errors || !r.latencyUs)
+    throw new Error(`unexpected wrk summary: ${line}`);
   return r;
 }
 
@@ -252,7 +289,10 @@ export function parseProcStat(text: string): { pid: number; ppid: number; ticks:
   const close = text.lastIndexOf(')');
   if (close < 0) throw new Error('not a /proc/PID/stat line');
   const pid = Number(text.slice(0, text.indexOf(' ')));
-  const f = text.slice(close + 2).trim().split(/\s+/); // f[0] is field 3 (state)
+  const f = text
+    .slice(close + 2)
+    .trim()
+    .split(/\s+/); // f[0] is field 3 (state)
   return { pid, ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) };
 }
 
@@ -399,7 +439,8 @@ function roundsTable(s: ScenarioResult): string[] {
   if (keys.length === 0) return [];
   const lines = [`| round | load avg | side | ${keys.join(' | ')} |`, `|---|---|---|${keys.map(() => '---').join('|')}|`];
   for (const r of s.rounds) {
-    for (const side of r.sides) lines.push(`| ${r.round + 1} | ${r.loadavg1.toFixed(2)} | ${side.side} | ${keys.map((k) => fmt(side.figures[k])).join(' | ')} |`);
+    for (const side of r.sides)
+      lines.push(`| ${r.round + 1} | ${r.loadavg1.toFixed(2)} | ${side.side} | ${keys.map((k) => fmt(side.figures[k])).join(' | ')} |`);
   }
   return lines;
 }
@@ -409,12 +450,24 @@ export function renderMarkdown(rep: Report): string {
   const o = rep.options;
   const out: string[] = [];
   out.push(`# Benchmark ${rep.startedAt}`, '');
-  out.push(`- machine: ${m.cpus} cpus (${m.cpuModel}), ${m.memGiB.toFixed(0)} GiB, Linux ${m.kernel}; Node ${m.node}; ${m.wrk}; commit ${m.commit}`);
-  out.push(`- pinning: ${rep.pinning ? `server under test on cpu ${rep.pinning.server.join(',')}, upstream on cpu ${rep.pinning.upstream.join(',')}, load generators on cpu ${rep.pinning.load.join(',')}` : 'none'}`);
-  out.push(`- load average (1, 5, 15 min): ${rep.loadavg.start.map((x) => x.toFixed(2)).join(', ')} at the start, ${rep.loadavg.end.map((x) => x.toFixed(2)).join(', ')} at the end`);
-  out.push(`- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after ${Math.min(WARMUP_S, o.duration)} s of warm-up per target, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`);
+  out.push(
+    `- machine: ${m.cpus} cpus (${m.cpuModel}), ${m.memGiB.toFixed(0)} GiB, Linux ${m.kernel}; Node ${m.node}; ${m.wrk}; commit ${m.commit}`,
+  );
+  out.push(
+    `- pinning: ${rep.pinning ? `server under test on cpu ${rep.pinning.server.join(',')}, upstream on cpu ${rep.pinning.upstream.join(',')}, load generators on cpu ${rep.pinning.load.join(',')}` : 'none'}`,
+  );
+  out.push(
+    `- load average (1, 5, 15 min): ${rep.loadavg.start.map((x) => x.toFixed(2)).join(', ')} at the start, ${rep.loadavg.end.map((x) => x.toFixed(2)).join(', ')} at the end`,
+  );
+  out.push(
+    `- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after ${Math.min(WARMUP_S, o.duration)} s of warm-up per target, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`,
+  );
   out.push(`- run: \`${rep.command}\`, ${Math.round(rep.elapsedS)} s`);
-  out.push('', 'Each figure is the median over rounds, with the lowest and highest round in brackets; ratios and differences are computed per round (both sides measured back to back) and then their median taken.', '');
+  out.push(
+    '',
+    'Each figure is the median over rounds, with the lowest and highest round in brackets; ratios and differences are computed per round (both sides measured back to back) and then their median taken.',
+    '',
+  );
   for (const w of rep.warnings) out.push(`> **Warning:** ${w}`, '');
   for (const s of rep.scenarios) {
     out.push(`## ${s.title}`, '');

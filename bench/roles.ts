@@ -13,7 +13,10 @@ const [role, port, target, sink] = process.argv.slice(2);
 
 /** What the sink answers: a valid, minimal Chat Completions reply with usage. */
 const SINK_REPLY = JSON.stringify({
-  id: 'chatcmpl-sink', object: 'chat.completion', created: 1700000000, model: 'bench-large',
+  id: 'chatcmpl-sink',
+  object: 'chat.completion',
+  created: 1700000000,
+  model: 'bench-large',
   choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
   usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
 });
@@ -44,7 +47,9 @@ async function main(): Promise<void> {
     // core with the load generators) next to nothing, so the figures are the server under test's.
     const server = http.createServer({ requestTimeout: 0 }, (req, res) => {
       req.resume();
-      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(SINK_REPLY) }).end(SINK_REPLY));
+      req.on('end', () =>
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(SINK_REPLY) }).end(SINK_REPLY),
+      );
     });
     server.keepAliveTimeout = 65_000;
     server.listen(Number(port), '127.0.0.1');
@@ -59,7 +64,9 @@ async function main(): Promise<void> {
       else if (res && 'destroy' in res) res.destroy();
     });
     // The large-body scenario's requests carry `x-bench-upstream: sink` (the gateway routes them by model instead).
-    const server = http.createServer((req, res) => (req.headers['x-bench-upstream'] === 'sink' ? proxy.web(req, res, { target: sink }) : proxy.web(req, res)));
+    const server = http.createServer((req, res) =>
+      req.headers['x-bench-upstream'] === 'sink' ? proxy.web(req, res, { target: sink }) : proxy.web(req, res),
+    );
     server.keepAliveTimeout = 5_000; // the gateway's
     server.listen(Number(port), '127.0.0.1');
     return;

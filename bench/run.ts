@@ -22,9 +22,31 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import {
-  parseArgs, parseCpuList, parseProcStat, parseVmRss, parseWrk, planPinning, renderMarkdown, roundDiffs, roundOrder,
-  roundRatios, spread, quantile, median, wrkErrors, wrkRps, SCENARIO_TITLES, USAGE, WARMUP_S,
-  type Options, type Pinning, type Report, type RoundRecord, type Row, type Scenario, type ScenarioResult,
+  parseArgs,
+  parseCpuList,
+  parseProcStat,
+  parseVmRss,
+  parseWrk,
+  planPinning,
+  renderMarkdown,
+  roundDiffs,
+  roundOrder,
+  roundRatios,
+  spread,
+  quantile,
+  median,
+  wrkErrors,
+  wrkRps,
+  SCENARIO_TITLES,
+  USAGE,
+  WARMUP_S,
+  type Options,
+  type Pinning,
+  type Report,
+  type RoundRecord,
+  type Row,
+  type Scenario,
+  type ScenarioResult,
 } from './lib.js';
 import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
 
@@ -46,7 +68,14 @@ function pinned(cpus: number[] | undefined, cmd: string, args: string[]): [strin
   return pinning && cpus ? ['taskset', ['-c', cpus.join(','), cmd, ...args]] : [cmd, args];
 }
 
-function launch(cpus: number[] | undefined, cmd: string, args: string[], logName: string, ipc = false, env: NodeJS.ProcessEnv = process.env): { child: ChildProcess; log: string } {
+function launch(
+  cpus: number[] | undefined,
+  cmd: string,
+  args: string[],
+  logName: string,
+  ipc = false,
+  env: NodeJS.ProcessEnv = process.env,
+): { child: ChildProcess; log: string } {
   const log = path.join(work, logName);
   const fd = fs.openSync(log, 'a'); // O_APPEND: the harness may truncate it between rounds
   const [c, a] = pinned(cpus, cmd, args);
@@ -91,7 +120,8 @@ function get(url: string): Promise<number> {
 async function waitUntil(what: string, child: ChildProcess, log: string, ready: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}):\n${tail(log)}`);
+    if (child.exitCode !== null || child.signalCode !== null)
+      throw new Error(`${what} exited (${child.exitCode ?? child.signalCode}):\n${tail(log)}`);
     if (await ready()) return;
     await sleep(100);
   }
@@ -154,7 +184,12 @@ let upstreams: { mock: string; sink: string };
 
 async function startProxy(): Promise<Server> {
   const port = await freePort();
-  const { child, log } = launch(pinning?.server, process.execPath, [path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink], `proxy-${port}.log`);
+  const { child, log } = launch(
+    pinning?.server,
+    process.execPath,
+    [path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink],
+    `proxy-${port}.log`,
+  );
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the bare proxy', child, log, async () => (await get(url + '/')) === 200);
   return { name: 'bare proxy', url, child, log, close: () => stop(child, 'SIGKILL') };
@@ -169,11 +204,21 @@ async function startGateway(store?: Record<string, unknown>, label = 'gateway'):
   const cfgFile = path.join(work, `gateway-${n}.yaml`);
   const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
   fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency, store })));
-  const { child, log } = launch(pinning?.server, process.execPath, [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile], `gateway-${n}.log`, false, gatewayEnv());
+  const { child, log } = launch(
+    pinning?.server,
+    process.execPath,
+    [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile],
+    `gateway-${n}.log`,
+    false,
+    gatewayEnv(),
+  );
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the gateway', child, log, async () => (await get(url + '/healthz')) === 200);
   return {
-    name: label, url, child, log,
+    name: label,
+    url,
+    child,
+    log,
     close: async () => {
       await stop(child, 'SIGTERM');
       fs.rmSync(dataDir, { recursive: true, force: true });
@@ -252,8 +297,17 @@ interface Target {
 async function wrk(t: Target, seconds: number, connections: number): Promise<ReturnType<typeof parseWrk>> {
   const threads = Math.max(1, Math.min(pinning?.load.length ?? Math.max(1, os.availableParallelism() - 1), connections));
   const [cmd, args] = pinned(pinning?.load, 'wrk', [
-    '-t', String(threads), '-c', String(connections), '-d', `${seconds}s`, '--timeout', '30s',
-    '-s', path.join(root, 'bench/wrk.lua'), t.server.url + (t.path ?? '/v1/chat/completions'),
+    '-t',
+    String(threads),
+    '-c',
+    String(connections),
+    '-d',
+    `${seconds}s`,
+    '--timeout',
+    '30s',
+    '-s',
+    path.join(root, 'bench/wrk.lua'),
+    t.server.url + (t.path ?? '/v1/chat/completions'),
   ]);
   const env = { ...process.env, BENCH_BODY_FILE: bodyFile(`wrk-${t.side.replace(/\W+/g, '-')}`, t.body), BENCH_AUTH: t.auth };
   const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
@@ -296,7 +350,15 @@ function pick(rounds: RoundRecord[], side: string, key: string): number[] {
 }
 
 /** A row comparing one figure of the two sides: both medians, and the median per-round ratio (or difference). */
-function compare(rounds: RoundRecord[], columns: [string, string], key: string, metric: string, how: 'ratio' | 'diff', goal?: { text: string; ok: (x: number) => boolean }, unit = ''): Row {
+function compare(
+  rounds: RoundRecord[],
+  columns: [string, string],
+  key: string,
+  metric: string,
+  how: 'ratio' | 'diff',
+  goal?: { text: string; ok: (x: number) => boolean },
+  unit = '',
+): Row {
   const base = pick(rounds, columns[0], key);
   const subj = pick(rounds, columns[1], key);
   const row: Row = { metric, unit, baseline: spread(base), subject: spread(subj) };
@@ -312,10 +374,15 @@ function compare(rounds: RoundRecord[], columns: [string, string], key: string, 
 
 function errorNotes(rounds: RoundRecord[]): string[] {
   const notes: string[] = [];
-  for (const r of rounds) for (const s of r.sides) {
-    if ((s.figures.errors ?? 0) > 0) notes.push(`round ${r.round + 1}, ${s.side}: ${s.figures.errors} failed requests (wrk errors: connect, read, write, timeout or non-2xx)`);
-    if (s.figures['log B/req'] === 0) notes.push(`round ${r.round + 1}, ${s.side}: the gateway wrote no log bytes (is the access log off?)`);
-  }
+  for (const r of rounds)
+    for (const s of r.sides) {
+      if ((s.figures.errors ?? 0) > 0)
+        notes.push(
+          `round ${r.round + 1}, ${s.side}: ${s.figures.errors} failed requests (wrk errors: connect, read, write, timeout or non-2xx)`,
+        );
+      if (s.figures['log B/req'] === 0)
+        notes.push(`round ${r.round + 1}, ${s.side}: the gateway wrote no log bytes (is the access log off?)`);
+    }
   return notes;
 }
 
@@ -333,7 +400,12 @@ function result(name: Scenario, columns: [string, string]): ScenarioResult {
 }
 
 /** Alternating wrk rounds of two targets (each warmed first); the headline rows compare them. */
-async function throughput(res: ScenarioResult, targets: [Target, Target], goals: { rps?: number; cpu?: number } = {}, connections = opts.concurrency): Promise<ScenarioResult> {
+async function throughput(
+  res: ScenarioResult,
+  targets: [Target, Target],
+  goals: { rps?: number; cpu?: number } = {},
+  connections = opts.concurrency,
+): Promise<ScenarioResult> {
   // Warm-up: JIT, sockets, connection pools. A fresh gateway needs about 4 s at full load to reach
   // its steady CPU per request (over twice that in its first 2 s); 2 s left the first round warming.
   for (const t of targets) await wrk(t, Math.min(WARMUP_S, opts.duration), connections);
@@ -345,8 +417,26 @@ async function throughput(res: ScenarioResult, targets: [Target, Target], goals:
     progress(res.name, round, rec);
   }
   const cols = res.columns;
-  res.rows.push(compare(res.rounds, cols, 'req/s', 'requests/s', 'ratio', goals.rps ? { text: `≥ ${goals.rps}×`, ok: (x) => x >= goals.rps! } : undefined));
-  res.rows.push(compare(res.rounds, cols, 'CPU µs/req', 'server CPU per request, µs', 'ratio', goals.cpu ? { text: `≤ ${goals.cpu}×`, ok: (x) => x <= goals.cpu! } : undefined));
+  res.rows.push(
+    compare(
+      res.rounds,
+      cols,
+      'req/s',
+      'requests/s',
+      'ratio',
+      goals.rps ? { text: `≥ ${goals.rps}×`, ok: (x) => x >= goals.rps! } : undefined,
+    ),
+  );
+  res.rows.push(
+    compare(
+      res.rounds,
+      cols,
+      'CPU µs/req',
+      'server CPU per request, µs',
+      'ratio',
+      goals.cpu ? { text: `≤ ${goals.cpu}×`, ok: (x) => x <= goals.cpu! } : undefined,
+    ),
+  );
   res.rows.push(compare(res.rounds, cols, 'p50 ms', 'latency p50, ms', 'ratio'));
   res.rows.push(compare(res.rounds, cols, 'p99 ms', 'latency p99, ms', 'ratio'));
   res.notes.push(...errorNotes(res.rounds));
@@ -354,31 +444,52 @@ async function throughput(res: ScenarioResult, targets: [Target, Target], goals:
 }
 
 function progress(name: string, round: number, rec: RoundRecord): void {
-  const parts = rec.sides.map((s) => `${s.side}: ${Object.entries(s.figures).map(([k, v]) => `${k} ${Number.isFinite(v) ? +v.toFixed(2) : v}`).join(', ')}`);
+  const parts = rec.sides.map(
+    (s) =>
+      `${s.side}: ${Object.entries(s.figures)
+        .map(([k, v]) => `${k} ${Number.isFinite(v) ? +v.toFixed(2) : v}`)
+        .join(', ')}`,
+  );
   console.error(`[${name}] round ${round + 1} (load ${rec.loadavg1.toFixed(2)}) ${parts.join(' | ')}`);
 }
 
 const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
-  json: (s) => throughput(result('json', ['bare proxy', 'gateway']), [
-    { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
-    { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
-  ], { rps: 0.8, cpu: 1.25 }),
+  json: (s) =>
+    throughput(
+      result('json', ['bare proxy', 'gateway']),
+      [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+        { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+      ],
+      { rps: 0.8, cpu: 1.25 },
+    ),
 
-  stream: (s) => throughput(result('stream', ['bare proxy', 'gateway']), [
-    { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
-    { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
-  ], { rps: 0.9 }),
+  stream: (s) =>
+    throughput(
+      result('stream', ['bare proxy', 'gateway']),
+      [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+        { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+      ],
+      { rps: 0.9 },
+    ),
 
   convert: async (s) => {
     const before = (await s.mock.stats()).paths;
-    const res = await throughput(result('convert', ['passthrough', 'converted']), [
-      { side: 'passthrough', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
-      { side: 'converted', server: s.gateway, auth: AUTH_CONVERTED, body: chatBody('bench-claude', true) },
-    ], { rps: 0.85 });
+    const res = await throughput(
+      result('convert', ['passthrough', 'converted']),
+      [
+        { side: 'passthrough', server: s.gateway, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
+        { side: 'converted', server: s.gateway, auth: AUTH_CONVERTED, body: chatBody('bench-claude', true) },
+      ],
+      { rps: 0.85 },
+    );
     // Which upstream API each side really reached, counted by the mock: a check on the method.
     const after = (await s.mock.stats()).paths;
     const n = (p: string) => (after[p] ?? 0) - (before[p] ?? 0);
-    res.notes.push(`the mock received ${n('/v1/messages')} Messages and ${n('/v1/chat/completions')} Chat Completions requests during this scenario`);
+    res.notes.push(
+      `the mock received ${n('/v1/messages')} Messages and ${n('/v1/chat/completions')} Chat Completions requests during this scenario`,
+    );
     if (n('/v1/messages') === 0) res.notes.push('**the converted side never reached the Messages API: this comparison is void**');
     return res;
   },
@@ -396,14 +507,22 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       for (let round = 0; round < opts.rounds; round++) {
         const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
         for (const t of roundOrder(targets, round)) {
-          const r = await ask(client, { op: 'ttft', url: t.url + '/v1/chat/completions', auth: AUTH_CHAT, body, n: opts.ttftRequests, warmup: round === 0 ? 50 : 10 });
+          const r = await ask(client, {
+            op: 'ttft',
+            url: t.url + '/v1/chat/completions',
+            auth: AUTH_CHAT,
+            body,
+            n: opts.ttftRequests,
+            warmup: round === 0 ? 50 : 10,
+          });
           rec.sides.push({ side: t.side, figures: { 'p50 ms': quantile(r.ms, 0.5), 'p99 ms': quantile(r.ms, 0.99), errors: r.errors } });
         }
         const mock = rec.sides.find((x) => x.side === 'mock')!.figures;
-        for (const x of rec.sides) if (x.side !== 'mock') {
-          x.figures['p50 added ms'] = x.figures['p50 ms'] - mock['p50 ms'];
-          x.figures['p99 added ms'] = x.figures['p99 ms'] - mock['p99 ms'];
-        }
+        for (const x of rec.sides)
+          if (x.side !== 'mock') {
+            x.figures['p50 added ms'] = x.figures['p50 ms'] - mock['p50 ms'];
+            x.figures['p99 added ms'] = x.figures['p99 ms'] - mock['p99 ms'];
+          }
         rec.sides.sort((a, b) => targets.findIndex((t) => t.side === a.side) - targets.findIndex((t) => t.side === b.side));
         res.rounds.push(rec);
         progress('ttft', round, rec);
@@ -412,14 +531,23 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       await stop(client, 'SIGKILL');
     }
     const cols = res.columns;
-    const p50 = compare(res.rounds, cols, 'p50 added ms', 'TTFT p50 added over the mock, ms', 'diff', { text: '≤ +0.5 ms over the bare proxy', ok: (x) => x <= 0.5 }, 'ms');
+    const p50 = compare(
+      res.rounds,
+      cols,
+      'p50 added ms',
+      'TTFT p50 added over the mock, ms',
+      'diff',
+      { text: '≤ +0.5 ms over the bare proxy', ok: (x) => x <= 0.5 },
+      'ms',
+    );
     const p99 = compare(res.rounds, cols, 'p99 added ms', 'TTFT p99 added over the mock, ms', 'diff', undefined, 'ms');
     res.rows.push(p50, p99);
     res.notes.push(
       `the mock alone: p50 ${median(pick(res.rounds, 'mock', 'p50 ms')).toFixed(2)} ms, p99 ${median(pick(res.rounds, 'mock', 'p99 ms')).toFixed(2)} ms (time from sending the request to the first content delta, one request at a time, ${opts.ttftRequests} per side per round)`,
       'the difference column is the gateway minus the bare proxy, per round',
     );
-    for (const r of res.rounds) for (const x of r.sides) if (x.figures.errors) res.notes.push(`round ${r.round + 1}, ${x.side}: ${x.figures.errors} failed requests`);
+    for (const r of res.rounds)
+      for (const x of r.sides) if (x.figures.errors) res.notes.push(`round ${r.round + 1}, ${x.side}: ${x.figures.errors} failed requests`);
     return res;
   },
 
@@ -456,14 +584,22 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       progress('memory', round, rec);
     }
     const cols = res.columns;
-    res.rows.push(compare(res.rounds, cols, 'small: KiB/stream', `RSS per idle open stream, KiB (${opts.streams} streams)`, 'ratio', { text: '≤ 1.1×', ok: (x) => x <= 1.1 }));
+    res.rows.push(
+      compare(res.rounds, cols, 'small: KiB/stream', `RSS per idle open stream, KiB (${opts.streams} streams)`, 'ratio', {
+        text: '≤ 1.1×',
+        ok: (x) => x <= 1.1,
+      }),
+    );
     res.rows.push(compare(res.rounds, cols, '64k: KiB/stream', `RSS per idle open stream with a 64 KiB request body, KiB`, 'ratio'));
     res.notes.push(
       'each measurement starts a fresh server, warms it with 1 s of streaming load, takes its RSS, opens the streams (the mock sends two content deltas, then stays silent with the stream open), and takes the RSS again once every stream has delivered its first token',
     );
-    for (const r of res.rounds) for (const x of r.sides) for (const v of variants) {
-      if (x.figures[`${v.name}: failed`]) res.notes.push(`round ${r.round + 1}, ${x.side}, ${v.name}: ${x.figures[`${v.name}: failed`]} streams failed to open`);
-    }
+    for (const r of res.rounds)
+      for (const x of r.sides)
+        for (const v of variants) {
+          if (x.figures[`${v.name}: failed`])
+            res.notes.push(`round ${r.round + 1}, ${x.side}, ${v.name}: ${x.figures[`${v.name}: failed`]} streams failed to open`);
+        }
     return res;
   },
 
@@ -474,19 +610,38 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       const rec: RoundRecord = { round, loadavg1: loadavg1(), sides: [] };
       for (const server of roundOrder(servers, round)) {
         const h = await holdStreams(s.mock, server, chatBody('bench-chat', true, 'hang_after=3'), true);
-        rec.sides.push({ side: server.name, figures: { opened: h.opened, failed: h.failed, 'upstream open before': h.upstreamOpen, 'left open after 1 s': h.leftAfter1s!, 'all closed after ms': h.drainedMs ?? NaN } });
+        rec.sides.push({
+          side: server.name,
+          figures: {
+            opened: h.opened,
+            failed: h.failed,
+            'upstream open before': h.upstreamOpen,
+            'left open after 1 s': h.leftAfter1s!,
+            'all closed after ms': h.drainedMs ?? NaN,
+          },
+        });
       }
       rec.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
       res.rounds.push(rec);
       progress('abandon', round, rec);
     }
-    const row = compare(res.rounds, res.columns, 'left open after 1 s', `upstream streams still open 1 s after ${opts.streams} clients left`, 'diff');
-    res.rows.push(compare(res.rounds, res.columns, 'all closed after ms', 'ms until the last upstream stream closed', 'diff', undefined, 'ms'));
+    const row = compare(
+      res.rounds,
+      res.columns,
+      'left open after 1 s',
+      `upstream streams still open 1 s after ${opts.streams} clients left`,
+      'diff',
+    );
+    res.rows.push(
+      compare(res.rounds, res.columns, 'all closed after ms', 'ms until the last upstream stream closed', 'diff', undefined, 'ms'),
+    );
     row.goal = '0';
     row.met = pick(res.rounds, 'gateway', 'left open after 1 s').every((x) => x === 0);
     res.rows.push(row);
     res.rows.reverse();
-    res.notes.push('the clients are one process holding every stream; it is killed, so all of them leave at once; the mock counts its open responses (polled every 10 ms during the first second)');
+    res.notes.push(
+      'the clients are one process holding every stream; it is killed, so all of them leave at once; the mock counts its open responses (polled every 10 ms during the first second)',
+    );
     return res;
   },
 
@@ -499,9 +654,30 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     // mixed: the first measurement (1 MiB and 64 MiB bodies); 8x200: issue 10's case, eight 200 MiB
     // bodies in flight at all times, passthrough and converted (Messages client, Chat upstream).
     const variants = [
-      { name: 'mixed', path: '/v1/chat/completions', auth: AUTH_CHAT, format: 'chat', loads: [{ bytes: 1 * MiB, everyMs: 100, maxInFlight: 4 }, { bytes: 64 * MiB, everyMs: 2000, maxInFlight: 1 }] },
-      { name: '8x200', path: '/v1/chat/completions', auth: AUTH_CHAT, format: 'chat', loads: [{ bytes: 200 * MiB, everyMs: 50, maxInFlight: 8 }] },
-      { name: '8x200-converted', path: '/v1/messages', auth: AUTH_LARGE_MESSAGES, format: 'messages', loads: [{ bytes: 200 * MiB, everyMs: 50, maxInFlight: 8 }] },
+      {
+        name: 'mixed',
+        path: '/v1/chat/completions',
+        auth: AUTH_CHAT,
+        format: 'chat',
+        loads: [
+          { bytes: 1 * MiB, everyMs: 100, maxInFlight: 4 },
+          { bytes: 64 * MiB, everyMs: 2000, maxInFlight: 1 },
+        ],
+      },
+      {
+        name: '8x200',
+        path: '/v1/chat/completions',
+        auth: AUTH_CHAT,
+        format: 'chat',
+        loads: [{ bytes: 200 * MiB, everyMs: 50, maxInFlight: 8 }],
+      },
+      {
+        name: '8x200-converted',
+        path: '/v1/messages',
+        auth: AUTH_LARGE_MESSAGES,
+        format: 'messages',
+        loads: [{ bytes: 200 * MiB, everyMs: 50, maxInFlight: 8 }],
+      },
     ].filter((v) => !opts.bodiesVariants || opts.bodiesVariants.includes(v.name));
     const client = await startClient();
     try {
@@ -511,7 +687,15 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
         for (const v of variants) {
           for (const t of roundOrder(targets, round)) {
             const before = await wrk(t, opts.duration, opts.probeConcurrency);
-            await ask(client, { op: 'bodies', url: t.server.url + v.path, auth: v.auth, model: 'bench-large', headers: { 'x-bench-upstream': 'sink' }, loads: v.loads, format: v.format });
+            await ask(client, {
+              op: 'bodies',
+              url: t.server.url + v.path,
+              auth: v.auth,
+              model: 'bench-large',
+              headers: { 'x-bench-upstream': 'sink' },
+              loads: v.loads,
+              format: v.format,
+            });
             let peak = 0;
             const sampler = setInterval(() => (peak = Math.max(peak, usage(t.server.child.pid!).rss)), 200);
             await sleep(500);
@@ -519,14 +703,21 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
             clearInterval(sampler);
             const done = (await ask(client, { op: 'stop' })).completed;
             const big = (b: number) => done[String(b)] ?? { ok: 0, failed: 0, statuses: {} };
-            for (const l of v.loads) if (big(l.bytes).failed) res.notes.push(`round ${round + 1}, ${t.side}, ${v.name}: ${l.bytes / MiB} MiB bodies answered ${JSON.stringify(big(l.bytes).statuses)} (status: count; 0 = connection error)`);
+            for (const l of v.loads)
+              if (big(l.bytes).failed)
+                res.notes.push(
+                  `round ${round + 1}, ${t.side}, ${v.name}: ${l.bytes / MiB} MiB bodies answered ${JSON.stringify(big(l.bytes).statuses)} (status: count; 0 = connection error)`,
+                );
             const f = rec.sides.find((x) => x.side === t.side)!.figures;
             const k = (name: string) => `${v.name}: ${name}`;
             Object.assign(f, {
-              [k('p50 before ms')]: before.latencyUs.p50 / 1000, [k('p99 before ms')]: before.latencyUs.p99 / 1000,
-              [k('p50 during ms')]: during.latencyUs.p50 / 1000, [k('p99 during ms')]: during.latencyUs.p99 / 1000,
+              [k('p50 before ms')]: before.latencyUs.p50 / 1000,
+              [k('p99 before ms')]: before.latencyUs.p99 / 1000,
+              [k('p50 during ms')]: during.latencyUs.p50 / 1000,
+              [k('p99 during ms')]: during.latencyUs.p99 / 1000,
               [k('p99 during/before')]: during.latencyUs.p99 / before.latencyUs.p99,
-              [k('small req/s before')]: wrkRps(before), [k('small req/s during')]: wrkRps(during),
+              [k('small req/s before')]: wrkRps(before),
+              [k('small req/s during')]: wrkRps(during),
               [k('small errors')]: wrkErrors(before) + wrkErrors(during),
               [k('large ok')]: v.loads.reduce((a, l) => a + big(l.bytes).ok, 0),
               [k('large failed')]: v.loads.reduce((a, l) => a + big(l.bytes).failed, 0),
@@ -544,8 +735,17 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     const cols = res.columns;
     for (const v of variants) {
       const k = (name: string) => `${v.name}: ${name}`;
-      const what = v.name === 'mixed' ? '1 MiB and 64 MiB bodies' : v.name === '8x200' ? '8 × 200 MiB bodies' : '8 × 200 MiB converted bodies';
-      res.rows.push(compare(res.rounds, cols, k('p99 before ms'), `${v.name}: small-request p99 alone, ms (${opts.probeConcurrency} connections)`, 'ratio'));
+      const what =
+        v.name === 'mixed' ? '1 MiB and 64 MiB bodies' : v.name === '8x200' ? '8 × 200 MiB bodies' : '8 × 200 MiB converted bodies';
+      res.rows.push(
+        compare(
+          res.rounds,
+          cols,
+          k('p99 before ms'),
+          `${v.name}: small-request p99 alone, ms (${opts.probeConcurrency} connections)`,
+          'ratio',
+        ),
+      );
       const during = compare(res.rounds, cols, k('p99 during ms'), `${v.name}: small-request p99 during ${what}, ms`, 'ratio');
       if (v.name !== 'mixed') {
         during.goal = 'gateway < 100 ms';
@@ -553,15 +753,33 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       }
       res.rows.push(during);
       res.rows.push(compare(res.rounds, cols, k('p99 during/before'), `${v.name}: p99 during / p99 alone`, 'ratio'));
-      for (const l of v.loads) res.rows.push(compare(res.rounds, cols, k(`${l.bytes / MiB} MiB ok`), `${v.name}: ${l.bytes / MiB} MiB bodies completed in ${opts.duration} s`, 'ratio'));
+      for (const l of v.loads)
+        res.rows.push(
+          compare(
+            res.rounds,
+            cols,
+            k(`${l.bytes / MiB} MiB ok`),
+            `${v.name}: ${l.bytes / MiB} MiB bodies completed in ${opts.duration} s`,
+            'ratio',
+          ),
+        );
       res.rows.push(compare(res.rounds, cols, k('peak RSS MiB'), `${v.name}: server peak RSS during large bodies, MiB`, 'ratio'));
-      res.notes.push(`${v.name}: ${v.loads.map((l) => `a ${l.bytes / MiB} MiB ${v.format === 'messages' ? 'Messages' : 'Chat'} request every ${l.everyMs} ms (at most ${l.maxInFlight} at a time)`).join(' and ')}`);
+      res.notes.push(
+        `${v.name}: ${v.loads.map((l) => `a ${l.bytes / MiB} MiB ${v.format === 'messages' ? 'Messages' : 'Chat'} request every ${l.everyMs} ms (at most ${l.maxInFlight} at a time)`).join(' and ')}`,
+      );
     }
-    res.notes.push('large bodies come from a separate client process, starting 0.5 s before and running through the second wrk phase; their bulk is a base64 image; they go to a sink upstream that drains them and answers at once (model bench-large, a Chat upstream: Messages bodies are converted by the gateway; the bare proxy routes them by a header and forwards them as they are), so the upstream\'s own parsing does not stall the small requests');
-    for (const r of res.rounds) for (const x of r.sides) for (const v of variants) {
-      const k = (name: string) => `${v.name}: ${name}`;
-      if (x.figures[k('small errors')] || x.figures[k('large failed')]) res.notes.push(`round ${r.round + 1}, ${x.side}, ${v.name}: ${x.figures[k('small errors')]} small and ${x.figures[k('large failed')]} large requests failed`);
-    }
+    res.notes.push(
+      "large bodies come from a separate client process, starting 0.5 s before and running through the second wrk phase; their bulk is a base64 image; they go to a sink upstream that drains them and answers at once (model bench-large, a Chat upstream: Messages bodies are converted by the gateway; the bare proxy routes them by a header and forwards them as they are), so the upstream's own parsing does not stall the small requests",
+    );
+    for (const r of res.rounds)
+      for (const x of r.sides)
+        for (const v of variants) {
+          const k = (name: string) => `${v.name}: ${name}`;
+          if (x.figures[k('small errors')] || x.figures[k('large failed')])
+            res.notes.push(
+              `round ${r.round + 1}, ${x.side}, ${v.name}: ${x.figures[k('small errors')]} small and ${x.figures[k('large failed')]} large requests failed`,
+            );
+        }
     return res;
   },
 
@@ -581,16 +799,21 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
           { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
           { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
         ]);
-        res.rows.push(...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })), ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })));
+        res.rows.push(
+          ...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })),
+          ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })),
+        );
         res.rounds.push(...json.rounds, ...stream.rounds.map((r) => ({ ...r, round: r.round + json.rounds.length })));
         res.notes.push(`rounds 1–${json.rounds.length} non-streaming, then streaming`, ...json.notes, ...stream.notes);
         const after = redisCalls(url);
         const served = after.requests - before.requests;
         if (served > 0) {
           const per = (n: number) => (n / served).toFixed(2);
-          res.notes.push(`store round trips per request served by the gateway: ${per(after.scripts - before.scripts)} Lua scripts ` +
-            `(${served} requests recorded; at most 2: the admission, which takes the concurrency slot, and the settlement, which frees it, each one script or part of one batch script with the others of its event-loop turn; plus heartbeats); ` +
-            `redis-server spent ${per(after.usec - before.usec)} µs per request running them (INFO commandstats), on the upstream's core`);
+          res.notes.push(
+            `store round trips per request served by the gateway: ${per(after.scripts - before.scripts)} Lua scripts ` +
+              `(${served} requests recorded; at most 2: the admission, which takes the concurrency slot, and the settlement, which frees it, each one script or part of one batch script with the others of its event-loop turn; plus heartbeats); ` +
+              `redis-server spent ${per(after.usec - before.usec)} µs per request running them (INFO commandstats), on the upstream's core`,
+          );
         }
         return res;
       } finally {
@@ -637,7 +860,14 @@ async function holdStreams(mock: Mock, server: Server, body: string, abandon = f
   let h: Held;
   let left = 0;
   try {
-    const r = await ask(client, { op: 'hold', url: server.url + '/v1/chat/completions', auth: AUTH_CHAT, body, n: opts.streams, batch: 100 });
+    const r = await ask(client, {
+      op: 'hold',
+      url: server.url + '/v1/chat/completions',
+      auth: AUTH_CHAT,
+      body,
+      n: opts.streams,
+      batch: 100,
+    });
     await sleep(1000);
     const rssOpen = await rssOf(pid);
     h = { opened: r.opened, failed: r.failed, openMs: r.ms, rssBase, rssOpen, upstreamOpen: (await mock.stats()).open };
@@ -675,12 +905,29 @@ async function redisUnavailable(): Promise<string | null> {
     return 'redis-server is not installed (apt-get install redis-server)';
   }
   const file = path.join(work, 'redis-check.yaml');
-  fs.writeFileSync(file, YAML.stringify(gatewayConfig({ root, port: 0, dataDir: path.join(work, 'redis-check'), upstreams, concurrency: 10_000, store: { kind: 'redis', url: 'redis://127.0.0.1:6379' } })));
+  fs.writeFileSync(
+    file,
+    YAML.stringify(
+      gatewayConfig({
+        root,
+        port: 0,
+        dataDir: path.join(work, 'redis-check'),
+        upstreams,
+        concurrency: 10_000,
+        store: { kind: 'redis', url: 'redis://127.0.0.1:6379' },
+      }),
+    ),
+  );
   try {
     execFileSync(process.execPath, [path.join(root, 'bin/gateway.js'), 'check', file], { stdio: 'pipe', env: gatewayEnv() });
     return null;
   } catch (e: any) {
-    return `this build does not accept store.kind: redis (gateway check: ${String(e.stderr ?? e.message).trim().split('\n').slice(-1)[0]})`;
+    return `this build does not accept store.kind: redis (gateway check: ${
+      String(e.stderr ?? e.message)
+        .trim()
+        .split('\n')
+        .slice(-1)[0]
+    })`;
   }
 }
 
@@ -704,15 +951,26 @@ function redisCalls(url: string): { scripts: number; usec: number; requests: num
 /** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */
 async function withRedis<T>(fn: (url: string) => Promise<T>): Promise<T> {
   const port = await freePort();
-  const { child, log } = launch(pinning?.upstream, 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', work], 'redis.log');
+  const { child, log } = launch(
+    pinning?.upstream,
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', work],
+    'redis.log',
+  );
   try {
-    await waitUntil('redis-server', child, log, () => new Promise((resolve) => {
-      const s = net.connect(port, '127.0.0.1', () => {
-        s.end();
-        resolve(true);
-      });
-      s.on('error', () => resolve(false));
-    }));
+    await waitUntil(
+      'redis-server',
+      child,
+      log,
+      () =>
+        new Promise((resolve) => {
+          const s = net.connect(port, '127.0.0.1', () => {
+            s.end();
+            resolve(true);
+          });
+          s.on('error', () => resolve(false));
+        }),
+    );
     return await fn(`redis://127.0.0.1:${port}`);
   } finally {
     await stop(child, 'SIGTERM');
@@ -759,10 +1017,17 @@ async function main(): Promise<void> {
   const loadStart = os.loadavg();
   const warnings: string[] = [];
   if (loadStart[0] > 0.25 * cpus) {
-    warnings.push(`the machine was not quiet: load average ${loadStart.map((x) => x.toFixed(2)).join(', ')} at the start. These figures are noisy; record an official run on an idle machine.`);
+    warnings.push(
+      `the machine was not quiet: load average ${loadStart.map((x) => x.toFixed(2)).join(', ')} at the start. These figures are noisy; record an official run on an idle machine.`,
+    );
   }
-  if (!pinning) warnings.push(opts.pin ? 'processes were not pinned to cores (one core, or no taskset)' : 'processes were not pinned to cores (--no-pin)');
-  console.error(`bench: ${opts.only.join(', ')}; pinning ${pinning ? JSON.stringify(pinning) : 'none'}; load average ${loadStart.map((x) => x.toFixed(2)).join(' ')}`);
+  if (!pinning)
+    warnings.push(
+      opts.pin ? 'processes were not pinned to cores (one core, or no taskset)' : 'processes were not pinned to cores (--no-pin)',
+    );
+  console.error(
+    `bench: ${opts.only.join(', ')}; pinning ${pinning ? JSON.stringify(pinning) : 'none'}; load average ${loadStart.map((x) => x.toFixed(2)).join(' ')}`,
+  );
 
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'llm-gw-bench-'));
   const results: ScenarioResult[] = [];

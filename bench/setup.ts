@@ -46,7 +46,13 @@ export function gatewayConfig(o: BenchConfigOptions): Record<string, any> {
   c.store = o.store ?? { ...c.store, path: o.dataDir };
   if (c.failed_requests) c.failed_requests = { ...c.failed_requests, dir: path.join(o.dataDir, 'failed') };
   c.providers = {
-    'bench-openai': { kind: 'openai', base_url: `${mockUrl}/v1`, api_key: 'bench', protocols: ['openai-chat', 'openai-responses'], max_sockets: 4096 },
+    'bench-openai': {
+      kind: 'openai',
+      base_url: `${mockUrl}/v1`,
+      api_key: 'bench',
+      protocols: ['openai-chat', 'openai-responses'],
+      max_sockets: 4096,
+    },
     'bench-anthropic': { kind: 'anthropic', base_url: mockUrl, api_key: 'bench', max_sockets: 4096 },
     'bench-sink': { kind: 'openai', base_url: `${o.upstreams.sink}/v1`, api_key: 'bench', protocols: ['openai-chat'], max_sockets: 4096 },
   };
@@ -63,8 +69,12 @@ export function gatewayConfig(o: BenchConfigOptions): Record<string, any> {
   };
   c.users = {
     bench: {
-      status: 'active', balance: HIGH_USD, rpm: HIGH_RPM, concurrency: o.concurrency,
-      queue: { size: 16, max_wait: '30s' }, spend_caps: { weekly: HIGH_USD, monthly: HIGH_USD },
+      status: 'active',
+      balance: HIGH_USD,
+      rpm: HIGH_RPM,
+      concurrency: o.concurrency,
+      queue: { size: 16, max_wait: '30s' },
+      spend_caps: { weekly: HIGH_USD, monthly: HIGH_USD },
     },
   };
   const limits = { quota: HIGH_USD, windows: { '5h': HIGH_USD, '1d': HIGH_USD, '7d': HIGH_USD } };

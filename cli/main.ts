@@ -51,7 +51,7 @@ function parse(args: string[], options: Options, positionals: number) {
 }
 
 function configPath(explicit?: string | boolean): string {
-  return path.resolve(typeof explicit === 'string' ? explicit : process.env.GATEWAY_CONFIG ?? './gateway.yaml');
+  return path.resolve(typeof explicit === 'string' ? explicit : (process.env.GATEWAY_CONFIG ?? './gateway.yaml'));
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -127,8 +127,10 @@ async function check(file: string): Promise<number> {
   try {
     const { config, warnings } = await loadConfigFile(file, { registry: builtinPlugins });
     for (const w of warnings) console.log(`warning: ${formatIssue(file, w)}`);
-    console.log(`${path.basename(file)}: ok (${Object.keys(config.providers).length} providers, ${Object.keys(config.models).length} models, ` +
-      `${Object.keys(config.groups).length} groups, ${config.keys.length} keys, ${config.routes.length} routes)`);
+    console.log(
+      `${path.basename(file)}: ok (${Object.keys(config.providers).length} providers, ${Object.keys(config.models).length} models, ` +
+        `${Object.keys(config.groups).length} groups, ${config.keys.length} keys, ${config.routes.length} routes)`,
+    );
     return 0;
   } catch (e) {
     if (e instanceof ConfigError) {
@@ -152,7 +154,10 @@ function keygen(json: boolean): number {
   return 0;
 }
 
-interface AdminTarget { url: string; token: string }
+interface AdminTarget {
+  url: string;
+  token: string;
+}
 
 /** The running gateway's address and admin token: from the options, else from the config. */
 async function adminTarget(values: Record<string, string | boolean | undefined>): Promise<AdminTarget | undefined> {
@@ -237,8 +242,12 @@ async function usage(name: string, values: Record<string, string | boolean | und
     return 0;
   }
   const u = JSON.parse(res.text);
-  const lines = [`key ${u.key} (user ${u.user}, group ${u.group ?? '—'}${u.enabled ? '' : ', disabled'}${u.expires_at ? `, expires ${u.expires_at}` : ''})`];
-  lines.push(`  quota      ${u.quota.limit > 0 ? `${usd(u.quota.used)} used of ${usd(u.quota.limit)}` : `unlimited (${usd(u.quota.used)} used)`}`);
+  const lines = [
+    `key ${u.key} (user ${u.user}, group ${u.group ?? '—'}${u.enabled ? '' : ', disabled'}${u.expires_at ? `, expires ${u.expires_at}` : ''})`,
+  ];
+  lines.push(
+    `  quota      ${u.quota.limit > 0 ? `${usd(u.quota.used)} used of ${usd(u.quota.limit)}` : `unlimited (${usd(u.quota.used)} used)`}`,
+  );
   for (const [w, s] of Object.entries<any>(u.windows)) {
     lines.push(`  window ${w.padEnd(3)} ${usd(s.used)} used of ${usd(s.limit)}${s.reset_at ? `, resets ${s.reset_at}` : ''}`);
   }
@@ -250,7 +259,9 @@ async function usage(name: string, values: Record<string, string | boolean | und
   }
   for (const span of ['today', 'total'] as const) {
     const c = u.usage[span];
-    lines.push(`  ${span.padEnd(10)} ${c.requests} requests, ${c.input_tokens} input / ${c.output_tokens} output tokens, ${usd(c.actual_cost)} charged`);
+    lines.push(
+      `  ${span.padEnd(10)} ${c.requests} requests, ${c.input_tokens} input / ${c.output_tokens} output tokens, ${usd(c.actual_cost)} charged`,
+    );
   }
   console.log(lines.join('\n'));
   return 0;

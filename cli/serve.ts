@@ -39,7 +39,12 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
   let gw: Gateway;
   try {
     gw = await Gateway.start({
-      configFile: file, registry: builtinPlugins, mockUpstream: startMockServer, log, sighup: true, watch: opts.watch ?? process.env.GATEWAY_WATCH_CONFIG !== '0',
+      configFile: file,
+      registry: builtinPlugins,
+      mockUpstream: startMockServer,
+      log,
+      sighup: true,
+      watch: opts.watch ?? process.env.GATEWAY_WATCH_CONFIG !== '0',
       onAdminReload: opts.onAdminReload,
     });
   } catch (e) {
@@ -52,7 +57,12 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
     throw e;
   }
   log.info(`gateway listening on ${gw.url}`, {
-    url: gw.url, metricsUrl: gw.metricsUrl, config: file, store: gw.config.store.kind, storePath: gw.config.store.path ?? null, pid: process.pid,
+    url: gw.url,
+    metricsUrl: gw.metricsUrl,
+    config: file,
+    store: gw.config.store.kind,
+    storePath: gw.config.store.path ?? null,
+    pid: process.pid,
   });
   opts.onListening?.(gw);
   await new Promise<void>((resolve) => {

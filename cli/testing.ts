@@ -28,7 +28,16 @@ export const TEST_KEYS = Object.freeze({
 
 /** The full built-in chain, in the order gateway.yaml uses. */
 export const DEFAULT_CHAIN: readonly string[] = Object.freeze([
-  'auth', 'ip-filter', 'quota', 'windows', 'rpm', 'concurrency', 'body-rewriter', 'converter', 'fallback', 'metering',
+  'auth',
+  'ip-filter',
+  'quota',
+  'windows',
+  'rpm',
+  'concurrency',
+  'body-rewriter',
+  'converter',
+  'fallback',
+  'metering',
 ]);
 
 /**
@@ -98,7 +107,14 @@ export async function startTestGateway(opts: TestGatewayOptions = {}): Promise<T
   for (const p of opts.plugins ?? []) registry.set(p.name, p);
   let gateway: Gateway<MockServer>;
   try {
-    gateway = await Gateway.start({ configFile: file, registry, mockUpstream: startMockServer, log: opts.log ?? silentLogger, watch: false, env: opts.env });
+    gateway = await Gateway.start({
+      configFile: file,
+      registry,
+      mockUpstream: startMockServer,
+      log: opts.log ?? silentLogger,
+      watch: false,
+      env: opts.env,
+    });
   } catch (e) {
     rmSync(dir, { recursive: true, force: true });
     throw e;

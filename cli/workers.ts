@@ -117,7 +117,10 @@ export async function start(file: string): Promise<number> {
   }
   let gw: Gateway | undefined;
   let stop: ((reason: string) => void) | undefined;
-  const peers = workerHooks(() => void gw?.reload(), (reason) => stop?.(reason));
+  const peers = workerHooks(
+    () => void gw?.reload(),
+    (reason) => stop?.(reason),
+  );
   const code = await serve(file, {
     log: createLogger().child({ worker: cluster.worker?.id }),
     onListening: (g) => (gw = g),

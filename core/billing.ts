@@ -99,8 +99,17 @@ export function recoverySettlement(ctx: RequestContext): Settlement | undefined 
   const usage = { input: estimateTokens(ctx.requestChars), output: 0, cacheRead: 0, cacheWrite: 0 };
   const charge = priceUsage(usage, requested.model.price, chargeRate(user, group));
   return {
-    keyId: key.id, user: key.user, group: group.name, model: requested.model.id, billing: group.billing, usage,
-    cost: charge.cost, actual: charge.actual, durationMs: 0, windows: WINDOWS.filter((w) => key.windows[w] > 0),
-    estimated: true, recovered: true,
+    keyId: key.id,
+    user: key.user,
+    group: group.name,
+    model: requested.model.id,
+    billing: group.billing,
+    usage,
+    cost: charge.cost,
+    actual: charge.actual,
+    durationMs: 0,
+    windows: WINDOWS.filter((w) => key.windows[w] > 0),
+    estimated: true,
+    recovered: true,
   };
 }

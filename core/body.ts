@@ -283,7 +283,8 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       largeWork.charge(performance.now() - t);
     };
     const keep = (c: Buffer) => {
-      if (known && size + c.length > declared) return fail(new GatewayError('INVALID_REQUEST', { message: 'The request body is longer than its Content-Length' }));
+      if (known && size + c.length > declared)
+        return fail(new GatewayError('INVALID_REQUEST', { message: 'The request body is longer than its Content-Length' }));
       size += c.length;
       if (large) {
         if (throttled || largeWork.left === 0) {
@@ -294,8 +295,7 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
             largeWork.later(decodeQueued);
           }
         } else decode(c);
-      }
-      else if (whole) c.copy(whole, size - c.length);
+      } else if (whole) c.copy(whole, size - c.length);
       else {
         chunks.push(c);
         if (size > largeAt) {
@@ -485,11 +485,13 @@ const RAW_HEAD = 1024 * 1024 + 1;
  * The body for a failed-request record, which keeps at most its first MiB: what could not be
  * parsed, else the parsed text; of a large body only its head, with its full length.
  */
-export function recordedBody(ctx: Pick<RequestContext, 'rawBody' | 'rawBodyLength' | 'parsed' | 'requestChars'>): { body?: Buffer | string; bodyLength?: number } {
+export function recordedBody(ctx: Pick<RequestContext, 'rawBody' | 'rawBodyLength' | 'parsed' | 'requestChars'>): {
+  body?: Buffer | string;
+  bodyLength?: number;
+} {
   if (ctx.rawBody !== undefined) return { body: ctx.rawBody, bodyLength: ctx.rawBodyLength };
   const p = ctx.parsed;
   if (!p) return {};
   if (p.large) return { body: p.large.text.head(RAW_HEAD), bodyLength: p.large.text.length };
   return { body: p.text, bodyLength: ctx.requestChars > p.text.length ? ctx.requestChars : undefined };
 }
-

@@ -88,7 +88,13 @@ export class Admission {
     if (this.claims.length === 0) return undefined;
     let result;
     try {
-      result = await this.store.admit({ requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery(), slot });
+      result = await this.store.admit({
+        requestId: this.requestId,
+        reserve: this.reserve,
+        claims: this.claims,
+        recovery: this.recovery(),
+        slot,
+      });
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
@@ -274,4 +280,3 @@ export function normaliseIp(ip: string): string {
   const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
   return m ? m[1] : ip;
 }
-

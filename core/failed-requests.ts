@@ -26,7 +26,8 @@ export const UNKEYED_PER_MINUTE = 10;
 const REMOVED = '[removed]';
 
 /** Names (headers, query parameters, body fields) whose values are credentials. */
-const CREDENTIAL_NAME = /^(authorization|proxy-authorization|cookie|set-cookie|key|auth)$|api[-_]?key|access[-_]?key|secret|token|password|passwd|credential|session[-_]?id|[-_]key$|^x-.*-key$/i;
+const CREDENTIAL_NAME =
+  /^(authorization|proxy-authorization|cookie|set-cookie|key|auth)$|api[-_]?key|access[-_]?key|secret|token|password|passwd|credential|session[-_]?id|[-_]key$|^x-.*-key$/i;
 
 export function isCredentialName(name: string): boolean {
   return CREDENTIAL_NAME.test(name);
@@ -64,7 +65,9 @@ function scrubBody(text: string): string {
   } catch {
     // Not JSON (or cut): remove `"name": "value"` / name=value pairs with credential names.
     return text
-      .replace(/("([^"\\]{1,64})"\s*:\s*)"(?:[^"\\]|\\.)*"/g, (m, pre: string, name: string) => (isCredentialName(name) ? `${pre}"${REMOVED}"` : m))
+      .replace(/("([^"\\]{1,64})"\s*:\s*)"(?:[^"\\]|\\.)*"/g, (m, pre: string, name: string) =>
+        isCredentialName(name) ? `${pre}"${REMOVED}"` : m,
+      )
       .replace(/\b([A-Za-z_][\w-]{0,63})=([^&\s"]+)/g, (m, name: string) => (isCredentialName(name) ? `${name}=${REMOVED}` : m));
   }
 }
@@ -93,7 +96,8 @@ export function redactSecrets(text: string, secrets: Secrets): string {
     const seen = out.replace(/%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4}|\\./g, (m) => ' '.repeat(m.length));
     for (const m of seen.matchAll(/[A-Za-z0-9_-]{16,256}/g)) if (secrets.digests.has(sha256(m[0]))) found.add(m[0]);
   }
-  for (const s of [...secrets.plain, ...found]) if (s.length >= 6 && out.includes(s)) out = out.replace(new RegExp(escapeRegExp(s), 'g'), REMOVED);
+  for (const s of [...secrets.plain, ...found])
+    if (s.length >= 6 && out.includes(s)) out = out.replace(new RegExp(escapeRegExp(s), 'g'), REMOVED);
   return out.replace(TOKEN_SHAPES, REMOVED);
 }
 
@@ -145,7 +149,12 @@ export class FailedRequestLog {
   private unkeyed = { minute: -1, count: 0 };
   private readonly ready: Promise<void>;
 
-  constructor(private readonly dir: string, private readonly opts: FailedRequestOptions, private readonly clock: Clock, private readonly log: Logger) {
+  constructor(
+    private readonly dir: string,
+    private readonly opts: FailedRequestOptions,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+  ) {
     this.timer = setInterval(() => void this.cleanup(), 3_600_000);
     this.timer.unref();
     this.ready = this.cleanup().then(() => this.scan());
@@ -190,13 +199,19 @@ export class FailedRequestLog {
     }
     for (const d of days) {
       let names: string[] = [];
-      try { names = await readdir(path.join(this.dir, d)); } catch { continue; }
+      try {
+        names = await readdir(path.join(this.dir, d));
+      } catch {
+        continue;
+      }
       for (const n of names) {
         const file = path.join(this.dir, d, n);
         try {
           const st = await stat(file);
           if (st.isFile()) found.push({ file, size: st.size, t: st.mtimeMs });
-        } catch { /* gone meanwhile */ }
+        } catch {
+          /* gone meanwhile */
+        }
       }
     }
     found.sort((a, b) => a.t - b.t);

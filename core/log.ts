@@ -60,14 +60,17 @@ export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base:
   const destination: DestinationStream = sink
     ? { write: (s: string) => sink(s.endsWith('\n') ? s.slice(0, -1) : s) }
     : pino.destination({ dest: 2, sync: stderrIsFile() });
-  const p = pino({
-    level,
-    base: Object.keys(base).length > 0 ? base : undefined,
-    messageKey: 'msg',
-    timestamp: pino.stdTimeFunctions.isoTime,
-    formatters: { level: (label) => ({ level: label }) },
-    serializers: { error: serializeError, err: serializeError },
-  }, destination);
+  const p = pino(
+    {
+      level,
+      base: Object.keys(base).length > 0 ? base : undefined,
+      messageKey: 'msg',
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      serializers: { error: serializeError, err: serializeError },
+    },
+    destination,
+  );
   return wrap(p);
 }
 

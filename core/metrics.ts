@@ -21,11 +21,27 @@
  * values read through `get()` or the scrape are always current and exact.
  */
 import {
-  Counter, Gauge, Histogram, Registry, collectDefaultMetrics,
-  type CounterConfiguration, type GaugeConfiguration, type HistogramConfiguration, type Metric,
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type CounterConfiguration,
+  type GaugeConfiguration,
+  type HistogramConfiguration,
+  type Metric,
 } from 'prom-client';
 import type {
-  AdmitRequest, AdmitResult, KeyState, KeyStats, PeriodUsage, Settlement, SlotRequest, SlotResult, Store, StoreHealth,
+  AdmitRequest,
+  AdmitResult,
+  KeyState,
+  KeyStats,
+  PeriodUsage,
+  Settlement,
+  SlotRequest,
+  SlotResult,
+  Store,
+  StoreHealth,
 } from './store/types.js';
 
 type Config<T extends string, C> = Omit<C, 'registers'> & { name: string; help: string; labelNames?: readonly T[] };
@@ -36,7 +52,9 @@ type Labels = Record<string, string | number | undefined>;
 /** prom-client's series objects (lib/counter.js, gauge.js, histogram.js in 15.x). */
 type ValueEntry = { value: number; labels: Labels };
 type HistogramEntry = { sum: number; count: number; bucketValues: Record<string, number>; labels: Labels };
-interface Internals { hashMap: Record<string, unknown> }
+interface Internals {
+  hashMap: Record<string, unknown>;
+}
 
 /**
  * Label values → prom-client's series object for them. Knows only what prom-client created: a
@@ -52,7 +70,10 @@ class SeriesTree<E> {
   /** False once prom-client's series objects are not what this expects. */
   enabled: boolean;
 
-  constructor(private readonly names: readonly string[], private readonly shape: (e: any) => boolean) {
+  constructor(
+    private readonly names: readonly string[],
+    private readonly shape: (e: any) => boolean,
+  ) {
     this.enabled = names.length > 0;
   }
 
@@ -212,9 +233,15 @@ export class HotHistogram<T extends string = string> extends Histogram<T> {
     const bounds: number[] = [...((this as unknown as { upperBounds: number[] }).upperBounds ?? [])];
     // prom-client keys bucket counts by the bound's string form.
     const keys = bounds.map(String);
-    this.tree = new SeriesTree(cfg.labelNames ?? [], (e: any) =>
-      typeof e?.sum === 'number' && typeof e.count === 'number' && isObject(e.bucketValues) && bounds.length > 0 &&
-      keys.every((k) => typeof e.bucketValues[k] === 'number'));
+    this.tree = new SeriesTree(
+      cfg.labelNames ?? [],
+      (e: any) =>
+        typeof e?.sum === 'number' &&
+        typeof e.count === 'number' &&
+        isObject(e.bucketValues) &&
+        bounds.length > 0 &&
+        keys.every((k) => typeof e.bucketValues[k] === 'number'),
+    );
     if (cfg.enableExemplars) return; // `observe` takes another argument shape then
     const slow = this.observe.bind(this) as (labels?: unknown, value?: number) => void;
     (this as { observe: unknown }).observe = this.tree.wrap(this as unknown as Internals, slow, (e, value) => {
@@ -310,8 +337,14 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
     return m;
   };
   if (opts.version) {
-    own(new HotGauge({ name: 'gateway_build_info', help: 'Always 1; the labels say which gateway runs', labelNames: ['version', 'node'], registers }))
-      .set({ version: opts.version, node: process.version }, 1);
+    own(
+      new HotGauge({
+        name: 'gateway_build_info',
+        help: 'Always 1; the labels say which gateway runs',
+        labelNames: ['version', 'node'],
+        registers,
+      }),
+    ).set({ version: opts.version, node: process.version }, 1);
   }
   /** The metric registered as `name` when it has the same kind, else a new one (plugin helper). */
   function reuse<M extends Metric>(kind: new (c: any) => M, cfg: { name: string }, make: new (c: any) => M): M {
@@ -326,60 +359,181 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
   const m: Metrics = {
     registry,
     contentType: registry.contentType,
-    scrape: async () => (process_ ? await process_.metrics() : '') + await registry.metrics(),
-    requests: own(new HotCounter({ name: 'gateway_requests_total', help: 'Requests answered, by route and HTTP status (health, readiness and metrics probes excluded)', labelNames: ['route', 'status'], registers })),
+    scrape: async () => (process_ ? await process_.metrics() : '') + (await registry.metrics()),
+    requests: own(
+      new HotCounter({
+        name: 'gateway_requests_total',
+        help: 'Requests answered, by route and HTTP status (health, readiness and metrics probes excluded)',
+        labelNames: ['route', 'status'],
+        registers,
+      }),
+    ),
     inFlight: own(new HotGauge({ name: 'gateway_requests_in_flight', help: 'Requests being served', labelNames: ['route'], registers })),
-    duration: own(new HotHistogram({
-      name: 'gateway_request_duration_seconds', help: 'Time from request to the end of the response', labelNames: ['route'], registers, buckets: LATENCY,
-    })),
-    ttft: own(new HotHistogram({
-      name: 'gateway_time_to_first_token_seconds', help: 'Streams: time from the request to its first content event sent to the client, by the answering provider and model',
-      labelNames: ['provider', 'model'], registers, buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120],
-    })),
-    upstreamAttempts: own(new HotCounter({
-      name: 'gateway_upstream_attempts_total', help: 'Upstream attempts by provider, model and outcome (ok, an HTTP status, connect_error, timeout)',
-      labelNames: ['provider', 'model', 'outcome'], registers,
-    })),
-    upstreamLatency: own(new HotHistogram({
-      name: 'gateway_upstream_latency_seconds', help: 'Time from sending an upstream attempt to its response headers', labelNames: ['provider', 'model'], registers, buckets: LATENCY,
-    })),
-    fallbacks: own(new HotCounter({
-      name: 'gateway_fallback_attempts_total', help: 'Attempts on a fallback model, by that model and why the previous attempt failed (an HTTP status, connect, timeout, event)',
-      labelNames: ['model', 'reason'], registers,
-    })),
-    tokens: own(new HotCounter({ name: 'gateway_tokens_total', help: 'Tokens billed, by provider, model, group and bucket (input, output, cache_read, cache_write)', labelNames: ['provider', 'model', 'group', 'bucket'], registers })),
-    costMicros: own(new HotCounter({ name: 'gateway_charged_micro_usd_total', help: 'Charged cost in micro-USD, by provider, model and group', labelNames: ['provider', 'model', 'group'], registers })),
-    limitRejections: own(new HotCounter({ name: 'gateway_limit_rejections_total', help: 'Requests refused with a 4xx before reaching a model, by error code', labelNames: ['code'], registers })),
-    pluginErrors: own(new HotCounter({ name: 'gateway_plugin_errors_total', help: 'Exceptions thrown by a plugin (answered 500), by plugin instance', labelNames: ['plugin'], registers })),
-    storeLatency: own(new HotHistogram({ name: 'gateway_store_operation_seconds', help: 'Store calls by store kind and operation', labelNames: ['store', 'op'], registers, buckets: STORE })),
-    storeErrors: own(new HotCounter({ name: 'gateway_store_errors_total', help: 'Store calls that failed, by store kind and operation', labelNames: ['store', 'op'], registers })),
-    queueWaiting: own(new HotGauge({ name: 'gateway_concurrency_queue_waiting', help: 'Requests waiting for a concurrency slot', registers })),
-    configReloads: own(new HotCounter({ name: 'gateway_config_reloads_total', help: 'Config reloads by result (ok, rejected)', labelNames: ['result'], registers })),
-    storeDegraded: own(new HotGauge({ name: 'gateway_store_degraded', help: '1 while the shared store (Redis) is unreachable: money paths refused, RPM and concurrency per instance', registers })),
+    duration: own(
+      new HotHistogram({
+        name: 'gateway_request_duration_seconds',
+        help: 'Time from request to the end of the response',
+        labelNames: ['route'],
+        registers,
+        buckets: LATENCY,
+      }),
+    ),
+    ttft: own(
+      new HotHistogram({
+        name: 'gateway_time_to_first_token_seconds',
+        help: 'Streams: time from the request to its first content event sent to the client, by the answering provider and model',
+        labelNames: ['provider', 'model'],
+        registers,
+        buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120],
+      }),
+    ),
+    upstreamAttempts: own(
+      new HotCounter({
+        name: 'gateway_upstream_attempts_total',
+        help: 'Upstream attempts by provider, model and outcome (ok, an HTTP status, connect_error, timeout)',
+        labelNames: ['provider', 'model', 'outcome'],
+        registers,
+      }),
+    ),
+    upstreamLatency: own(
+      new HotHistogram({
+        name: 'gateway_upstream_latency_seconds',
+        help: 'Time from sending an upstream attempt to its response headers',
+        labelNames: ['provider', 'model'],
+        registers,
+        buckets: LATENCY,
+      }),
+    ),
+    fallbacks: own(
+      new HotCounter({
+        name: 'gateway_fallback_attempts_total',
+        help: 'Attempts on a fallback model, by that model and why the previous attempt failed (an HTTP status, connect, timeout, event)',
+        labelNames: ['model', 'reason'],
+        registers,
+      }),
+    ),
+    tokens: own(
+      new HotCounter({
+        name: 'gateway_tokens_total',
+        help: 'Tokens billed, by provider, model, group and bucket (input, output, cache_read, cache_write)',
+        labelNames: ['provider', 'model', 'group', 'bucket'],
+        registers,
+      }),
+    ),
+    costMicros: own(
+      new HotCounter({
+        name: 'gateway_charged_micro_usd_total',
+        help: 'Charged cost in micro-USD, by provider, model and group',
+        labelNames: ['provider', 'model', 'group'],
+        registers,
+      }),
+    ),
+    limitRejections: own(
+      new HotCounter({
+        name: 'gateway_limit_rejections_total',
+        help: 'Requests refused with a 4xx before reaching a model, by error code',
+        labelNames: ['code'],
+        registers,
+      }),
+    ),
+    pluginErrors: own(
+      new HotCounter({
+        name: 'gateway_plugin_errors_total',
+        help: 'Exceptions thrown by a plugin (answered 500), by plugin instance',
+        labelNames: ['plugin'],
+        registers,
+      }),
+    ),
+    storeLatency: own(
+      new HotHistogram({
+        name: 'gateway_store_operation_seconds',
+        help: 'Store calls by store kind and operation',
+        labelNames: ['store', 'op'],
+        registers,
+        buckets: STORE,
+      }),
+    ),
+    storeErrors: own(
+      new HotCounter({
+        name: 'gateway_store_errors_total',
+        help: 'Store calls that failed, by store kind and operation',
+        labelNames: ['store', 'op'],
+        registers,
+      }),
+    ),
+    queueWaiting: own(
+      new HotGauge({ name: 'gateway_concurrency_queue_waiting', help: 'Requests waiting for a concurrency slot', registers }),
+    ),
+    configReloads: own(
+      new HotCounter({
+        name: 'gateway_config_reloads_total',
+        help: 'Config reloads by result (ok, rejected)',
+        labelNames: ['result'],
+        registers,
+      }),
+    ),
+    storeDegraded: own(
+      new HotGauge({
+        name: 'gateway_store_degraded',
+        help: '1 while the shared store (Redis) is unreachable: money paths refused, RPM and concurrency per instance',
+        registers,
+      }),
+    ),
 
     // ---- upstream account pools (core/pool) -------------------------------------------------
-    accountRequests: own(new HotCounter({
-      name: 'gateway_account_requests_total', help: 'Upstream attempts per account, by outcome (ok, rate_limited, overloaded, server_error, timeout, connect_error, auth_error, …)',
-      labelNames: ['provider', 'account', 'outcome'], registers,
-    })),
-    accountCooldowns: own(new HotCounter({
-      name: 'gateway_account_cooldowns_total', help: 'Accounts put in cooldown or disabled, by reason', labelNames: ['provider', 'account', 'reason'], registers,
-    })),
-    accountFailovers: own(new HotCounter({
-      name: 'gateway_account_failovers_total', help: 'Requests moved to another account of the same model after a failed attempt', labelNames: ['provider'], registers,
-    })),
-    accountInFlight: own(new HotGauge({ name: 'gateway_account_in_flight', help: 'Upstream requests in flight per account (this instance)', labelNames: ['provider', 'account'], registers })),
-    accountTtft: own(new HotHistogram({
-      name: 'gateway_account_ttft_seconds', help: 'Time to first token (to the response for non-streaming calls) per account', labelNames: ['provider', 'account'], registers,
-      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60],
-    })),
-    accountState: own(new HotGauge({
-      name: 'gateway_account_state', help: 'Account state (available, cooling, disabled, demoted): 1 for the current one', labelNames: ['provider', 'account', 'state'], registers,
-      collect() {
-        this.reset();
-        for (const s of m.accountStates?.() ?? []) this.set(s, 1);
-      },
-    })),
+    accountRequests: own(
+      new HotCounter({
+        name: 'gateway_account_requests_total',
+        help: 'Upstream attempts per account, by outcome (ok, rate_limited, overloaded, server_error, timeout, connect_error, auth_error, …)',
+        labelNames: ['provider', 'account', 'outcome'],
+        registers,
+      }),
+    ),
+    accountCooldowns: own(
+      new HotCounter({
+        name: 'gateway_account_cooldowns_total',
+        help: 'Accounts put in cooldown or disabled, by reason',
+        labelNames: ['provider', 'account', 'reason'],
+        registers,
+      }),
+    ),
+    accountFailovers: own(
+      new HotCounter({
+        name: 'gateway_account_failovers_total',
+        help: 'Requests moved to another account of the same model after a failed attempt',
+        labelNames: ['provider'],
+        registers,
+      }),
+    ),
+    accountInFlight: own(
+      new HotGauge({
+        name: 'gateway_account_in_flight',
+        help: 'Upstream requests in flight per account (this instance)',
+        labelNames: ['provider', 'account'],
+        registers,
+      }),
+    ),
+    accountTtft: own(
+      new HotHistogram({
+        name: 'gateway_account_ttft_seconds',
+        help: 'Time to first token (to the response for non-streaming calls) per account',
+        labelNames: ['provider', 'account'],
+        registers,
+        buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60],
+      }),
+    ),
+    accountState: own(
+      new HotGauge({
+        name: 'gateway_account_state',
+        help: 'Account state (available, cooling, disabled, demoted): 1 for the current one',
+        labelNames: ['provider', 'account', 'state'],
+        registers,
+        collect() {
+          this.reset();
+          for (const s of m.accountStates?.() ?? []) this.set(s, 1);
+        },
+      }),
+    ),
 
     counter: (cfg) => reuse(Counter, cfg, HotCounter),
     gauge: (cfg) => reuse(Gauge, cfg, HotGauge),
@@ -405,7 +559,10 @@ export class InstrumentedStore implements Store {
   /** Label objects made once per operation. */
   private readonly labels: Record<string, { store: string; op: string }> = {};
 
-  constructor(readonly inner: Store, m: Metrics) {
+  constructor(
+    readonly inner: Store,
+    m: Metrics,
+  ) {
     this.kind = inner.kind;
     this.latency = m.storeLatency;
     this.errors = m.storeErrors;
@@ -417,13 +574,16 @@ export class InstrumentedStore implements Store {
 
   /** Times the promise `call` returned (started at `t0`); counts a failure, thrown or rejected. */
   private timed<T>(op: string, t0: number, p: Promise<T>): Promise<T> {
-    return p.then((x) => {
-      this.latency.observe(this.l(op), (performance.now() - t0) / 1000);
-      return x;
-    }, (e) => {
-      this.errors.inc(this.l(op));
-      throw e;
-    });
+    return p.then(
+      (x) => {
+        this.latency.observe(this.l(op), (performance.now() - t0) / 1000);
+        return x;
+      },
+      (e) => {
+        this.errors.inc(this.l(op));
+        throw e;
+      },
+    );
   }
 
   private call<T>(op: string, f: () => Promise<T>): Promise<T> {

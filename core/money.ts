@@ -62,7 +62,12 @@ export function isFree(price: Price): boolean {
 }
 
 export function addUsage(a: Usage, b: Usage): Usage {
-  return { input: a.input + b.input, output: a.output + b.output, cacheRead: a.cacheRead + b.cacheRead, cacheWrite: a.cacheWrite + b.cacheWrite };
+  return {
+    input: a.input + b.input,
+    output: a.output + b.output,
+    cacheRead: a.cacheRead + b.cacheRead,
+    cacheWrite: a.cacheWrite + b.cacheWrite,
+  };
 }
 
 export function totalTokens(u: Usage): number {

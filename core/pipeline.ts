@@ -100,7 +100,13 @@ export function runFinally(ctx: RequestContext, chain: CompiledChain, reached: n
 }
 
 /** The rest of `runFinally` once a hook returned a promise (hook `i`'s). */
-async function finishFinally(ctx: RequestContext, chain: CompiledChain, i: number, outcome: Outcome, pending: Promise<void> | void): Promise<void> {
+async function finishFinally(
+  ctx: RequestContext,
+  chain: CompiledChain,
+  i: number,
+  outcome: Outcome,
+  pending: Promise<void> | void,
+): Promise<void> {
   try {
     await pending;
   } catch (e) {

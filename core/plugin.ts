@@ -95,8 +95,11 @@ export function definePlugin<O>(def: PluginDefinition<O>): PluginDefinition<O> {
 export type PluginRegistry = ReadonlyMap<string, PluginDefinition<any>>;
 
 export function isPluginDefinition(v: unknown): v is PluginDefinition<any> {
-  return typeof v === 'object' && v !== null &&
+  return (
+    typeof v === 'object' &&
+    v !== null &&
     typeof (v as PluginDefinition).name === 'string' &&
     typeof (v as PluginDefinition).create === 'function' &&
-    typeof (v as PluginDefinition).schema === 'object';
+    typeof (v as PluginDefinition).schema === 'object'
+  );
 }

@@ -15,7 +15,14 @@ export { createSlot } from './context.js';
 export type { Admission, RequestContext } from './context.js';
 export type { Attempt, Outcome, ParsedBody, ResolvedModel, RouteInfo, Slot, StreamFrame } from './types.js';
 export type {
-  GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, ProviderConfig, RouteConfig, UserConfig,
+  GatewayConfig,
+  GroupConfig,
+  KeyConfig,
+  ModelConfig,
+  ProtocolName,
+  ProviderConfig,
+  RouteConfig,
+  UserConfig,
 } from './config/types.js';
 export type { Claim, Store, StoreHealth } from './store/types.js';
 export type { Logger } from './log.js';

@@ -17,9 +17,13 @@ export function recordRequest(m: Metrics, ctx: RequestContext, outcome: Outcome,
   for (let i = 1; i < ctx.attempts.length; i++) {
     const prev = ctx.attempts[i - 1];
     if (ctx.attempts[i].model === prev.model) continue; // another account of the same model: a failover, not a fallback
-    m.fallbacks.inc({ model: ctx.attempts[i].model.id, reason: prev.failure === 'status' ? String(prev.status) : prev.failure ?? 'retry' });
+    m.fallbacks.inc({
+      model: ctx.attempts[i].model.id,
+      reason: prev.failure === 'status' ? String(prev.status) : (prev.failure ?? 'retry'),
+    });
   }
-  if (answered && ctx.ttftMs !== undefined) m.ttft.observe({ provider: answered.provider.name, model: answered.model.id }, ctx.ttftMs / 1000);
+  if (answered && ctx.ttftMs !== undefined)
+    m.ttft.observe({ provider: answered.provider.name, model: answered.model.id }, ctx.ttftMs / 1000);
   const billed = ctx.billed;
   if (billed && ctx.usage && ctx.answeredModel && ctx.group) {
     // Literal label objects of one shape each (no spreads): the series lookup reads them by name.
@@ -35,11 +39,17 @@ export function recordRequest(m: Metrics, ctx: RequestContext, outcome: Outcome,
   }
   if (keyLabels && ctx.key) {
     const labels = { key: ctx.key.id, user: ctx.key.user };
-    m.counter({ name: 'gateway_key_requests_total', help: 'Requests by key name and user (metrics.key_labels)', labelNames: ['key', 'user', 'status'] })
-      .inc({ ...labels, status: String(outcome.status) });
+    m.counter({
+      name: 'gateway_key_requests_total',
+      help: 'Requests by key name and user (metrics.key_labels)',
+      labelNames: ['key', 'user', 'status'],
+    }).inc({ ...labels, status: String(outcome.status) });
     if (billed) {
-      m.counter({ name: 'gateway_key_charged_micro_usd_total', help: 'Charged micro-USD by key name and user (metrics.key_labels)', labelNames: ['key', 'user'] })
-        .inc(labels, billed.actual);
+      m.counter({
+        name: 'gateway_key_charged_micro_usd_total',
+        help: 'Charged micro-USD by key name and user (metrics.key_labels)',
+        labelNames: ['key', 'user'],
+      }).inc(labels, billed.actual);
     }
   }
 }

@@ -41,9 +41,12 @@ export function resolveModel(config: GatewayConfig, group: GroupConfig | undefin
 /** The protocols a group kind serves natively, preferred first. */
 export function nativeProtocols(kind: GroupKind): readonly ProtocolName[] {
   switch (kind) {
-    case 'chat': return ['openai-chat'];
-    case 'messages': return ['anthropic-messages'];
-    case 'responses': return ['openai-responses', 'openai-chat'];
+    case 'chat':
+      return ['openai-chat'];
+    case 'messages':
+      return ['anthropic-messages'];
+    case 'responses':
+      return ['openai-responses', 'openai-chat'];
   }
 }
 

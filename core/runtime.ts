@@ -86,7 +86,10 @@ export class Runtime {
   async retire(): Promise<void> {
     if (this.retired) return;
     this.retired = true;
-    if (this.inFlight > 0) await new Promise<void>((resolve) => { this.drained = resolve; });
+    if (this.inFlight > 0)
+      await new Promise<void>((resolve) => {
+        this.drained = resolve;
+      });
     await this.close();
   }
 
@@ -104,5 +107,5 @@ export class Runtime {
 }
 
 function routeInfo(r: RouteConfig): RouteInfo {
-  return { ...r, name: r.handler ? `${r.handler}` : r.protocol ?? r.path };
+  return { ...r, name: r.handler ? `${r.handler}` : (r.protocol ?? r.path) };
 }

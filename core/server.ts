@@ -127,10 +127,12 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const loaded = await loadConfigFile(opts.configFile, { registry: opts.registry, env: opts.env });
     for (const w of loaded.warnings) log.warn('config warning', { path: w.path, line: w.line, message: w.message });
     const metrics = createMetrics({ version: VERSION });
-    const opened = opts.store ?? (await openStore(loaded.config.store, clock, log, {
-      workers: loaded.config.server.workers,
-      onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
-    }));
+    const opened =
+      opts.store ??
+      (await openStore(loaded.config.store, clock, log, {
+        workers: loaded.config.server.workers,
+        onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
+      }));
     metrics.storeDegraded.set((await opened.health()).degraded ? 1 : 0);
     const store = instrumentStore(opened, metrics);
     const gw = new Gateway<U>(opts, store, clock, log, metrics);
@@ -158,7 +160,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   }
 
   baseUrl(provider: ProviderConfig): string {
-    return provider.kind === 'mock' ? this.mocks.get(provider.name)?.url ?? '' : provider.baseUrl;
+    return provider.kind === 'mock' ? (this.mocks.get(provider.name)?.url ?? '') : provider.baseUrl;
   }
 
   private async startMocks(config: GatewayConfig): Promise<void> {
@@ -166,8 +168,10 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       if (p.kind !== 'mock' || this.mocks.has(p.name)) continue;
       const start = this.opts.mockUpstream;
       if (!start) {
-        throw new Error(`provider '${p.name}' is kind: mock, and this gateway was started without the mock upstream ` +
-          '(the `gateway` command and llm-gateway/testing provide it; embedders pass GatewayOptions.mockUpstream)');
+        throw new Error(
+          `provider '${p.name}' is kind: mock, and this gateway was started without the mock upstream ` +
+            '(the `gateway` command and llm-gateway/testing provide it; embedders pass GatewayOptions.mockUpstream)',
+        );
       }
       this.mocks.set(p.name, await start({ fixturesDir: p.fixturesDir }));
     }
@@ -176,7 +180,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private keepFailedRequests(config: GatewayConfig): void {
     this.failed?.close();
     const { dir, retentionMs, maxSize } = config.failedRequests;
-    this.failed = dir ? new FailedRequestLog(dir, { retentionMs, maxBytes: maxSize, secrets: () => this.secrets() }, this.clock, this.log) : undefined;
+    this.failed = dir
+      ? new FailedRequestLog(dir, { retentionMs, maxBytes: maxSize, secrets: () => this.secrets() }, this.clock, this.log)
+      : undefined;
   }
 
   /** Every configured client key (by digest) and provider credential: never in a failed-request record. */
@@ -199,24 +205,33 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private listen(config: GatewayConfig): Promise<void> {
     const s = config.server;
     this.bodyMemory = new BodyMemory(s.bodyMemory);
-    this.server = http.createServer({
-      headersTimeout: s.headersTimeoutMs,
-      // The whole request (headers, then body) must arrive within both limits; checked every 500 ms,
-      // so a slow sender is closed within its limit + 1 s. Expired requests come to clientError.
-      requestTimeout: s.headersTimeoutMs + s.bodyTimeoutMs,
-      connectionsCheckingInterval: 500,
-      // A missing Host gets our own JSON 400 (handle()), not Node's empty one.
-      requireHostHeader: false,
-    }, (req, res) => {
-      void this.handle(req, res);
-    });
+    this.server = http.createServer(
+      {
+        headersTimeout: s.headersTimeoutMs,
+        // The whole request (headers, then body) must arrive within both limits; checked every 500 ms,
+        // so a slow sender is closed within its limit + 1 s. Expired requests come to clientError.
+        requestTimeout: s.headersTimeoutMs + s.bodyTimeoutMs,
+        connectionsCheckingInterval: 500,
+        // A missing Host gets our own JSON 400 (handle()), not Node's empty one.
+        requireHostHeader: false,
+      },
+      (req, res) => {
+        void this.handle(req, res);
+      },
+    );
     // A client that half-closes after sending (shutdown(SHUT_WR)) still gets its response: Node
     // would otherwise abort the request at the FIN. A client that left for good is found when its
     // response is written (and billed as a disconnect then); a reset is found at once.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     this.server.keepAliveTimeout = 5_000;
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-      this.refuse(req, res, new GatewayError('MALFORMED_HTTP', { message: `Expect: ${String(req.headers.expect).slice(0, 64)} is not supported (only 100-continue)` }));
+      this.refuse(
+        req,
+        res,
+        new GatewayError('MALFORMED_HTTP', {
+          message: `Expect: ${String(req.headers.expect).slice(0, 64)} is not supported (only 100-continue)`,
+        }),
+      );
     });
     this.server.on('connection', (s: Socket) => {
       this.sockets.add(s);
@@ -256,7 +271,12 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
    */
   private onClientError(err: Error & { code?: string }, socket: Socket): void {
     if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
-    const id = err.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'MALFORMED_HTTP';
+    const id =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? 'HEADERS_TOO_LARGE'
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? 'REQUEST_TIMEOUT'
+          : 'MALFORMED_HTTP';
     const answer = new GatewayError(id);
     const r = renderError(answer, 'chat');
     const body = JSON.stringify(r.body);
@@ -271,8 +291,10 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       return;
     }
     const requestId = newRequestId();
-    socket.end(`HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
-      `content-type: application/json\r\nx-request-id: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    socket.end(
+      `HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
+        `content-type: application/json\r\nx-request-id: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
     setTimeout(() => socket.destroy(), 1_000).unref();
     this.refused(requestId, undefined, answer);
   }
@@ -284,7 +306,15 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private refused(requestId: string, method: string | undefined, err: GatewayError): void {
     this.metrics.requests.inc({ route: 'unmatched', status: String(err.status) });
     this.metrics.duration.observe({ route: 'unmatched' }, 0);
-    this.log.info('request', { requestId, method, route: 'unmatched', status: err.status, durationMs: 0, errorCode: err.code, errorMessage: err.message });
+    this.log.info('request', {
+      requestId,
+      method,
+      route: 'unmatched',
+      status: err.status,
+      durationMs: 0,
+      errorCode: err.code,
+      errorMessage: err.message,
+    });
   }
 
   /** Answers a request the routes never see (Expect, missing Host) and closes its connection. */
@@ -302,13 +332,16 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const at = config.metrics.listen;
     if (!at) return Promise.resolve();
     const server = http.createServer((req, res) => {
-      void this.probe(req, res, true).then((served) => {
-        if (served) return;
-        req.resume();
-        const r = renderError(new GatewayError('ROUTE_NOT_FOUND', { message: 'Not found' }), 'chat');
-        res.writeHead(r.status, PROBE_HEADERS);
-        res.end(JSON.stringify(r.body));
-      }, () => res.destroy());
+      void this.probe(req, res, true).then(
+        (served) => {
+          if (served) return;
+          req.resume();
+          const r = renderError(new GatewayError('ROUTE_NOT_FOUND', { message: 'Not found' }), 'chat');
+          res.writeHead(r.status, PROBE_HEADERS);
+          res.end(JSON.stringify(r.body));
+        },
+        () => res.destroy(),
+      );
     });
     this.opsServer = server;
     return new Promise((resolve, reject) => {
@@ -406,7 +439,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     let routeLabel = 'unmatched';
     let probe = false;
     try {
-      if (this.isProbe(req, !this.opsServer) && await this.probe(req, res, !this.opsServer)) {
+      if (this.isProbe(req, !this.opsServer) && (await this.probe(req, res, !this.opsServer))) {
         probe = true;
         return;
       }
@@ -452,7 +485,13 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
         // Routed requests write their own, richer access line.
         if (routeLabel === 'unmatched' || routeLabel === 'admin') {
-          this.log.info('request', { requestId: id, method: req.method, route: routeLabel, status: res.statusCode, durationMs: Date.now() - started });
+          this.log.info('request', {
+            requestId: id,
+            method: req.method,
+            route: routeLabel,
+            status: res.statusCode,
+            durationMs: Date.now() - started,
+          });
         }
       }
       this.busy.delete(socket);
@@ -466,7 +505,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const pathname = q === -1 ? url : url.slice(0, q);
-    return pathname === '/' || pathname === '/healthz' || pathname === '/readyz' || (metrics && pathname === this.runtime.config.metrics.path);
+    return (
+      pathname === '/' || pathname === '/healthz' || pathname === '/readyz' || (metrics && pathname === this.runtime.config.metrics.path)
+    );
   }
 
   /**
@@ -520,13 +561,26 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       this.log.warn('store health check failed', { error: e as Error });
       return { ready: false, body: { status: 'unavailable', store: this.store.kind, reason: 'the store did not answer' } };
     }
-    if (!health.ready) return { ready: false, body: { status: 'unavailable', store: this.store.kind, reason: health.degraded ?? 'the store is not ready' } };
+    if (!health.ready)
+      return { ready: false, body: { status: 'unavailable', store: this.store.kind, reason: health.degraded ?? 'the store is not ready' } };
     if (health.degraded) return { ready: false, body: { status: 'degraded', store: this.store.kind, reason: health.degraded } };
     return { ready: true, body: { status: 'ready', store: this.store.kind } };
   }
 
   private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const ctx = new RequestContext(id, newRequestId(), req, res, route.info, rt.config, this.store, this.clock, this.log, this.readBody, recoverySettlement);
+    const ctx = new RequestContext(
+      id,
+      newRequestId(),
+      req,
+      res,
+      route.info,
+      rt.config,
+      this.store,
+      this.clock,
+      this.log,
+      this.readBody,
+      recoverySettlement,
+    );
     // The client leaving (its connection closes before the response is complete) aborts the
     // request; its FIN starts the half-close probes (probeClient). Both come from the connection.
     const inFlight = (req.socket as Conn)[IN_FLIGHT];
@@ -554,7 +608,11 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     if (ctx.admission.isAdmitted) {
       // Admitted but never settled (no metering on this route, or it failed first): release the hold.
       // A request that reached an upstream still counts as a request (RPM); one refused before did not.
-      try { await ctx.admission.cancel({ keepCounts: ctx.attempts.length > 0 }); } catch (e) { ctx.log.error('could not release a reservation', { error: e as Error }); }
+      try {
+        await ctx.admission.cancel({ keepCounts: ctx.attempts.length > 0 });
+      } catch (e) {
+        ctx.log.error('could not release a reservation', { error: e as Error });
+      }
     }
     this.metrics.inFlight.dec({ route: route.info.name });
     inFlight.delete(ctx);
@@ -562,9 +620,15 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     if (probing) clearTimeout(probing);
     if (this.failed && (outcome.status >= 400 || error)) {
       this.failed.record({
-        requestId: id, method: req.method ?? '', url: req.url ?? '', headers: req.headers, status: outcome.status,
+        requestId: id,
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        status: outcome.status,
         error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
-        key: ctx.key?.id, model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id, ...recordedBody(ctx),
+        key: ctx.key?.id,
+        model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id,
+        ...recordedBody(ctx),
       });
     }
     recordRequest(this.metrics, ctx, outcome, rt.config.metrics.keyLabels);
@@ -572,7 +636,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       // A bug (the gateway's or a plugin's): its stack, and the plugin that threw when it was one.
       if (error.plugin) this.metrics.pluginErrors.inc({ plugin: error.plugin });
       ctx.log.error(error.plugin ? `plugin '${error.plugin}' threw` : 'internal error', {
-        route: route.info.name, plugin: error.plugin, error: (error.cause) ?? error,
+        route: route.info.name,
+        plugin: error.plugin,
+        error: error.cause ?? error,
       });
     }
     // On the process logger with the request id as its first field: the same line as through a
@@ -682,8 +748,7 @@ function probeClient(ctx: RequestContext, next: number): void {
   if (!res.headersSent) {
     if (req.httpVersion === '1.0') return; // 1xx is not for HTTP/1.0 clients: served as a half-close
     res.writeProcessing();
-  }
-  else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
+  } else if (String(res.getHeader('content-type') ?? '').startsWith('text/event-stream')) res.write(KEEPALIVE);
   else return;
   const t = setTimeout(() => probeClient(ctx, Math.min(next * 10, 10_000)), next);
   t.unref();

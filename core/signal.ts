@@ -42,7 +42,13 @@ export class Abort implements ClientSignal {
     this.listeners = undefined;
     if (l) {
       for (const fn of l) {
-        try { fn(); } catch (e) { process.nextTick(() => { throw e; }); }
+        try {
+          fn();
+        } catch (e) {
+          process.nextTick(() => {
+            throw e;
+          });
+        }
       }
     }
     this.controller?.abort();

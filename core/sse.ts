@@ -50,8 +50,14 @@ export class SseBytesBlock implements SseBlock {
 
   /** `data`: the first data line's [start, end) in `buf`, then any further lines' (or undefined: no data). */
   constructor(
-    readonly buf: Buffer, readonly start: number, readonly end: number, readonly event: string | undefined,
-    d0: number, d1: number, more: number[] | undefined, text?: string,
+    readonly buf: Buffer,
+    readonly start: number,
+    readonly end: number,
+    readonly event: string | undefined,
+    d0: number,
+    d1: number,
+    more: number[] | undefined,
+    text?: string,
   ) {
     this.text = text;
     if (d0 < 0) return;
@@ -337,7 +343,16 @@ export class SseParser {
   private takeBytes(buf: Buffer, start: number, end: number): SseBytesBlock {
     let more = this.moreData;
     if (more) for (let i = 0; i < more.length; i++) more[i] += start;
-    const block = new SseBytesBlock(buf, start, end, this.event, this.d0 < 0 ? -1 : this.d0 + start, this.d1 + start, more, more ? undefined : this.d0Text);
+    const block = new SseBytesBlock(
+      buf,
+      start,
+      end,
+      this.event,
+      this.d0 < 0 ? -1 : this.d0 + start,
+      this.d1 + start,
+      more,
+      more ? undefined : this.d0Text,
+    );
     if (this.id !== undefined) block.id = this.id;
     if (this.retry !== undefined) block.retry = this.retry;
     this.event = undefined;

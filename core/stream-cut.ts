@@ -31,15 +31,27 @@ export class OutputCap {
   private basis: Usage | undefined | null = null;
   private maxChars = 0;
 
-  constructor(private readonly price: Price, private readonly ratePpm: number, private readonly reserve: number, private readonly inputEstimate: number) {}
+  constructor(
+    private readonly price: Price,
+    private readonly ratePpm: number,
+    private readonly reserve: number,
+    private readonly inputEstimate: number,
+  ) {}
 
   /** Whether `chars` of streamed text, with the `reported` usage so far, cost more than the reservation. */
   over(reported: Usage | undefined, chars: number): boolean {
     if (reported !== this.basis) {
       this.basis = reported;
       const tokens = maxOutputTokens(
-        { input: reported?.input ?? this.inputEstimate, cacheRead: reported?.cacheRead ?? 0, cacheWrite: reported?.cacheWrite ?? 0, output: 0 },
-        this.price, this.ratePpm, this.reserve,
+        {
+          input: reported?.input ?? this.inputEstimate,
+          cacheRead: reported?.cacheRead ?? 0,
+          cacheWrite: reported?.cacheWrite ?? 0,
+          output: 0,
+        },
+        this.price,
+        this.ratePpm,
+        this.reserve,
       );
       this.maxChars = tokens * 4; // ceil(chars / 4) <= tokens  <=>  chars <= 4 * tokens; -1 → -4: always over
     }
@@ -60,8 +72,11 @@ export function maxOutputTokens(fixed: Usage, price: Price, ratePpm: number, res
   const rate = BigInt(ratePpm);
   // actual <= reserve  <=>  floor((exact * rate + D/2) / D) <= reserve  <=>  exact * rate <= limit
   const limit = BigInt(reserve + 1) * D - D / 2n - 1n;
-  const base = (BigInt(fixed.input) * BigInt(price.input) + BigInt(fixed.cacheRead) * BigInt(price.cacheRead)
-    + BigInt(fixed.cacheWrite) * BigInt(price.cacheWrite)) * rate;
+  const base =
+    (BigInt(fixed.input) * BigInt(price.input) +
+      BigInt(fixed.cacheRead) * BigInt(price.cacheRead) +
+      BigInt(fixed.cacheWrite) * BigInt(price.cacheWrite)) *
+    rate;
   const room = limit - base;
   if (room < 0n) return -1;
   const perToken = BigInt(price.output) * rate;
@@ -102,7 +117,9 @@ export class PassthroughCut {
             const j = JSON.parse(b.data!);
             if (b.event === 'response.created') this.response = j.response;
             else if (typeof j.output_index === 'number' && j.item) this.items.set(j.output_index, j.item);
-          } catch { /* not JSON */ }
+          } catch {
+            /* not JSON */
+          }
         }
         return;
       default:
@@ -117,17 +134,23 @@ export class PassthroughCut {
       case 'openai-chat': {
         const meta = this.meta();
         const base = {
-          id: meta.id ?? 'chatcmpl-gateway', object: 'chat.completion.chunk',
-          created: meta.created ?? Math.floor(Date.now() / 1000), model: meta.model ?? '',
+          id: meta.id ?? 'chatcmpl-gateway',
+          object: 'chat.completion.chunk',
+          created: meta.created ?? Math.floor(Date.now() / 1000),
+          model: meta.model ?? '',
         };
         let out = formatJsonEvent({
-          ...base, choices: Array.from({ length: this.opts.choices }, (_, index) => ({ index, delta: {}, finish_reason: 'length', logprobs: null })),
+          ...base,
+          choices: Array.from({ length: this.opts.choices }, (_, index) => ({ index, delta: {}, finish_reason: 'length', logprobs: null })),
         });
         if (this.opts.includeUsage) {
           out += formatJsonEvent({
-            ...base, choices: [],
+            ...base,
+            choices: [],
             usage: {
-              prompt_tokens: usage.input + usage.cacheRead + usage.cacheWrite, completion_tokens: usage.output, total_tokens: total,
+              prompt_tokens: usage.input + usage.cacheRead + usage.cacheWrite,
+              completion_tokens: usage.output,
+              total_tokens: total,
               prompt_tokens_details: { cached_tokens: usage.cacheRead },
             },
           });
@@ -136,30 +159,47 @@ export class PassthroughCut {
       }
       case 'anthropic-messages': {
         let out = '';
-        for (const index of [...this.openBlocks].sort((a, b) => a - b)) out += formatJsonEvent({ type: 'content_block_stop', index }, 'content_block_stop');
-        out += formatJsonEvent({
-          type: 'message_delta', delta: { stop_reason: 'max_tokens', stop_sequence: null },
-          usage: { input_tokens: usage.input, output_tokens: usage.output, cache_read_input_tokens: usage.cacheRead, cache_creation_input_tokens: usage.cacheWrite },
-        }, 'message_delta');
+        for (const index of [...this.openBlocks].sort((a, b) => a - b))
+          out += formatJsonEvent({ type: 'content_block_stop', index }, 'content_block_stop');
+        out += formatJsonEvent(
+          {
+            type: 'message_delta',
+            delta: { stop_reason: 'max_tokens', stop_sequence: null },
+            usage: {
+              input_tokens: usage.input,
+              output_tokens: usage.output,
+              cache_read_input_tokens: usage.cacheRead,
+              cache_creation_input_tokens: usage.cacheWrite,
+            },
+          },
+          'message_delta',
+        );
         return out + formatJsonEvent({ type: 'message_stop' }, 'message_stop');
       }
       case 'openai-responses': {
-        const output = [...this.items.entries()].sort((a, b) => a[0] - b[0])
+        const output = [...this.items.entries()]
+          .sort((a, b) => a[0] - b[0])
           .map(([, item]) => (item.status === 'in_progress' ? { ...item, status: 'incomplete' } : item));
-        return formatJsonEvent({
-          type: 'response.incomplete',
-          sequence_number: (this.meta().sequence ?? 0) + 1,
-          response: {
-            ...(this.response ?? { id: 'resp_gateway', object: 'response', created_at: Math.floor(Date.now() / 1000), model: '' }),
-            status: 'incomplete',
-            incomplete_details: { reason: 'max_output_tokens' },
-            output,
-            usage: {
-              input_tokens: usage.input + usage.cacheRead + usage.cacheWrite, output_tokens: usage.output, total_tokens: total,
-              input_tokens_details: { cached_tokens: usage.cacheRead }, output_tokens_details: { reasoning_tokens: 0 },
+        return formatJsonEvent(
+          {
+            type: 'response.incomplete',
+            sequence_number: (this.meta().sequence ?? 0) + 1,
+            response: {
+              ...(this.response ?? { id: 'resp_gateway', object: 'response', created_at: Math.floor(Date.now() / 1000), model: '' }),
+              status: 'incomplete',
+              incomplete_details: { reason: 'max_output_tokens' },
+              output,
+              usage: {
+                input_tokens: usage.input + usage.cacheRead + usage.cacheWrite,
+                output_tokens: usage.output,
+                total_tokens: total,
+                input_tokens_details: { cached_tokens: usage.cacheRead },
+                output_tokens_details: { reasoning_tokens: 0 },
+              },
             },
           },
-        }, 'response.incomplete');
+          'response.incomplete',
+        );
       }
       default:
         return '';

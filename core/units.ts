@@ -14,7 +14,14 @@ export function parseDuration(v: string): number {
 }
 
 const SIZE_UNITS: Record<string, number> = {
-  '': 1, b: 1, kb: 1e3, mb: 1e6, gb: 1e9, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3,
+  '': 1,
+  b: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  kib: 1024,
+  mib: 1024 ** 2,
+  gib: 1024 ** 3,
 };
 export const SIZE_PATTERN = '^[0-9]+(\\.[0-9]+)?\\s*([kKmMgG]i?[bB]|[bB])?$';
 
@@ -29,7 +36,10 @@ export function parseSize(v: string | number): number {
 export function parseDecimal(v: number | string, places = 6): number {
   let s = typeof v === 'number' ? numberToPlainString(v) : v.trim();
   let neg = false;
-  if (s.startsWith('-')) { neg = true; s = s.slice(1); }
+  if (s.startsWith('-')) {
+    neg = true;
+    s = s.slice(1);
+  }
   const m = /^([0-9]+)(?:\.([0-9]+))?$/.exec(s);
   if (!m) throw new Error(`invalid decimal '${v}'`);
   const frac = (m[2] ?? '').replace(/0+$/, '');

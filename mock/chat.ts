@@ -14,7 +14,8 @@ export interface StreamErrorCtx {
 export function validateChat(body: Record<string, any>): string | undefined {
   if (typeof body.model !== 'string' || body.model === '') return 'you must provide a model parameter';
   if (!Array.isArray(body.messages)) return "Missing required parameter: 'messages'.";
-  if (body.messages.length === 0) return "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.";
+  if (body.messages.length === 0)
+    return "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.";
   return undefined;
 }
 
@@ -25,14 +26,16 @@ export function extractChat(body: Record<string, any>): Extracted {
   for (const m of msgs) {
     if (!m || typeof m !== 'object') continue;
     textsOf(m.content, texts);
-    if (Array.isArray(m.tool_calls)) for (const c of m.tool_calls) if (typeof c?.function?.arguments === 'string') texts.push(c.function.arguments);
+    if (Array.isArray(m.tool_calls))
+      for (const c of m.tool_calls) if (typeof c?.function?.arguments === 'string') texts.push(c.function.arguments);
     if (m.role === 'user') lastUserText = textOf(m.content);
   }
   const last = msgs[msgs.length - 1];
   const tools: ToolDef[] = [];
   if (Array.isArray(body.tools)) {
     for (const t of body.tools) {
-      if (t && t.type === 'function' && t.function && typeof t.function.name === 'string') tools.push({ name: t.function.name, schema: t.function.parameters });
+      if (t && t.type === 'function' && t.function && typeof t.function.name === 'string')
+        tools.push({ name: t.function.name, schema: t.function.parameters });
     }
   }
   let toolChoice = 'auto';
@@ -61,7 +64,12 @@ export function chatUsage(plan: Plan): Record<string, unknown> {
     completion_tokens: u.output,
     total_tokens: prompt + u.output,
     prompt_tokens_details: promptDetails,
-    completion_tokens_details: { reasoning_tokens: u.reasoning, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+    completion_tokens_details: {
+      reasoning_tokens: u.reasoning,
+      audio_tokens: 0,
+      accepted_prediction_tokens: 0,
+      rejected_prediction_tokens: 0,
+    },
   };
 }
 

@@ -82,12 +82,15 @@ export interface Plan {
   body: Record<string, any>;
 }
 
-export const FILLER = 'lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore magna aliqua'.split(' ');
+export const FILLER =
+  'lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore magna aliqua'.split(' ');
 const ECHO_WORDS = 8;
 
 /** Whitespace-separated words, directives removed. */
 export function words(text: string): string[] {
-  return stripDirectives(text).split(/\s+/).filter((w) => w.length > 0);
+  return stripDirectives(text)
+    .split(/\s+/)
+    .filter((w) => w.length > 0);
 }
 
 /** The input-token function: number of words in every prompt text, directives excluded (at least 1). */
@@ -236,7 +239,8 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
   // Tool calls: forced by the `tools` directive, automatic when the request offers tools and the
   // last turn is the user's (or tool_choice requires a call); never with tool_choice none.
   const toolChoiceForces = ex.toolChoice !== 'auto' && ex.toolChoice !== 'none';
-  const wantTools = ex.tools.length > 0 && (d.tools === true || (d.tools === undefined && ex.toolChoice !== 'none' && (ex.lastIsUser || toolChoiceForces)));
+  const wantTools =
+    ex.tools.length > 0 && (d.tools === true || (d.tools === undefined && ex.toolChoice !== 'none' && (ex.lastIsUser || toolChoiceForces)));
   const toolCalls: ToolCallPlan[] = [];
   if (wantTools) {
     let n = Math.max(1, d.toolCalls ?? 1);
@@ -269,7 +273,11 @@ export function buildPlan(protocol: Protocol, model: string, body: Record<string
   let search: SearchPlan | undefined;
   if (d.webSearch !== undefined && d.webSearch !== false && ex.webSearch && toolCalls.length === 0) {
     const query = typeof d.webSearch === 'string' ? d.webSearch : echoOf(ex.lastUserText).join(' ') || 'mock search';
-    const slug = query.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '') || 'q';
+    const slug =
+      query
+        .toLowerCase()
+        .replace(/[^a-z0-9]+/g, '-')
+        .replace(/^-|-$/g, '') || 'q';
     search = {
       id: makeId(seed, 'search', protocol === 'messages' ? 'srvtoolu_' : 'ws_', 24),
       query,

@@ -143,7 +143,9 @@ export function fromRaw(raw: Record<string, string>): Directives {
       const text = Buffer.from(raw.args, 'base64url').toString('utf8');
       const v = JSON.parse(text);
       if (v && typeof v === 'object' && !Array.isArray(v)) d.args = JSON.stringify(v);
-    } catch { /* not base64url JSON: ignored */ }
+    } catch {
+      /* not base64url JSON: ignored */
+    }
   }
   if (raw.web_search !== undefined) {
     const b = bool(raw.web_search);

@@ -21,8 +21,16 @@ const OPENAI: Record<number, { type: string; code: string | null; message: strin
     code: 'invalid_api_key',
     message: 'Incorrect API key provided: sk-mock***. You can find your API key at https://platform.openai.com/account/api-keys.',
   },
-  403: { type: 'invalid_request_error', code: 'unsupported_country_region_territory', message: 'Country, region, or territory not supported' },
-  404: { type: 'invalid_request_error', code: 'model_not_found', message: 'The model `{model}` does not exist or you do not have access to it.' },
+  403: {
+    type: 'invalid_request_error',
+    code: 'unsupported_country_region_territory',
+    message: 'Country, region, or territory not supported',
+  },
+  404: {
+    type: 'invalid_request_error',
+    code: 'model_not_found',
+    message: 'The model `{model}` does not exist or you do not have access to it.',
+  },
   409: { type: 'invalid_request_error', code: 'conflict', message: 'Conflict (mock upstream).' },
   413: { type: 'invalid_request_error', code: 'request_too_large', message: 'Request too large (mock upstream).' },
   422: { type: 'invalid_request_error', code: null, message: 'Unprocessable entity (mock upstream).' },
@@ -45,7 +53,10 @@ const QUOTA_MESSAGE =
 const ANTHROPIC: Record<number, { type: string; message: string }> = {
   400: { type: 'invalid_request_error', message: 'Invalid request (mock upstream).' },
   401: { type: 'authentication_error', message: 'invalid x-api-key' },
-  402: { type: 'billing_error', message: 'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.' },
+  402: {
+    type: 'billing_error',
+    message: 'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.',
+  },
   403: { type: 'permission_error', message: 'Your API key does not have permission to use the specified resource.' },
   404: { type: 'not_found_error', message: 'model: {model}' },
   413: { type: 'request_too_large', message: 'Request exceeds the maximum allowed number of bytes.' },
@@ -132,6 +143,13 @@ export function anthropicError(status: number, d: Directives, model: string, req
   return { status, headers, body: JSON.stringify({ type: 'error', error, request_id: requestId }) };
 }
 
-export function protocolError(protocol: Protocol, status: number, d: Directives, model: string, requestId: string, message?: string): ErrorReply {
+export function protocolError(
+  protocol: Protocol,
+  status: number,
+  d: Directives,
+  model: string,
+  requestId: string,
+  message?: string,
+): ErrorReply {
   return protocol === 'messages' ? anthropicError(status, d, model, requestId, message) : openaiError(status, d, model, requestId, message);
 }

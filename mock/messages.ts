@@ -32,10 +32,12 @@ export function extractMessages(body: Record<string, any>): Extracted {
   if (Array.isArray(body.tools)) {
     for (const t of body.tools) {
       // Client tools have no type or type "custom"; server tools (web_search_…) are not called by the mock.
-      if (t && typeof t.name === 'string' && (t.type === undefined || t.type === 'custom')) tools.push({ name: t.name, schema: t.input_schema });
+      if (t && typeof t.name === 'string' && (t.type === undefined || t.type === 'custom'))
+        tools.push({ name: t.name, schema: t.input_schema });
     }
   }
-  const webSearch = Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search_'));
+  const webSearch =
+    Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search_'));
   let toolChoice = 'auto';
   const tc = body.tool_choice;
   if (tc && typeof tc === 'object') {
@@ -91,7 +93,13 @@ function searchBlocks(plan: Plan): { use: Record<string, unknown>; result: Recor
     result: {
       type: 'web_search_tool_result',
       tool_use_id: s.id,
-      content: s.results.map((r) => ({ type: 'web_search_result', url: r.url, title: r.title, encrypted_content: makeId(plan.seed, r.url, 'Eq', 32), page_age: null })),
+      content: s.results.map((r) => ({
+        type: 'web_search_result',
+        url: r.url,
+        title: r.title,
+        encrypted_content: makeId(plan.seed, r.url, 'Eq', 32),
+        page_age: null,
+      })),
     },
   };
 }
@@ -99,7 +107,15 @@ function searchBlocks(plan: Plan): { use: Record<string, unknown>; result: Recor
 /** The citation the reply text carries when a search ran (its first result). */
 function citation(plan: Plan): Record<string, unknown> | undefined {
   const r = plan.search?.results[0];
-  return r ? { type: 'web_search_result_location', url: r.url, title: r.title, encrypted_index: makeId(plan.seed, 'cite', 'Eo', 24), cited_text: plan.text.slice(0, 40) } : undefined;
+  return r
+    ? {
+        type: 'web_search_result_location',
+        url: r.url,
+        title: r.title,
+        encrypted_index: makeId(plan.seed, 'cite', 'Eo', 24),
+        cited_text: plan.text.slice(0, 40),
+      }
+    : undefined;
 }
 
 function usageExtra(plan: Plan): Record<string, unknown> {

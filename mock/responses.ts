@@ -33,14 +33,16 @@ export function extractResponses(body: Record<string, any>): Extracted {
   }
   const tools: ToolDef[] = [];
   if (Array.isArray(body.tools)) {
-    for (const t of body.tools) if (t && t.type === 'function' && typeof t.name === 'string') tools.push({ name: t.name, schema: t.parameters });
+    for (const t of body.tools)
+      if (t && t.type === 'function' && typeof t.name === 'string') tools.push({ name: t.name, schema: t.parameters });
   }
   let toolChoice = 'auto';
   const tc = body.tool_choice;
   if (tc === 'none' || tc === 'required' || tc === 'auto') toolChoice = tc;
   else if (tc && typeof tc === 'object' && tc.type === 'function' && typeof tc.name === 'string') toolChoice = tc.name;
   const summary = body.reasoning?.summary;
-  const webSearch = Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search'));
+  const webSearch =
+    Array.isArray(body.tools) && body.tools.some((t: any) => typeof t?.type === 'string' && t.type.startsWith('web_search'));
   return {
     webSearch,
     texts,
@@ -128,7 +130,12 @@ function items(plan: Plan): Items {
   }
   const s = plan.search;
   if (s) {
-    out.search = { id: s.id, type: 'web_search_call', status: 'completed', action: { type: 'search', query: s.query, sources: s.results.map((r) => ({ type: 'url', url: r.url })) } };
+    out.search = {
+      id: s.id,
+      type: 'web_search_call',
+      status: 'completed',
+      action: { type: 'search', query: s.query, sources: s.results.map((r) => ({ type: 'url', url: r.url })) },
+    };
   }
   if (plan.toolCalls.length === 0) {
     const r = s?.results[0];
@@ -178,9 +185,18 @@ export function responseFrames(plan: Plan): string[] {
   if (it.reasoning && plan.thinking) {
     const r = it.reasoning;
     const text = plan.thinking.text;
-    ev('response.output_item.added', { output_index: oi, item: { id: r.id, type: 'reasoning', encrypted_content: r.encrypted_content, summary: [] } });
-    ev('response.reasoning_summary_part.added', { item_id: r.id, output_index: oi, summary_index: 0, part: { type: 'summary_text', text: '' } });
-    for (const t of plan.thinking.chunks) ev('response.reasoning_summary_text.delta', { item_id: r.id, output_index: oi, summary_index: 0, delta: t });
+    ev('response.output_item.added', {
+      output_index: oi,
+      item: { id: r.id, type: 'reasoning', encrypted_content: r.encrypted_content, summary: [] },
+    });
+    ev('response.reasoning_summary_part.added', {
+      item_id: r.id,
+      output_index: oi,
+      summary_index: 0,
+      part: { type: 'summary_text', text: '' },
+    });
+    for (const t of plan.thinking.chunks)
+      ev('response.reasoning_summary_text.delta', { item_id: r.id, output_index: oi, summary_index: 0, delta: t });
     ev('response.reasoning_summary_text.done', { item_id: r.id, output_index: oi, summary_index: 0, text });
     ev('response.reasoning_summary_part.done', { item_id: r.id, output_index: oi, summary_index: 0, part: { type: 'summary_text', text } });
     ev('response.output_item.done', { output_index: oi, item: r });
@@ -189,7 +205,10 @@ export function responseFrames(plan: Plan): string[] {
   if (it.search) {
     const s = it.search;
     const ids = { item_id: s.id, output_index: oi };
-    ev('response.output_item.added', { output_index: oi, item: { ...s, status: 'in_progress', action: { type: 'search', query: s.action.query } } });
+    ev('response.output_item.added', {
+      output_index: oi,
+      item: { ...s, status: 'in_progress', action: { type: 'search', query: s.action.query } },
+    });
     ev('response.web_search_call.in_progress', ids);
     ev('response.web_search_call.searching', ids);
     ev('response.web_search_call.completed', ids);
@@ -198,9 +217,18 @@ export function responseFrames(plan: Plan): string[] {
   }
   if (it.message) {
     const m = it.message;
-    ev('response.output_item.added', { output_index: oi, item: { id: m.id, type: 'message', status: 'in_progress', content: [], role: 'assistant' } });
-    ev('response.content_part.added', { item_id: m.id, output_index: oi, content_index: 0, part: { type: 'output_text', annotations: [], logprobs: [], text: '' } });
-    for (const t of plan.textChunks) ev('response.output_text.delta', { item_id: m.id, output_index: oi, content_index: 0, delta: t, logprobs: [] });
+    ev('response.output_item.added', {
+      output_index: oi,
+      item: { id: m.id, type: 'message', status: 'in_progress', content: [], role: 'assistant' },
+    });
+    ev('response.content_part.added', {
+      item_id: m.id,
+      output_index: oi,
+      content_index: 0,
+      part: { type: 'output_text', annotations: [], logprobs: [], text: '' },
+    });
+    for (const t of plan.textChunks)
+      ev('response.output_text.delta', { item_id: m.id, output_index: oi, content_index: 0, delta: t, logprobs: [] });
     m.content[0].annotations.forEach((annotation: unknown, annotation_index: number) => {
       ev('response.output_text.annotation.added', { item_id: m.id, output_index: oi, content_index: 0, annotation_index, annotation });
     });
@@ -212,7 +240,8 @@ export function responseFrames(plan: Plan): string[] {
   for (let i = 0; i < it.calls.length; i++) {
     const c = it.calls[i];
     ev('response.output_item.added', { output_index: oi, item: { ...c, status: 'in_progress', arguments: '' } });
-    for (const f of plan.toolCalls[i].fragments) ev('response.function_call_arguments.delta', { item_id: c.id, output_index: oi, delta: f });
+    for (const f of plan.toolCalls[i].fragments)
+      ev('response.function_call_arguments.delta', { item_id: c.id, output_index: oi, delta: f });
     ev('response.function_call_arguments.done', { item_id: c.id, output_index: oi, arguments: c.arguments });
     ev('response.output_item.done', { output_index: oi, item: c });
     oi++;

@@ -135,9 +135,7 @@ interface Ctx {
 }
 
 function idHeaders(ctx: Ctx): Record<string, string> {
-  return ctx.protocol === 'messages'
-    ? { 'request-id': ctx.requestId }
-    : { 'x-request-id': ctx.requestId, 'openai-processing-ms': '1' };
+  return ctx.protocol === 'messages' ? { 'request-id': ctx.requestId } : { 'x-request-id': ctx.requestId, 'openai-processing-ms': '1' };
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -205,7 +203,13 @@ async function sendBody(ctx: Ctx, status: number, headers: Record<string, string
  * Streams `frames` honouring chunk_delay, cut_after (destroy after n frames), hang_after (go silent
  * after n frames) and stream_error (after n frames, the protocol's error frames, then end).
  */
-async function sendFrames(ctx: Ctx, status: number, headers: Record<string, string>, frames: string[], errorFrames: (n: number) => string[]): Promise<void> {
+async function sendFrames(
+  ctx: Ctx,
+  status: number,
+  headers: Record<string, string>,
+  frames: string[],
+  errorFrames: (n: number) => string[],
+): Promise<void> {
   const { res, d, signal } = ctx;
   if (gone(res)) return;
   res.writeHead(status, headers);
@@ -324,7 +328,8 @@ async function answer(ctx: Ctx, fixturesDir: string | undefined): Promise<void> 
         : "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)";
     return fail(ctx, 400, msg);
   }
-  if (!ctx.json || typeof ctx.json !== 'object' || Array.isArray(ctx.json)) return fail(ctx, 400, 'The request body must be a JSON object.');
+  if (!ctx.json || typeof ctx.json !== 'object' || Array.isArray(ctx.json))
+    return fail(ctx, 400, 'The request body must be a JSON object.');
   const body = ctx.json as Record<string, any>;
   const invalid =
     endpoint === 'chat'
@@ -338,7 +343,8 @@ async function answer(ctx: Ctx, fixturesDir: string | undefined): Promise<void> 
   if (endpoint === 'input_tokens') return sendBody(ctx, 200, json, Buffer.from(JSON.stringify(inputTokensBody(body, d.inputTokens))));
   const plan: Plan = buildPlan(ctx.protocol, ctx.model, body, extract(ctx.protocol, body), d, ctx.seed);
   if (!plan.stream) {
-    const rendered = ctx.protocol === 'messages' ? renderMessage(plan) : ctx.protocol === 'responses' ? renderResponse(plan) : renderChat(plan);
+    const rendered =
+      ctx.protocol === 'messages' ? renderMessage(plan) : ctx.protocol === 'responses' ? renderResponse(plan) : renderChat(plan);
     return sendBody(ctx, 200, json, Buffer.from(JSON.stringify(rendered)));
   }
   const frames = ctx.protocol === 'messages' ? messageFrames(plan) : ctx.protocol === 'responses' ? responseFrames(plan) : chatFrames(plan);
@@ -373,7 +379,9 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
     const stats = credential(cred);
     stats.requests++;
     stats.maxInFlight = Math.max(stats.maxInFlight, ++stats.inFlight);
-    res.on('close', () => { stats.inFlight--; });
+    res.on('close', () => {
+      stats.inFlight--;
+    });
     const at = Date.now();
     stats.arrivals.push(at);
     if (stats.arrivals.length > Math.max(keep, 1)) stats.arrivals.shift();
@@ -402,7 +410,8 @@ export async function startMockServer(opts: MockServerOptions = {}): Promise<Moc
     } catch {
       json = undefined;
     }
-    const rawModel = json && typeof json === 'object' && typeof (json as any).model === 'string' ? ((json as any).model as string) : undefined;
+    const rawModel =
+      json && typeof json === 'object' && typeof (json as any).model === 'string' ? ((json as any).model as string) : undefined;
     const seed = sha256(`${++counter}:${method}:${url}:${body}`).toString('hex');
     const ctx: Ctx = {
       req,

@@ -32,7 +32,11 @@ function newestSource() {
   let newest = 0;
   const walk = (dir) => {
     let entries;
-    try { entries = readdirSync(dir, { withFileTypes: true }); } catch { return; }
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      return;
+    }
     for (const e of entries) {
       const p = path.join(dir, e.name);
       if (e.isDirectory()) walk(p);
@@ -41,7 +45,11 @@ function newestSource() {
   };
   for (const d of SOURCES) walk(path.join(ROOT, d));
   for (const f of ['tsconfig.json', 'package.json']) {
-    try { newest = Math.max(newest, statSync(path.join(ROOT, f)).mtimeMs); } catch { /* absent */ }
+    try {
+      newest = Math.max(newest, statSync(path.join(ROOT, f)).mtimeMs);
+    } catch {
+      /* absent */
+    }
   }
   return newest;
 }
@@ -50,7 +58,11 @@ function newestSource() {
 export function buildState() {
   if (!existsSync(ENTRY)) return 'missing';
   let stamp;
-  try { stamp = statSync(STAMP).mtimeMs; } catch { return 'stale'; }
+  try {
+    stamp = statSync(STAMP).mtimeMs;
+  } catch {
+    return 'stale';
+  }
   return newestSource() > stamp ? 'stale' : 'fresh';
 }
 
@@ -83,10 +95,14 @@ export function ensureBuilt() {
   const tsc = findTsc();
   if (!tsc) {
     if (state === 'stale') return;
-    throw new Error('The gateway is not built and TypeScript is not installed: run `npm ci && npm run build` ' +
-      'where dev dependencies are installed, then copy the tree (with dist/) and run `npm ci --omit=dev && npm start`.');
+    throw new Error(
+      'The gateway is not built and TypeScript is not installed: run `npm ci && npm run build` ' +
+        'where dev dependencies are installed, then copy the tree (with dist/) and run `npm ci --omit=dev && npm start`.',
+    );
   }
-  process.stderr.write(state === 'missing' ? 'building the gateway (first start)…\n' : 'sources changed since the last build: rebuilding…\n');
+  process.stderr.write(
+    state === 'missing' ? 'building the gateway (first start)…\n' : 'sources changed since the last build: rebuilding…\n',
+  );
   if (!build(tsc)) throw new Error('the build failed (see the errors above)');
 }
 

@@ -10,16 +10,32 @@ import { pathToFileURL } from 'node:url';
 const root = path.resolve(process.argv[2] ?? '.');
 const fs = await import('node:fs');
 // core/store/memory/index.js; core/store/memory.js in a checkout from before the store's split
-const entry = [`${root}/dist/core/store/memory/index.js`, `${root}/dist/core/store/memory.js`].find((f) => fs.existsSync(f)) ?? `${root}/dist/core/store/memory/index.js`;
+const entry =
+  [`${root}/dist/core/store/memory/index.js`, `${root}/dist/core/store/memory.js`].find((f) => fs.existsSync(f)) ??
+  `${root}/dist/core/store/memory/index.js`;
 const { MemoryStore } = await import(pathToFileURL(entry).href);
 const dir = fs.mkdtempSync(path.join((await import('node:os')).tmpdir(), 'micro-store-'));
 const store = await MemoryStore.open({ path: dir, flushIntervalMs: 1_000_000 });
 const one = () => oneRequest(store);
 // 10 at a time, as the bench; a setImmediate per batch lets the journal reach the OS as in a server.
-const batch = async (n) => { for (let i = 0; i < n; i += 10) { await Promise.all([one(), one(), one(), one(), one(), one(), one(), one(), one(), one()]); await new Promise((r) => setImmediate(r)); } };
+const batch = async (n) => {
+  for (let i = 0; i < n; i += 10) {
+    await Promise.all([one(), one(), one(), one(), one(), one(), one(), one(), one(), one()]);
+    await new Promise((r) => setImmediate(r));
+  }
+};
 await batch(20000);
 const res = [];
-for (let r = 0; r < 5; r++) { const u0 = process.cpuUsage(); await batch(20000); const u = process.cpuUsage(u0); res.push((u.user + u.system) / 20000); }
+for (let r = 0; r < 5; r++) {
+  const u0 = process.cpuUsage();
+  await batch(20000);
+  const u = process.cpuUsage(u0);
+  res.push((u.user + u.system) / 20000);
+}
 res.sort((a, b) => a - b);
-console.log(`${root}: admission + settlement (9 claims, slot, recovery, journal) ${res[0].toFixed(1)} µs best of 5, median ${res[2].toFixed(1)} µs`);
-await store.close(); fs.rmSync(dir, { recursive: true, force: true }); process.exit(0);
+console.log(
+  `${root}: admission + settlement (9 claims, slot, recovery, journal) ${res[0].toFixed(1)} µs best of 5, median ${res[2].toFixed(1)} µs`,
+);
+await store.close();
+fs.rmSync(dir, { recursive: true, force: true });
+process.exit(0);

@@ -9,10 +9,23 @@ import { pathToFileURL } from 'node:url';
 const root = path.resolve(process.argv[2] ?? '.');
 const { createMetrics, recordRequest, instrumentStore } = await import(pathToFileURL(`${root}/dist/core/metrics.js`).href);
 const m = createMetrics({ defaultMetrics: false });
-const raw = { kind: 'memory', async admit() { return { ok: true }; }, async settle() {} };
+const raw = {
+  kind: 'memory',
+  async admit() {
+    return { ok: true };
+  },
+  async settle() {},
+};
 const store = instrumentStore(raw, m);
 const model = { id: 'bench-chat', provider: 'bench-openai' };
-const ctx = { attempts: [{ model }], answeredModel: model, billed: { actual: 31 }, usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 }, group: { name: 'chat' }, key: { id: 'k', user: 'u' } };
+const ctx = {
+  attempts: [{ model }],
+  answeredModel: model,
+  billed: { actual: 31 },
+  usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 },
+  group: { name: 'chat' },
+  key: { id: 'k', user: 'u' },
+};
 const route = 'openai-chat';
 async function one(i) {
   m.inFlight.inc({ route });
@@ -29,11 +42,15 @@ async function one(i) {
   m.requests.inc({ route, status: String(200 + (i & 0)) });
   m.duration.observe({ route }, 0.004);
 }
-const run = async (n) => { for (let i = 0; i < n; i++) await one(i); };
+const run = async (n) => {
+  for (let i = 0; i < n; i++) await one(i);
+};
 await run(50000);
 const best = [];
 for (let r = 0; r < 5; r++) {
-  const u0 = process.cpuUsage(); await run(100000); const u = process.cpuUsage(u0);
+  const u0 = process.cpuUsage();
+  await run(100000);
+  const u = process.cpuUsage(u0);
   best.push((u.user + u.system) / 100000);
 }
 best.sort((a, b) => a - b);

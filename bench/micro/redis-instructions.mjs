@@ -16,20 +16,49 @@ const root = path.resolve(process.argv[2] ?? '.');
 const { RedisStore } = await import(pathToFileURL(`${root}/dist/core/store/redis/index.js`).href);
 const C = Number(process.env.CONC ?? 32);
 const N = Number(process.env.N ?? 640);
-const freePort = () => new Promise((r) => { const s = net.createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => r(p)); }); });
+const freePort = () =>
+  new Promise((r) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = s.address().port;
+      s.close(() => r(p));
+    });
+  });
 
 async function count(n) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'micro-redis-cg-'));
   const out = path.join(dir, 'callgrind.out');
   const port = await freePort();
-  const redis = spawn('valgrind', ['--tool=callgrind', `--callgrind-out-file=${out}`, 'redis-server', '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+  const redis = spawn(
+    'valgrind',
+    [
+      '--tool=callgrind',
+      `--callgrind-out-file=${out}`,
+      'redis-server',
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      dir,
+    ],
+    { stdio: 'ignore' },
+  );
   const exited = new Promise((r) => redis.on('exit', r));
   const cli = (...a) => execFileSync('redis-cli', ['-p', String(port), ...a], { stdio: 'pipe' });
   try {
     let up = false;
     for (let i = 0; i < 600 && !up; i++) {
       await new Promise((r) => setTimeout(r, 100));
-      try { cli('PING'); up = true; } catch { /* starting under valgrind */ }
+      try {
+        cli('PING');
+        up = true;
+      } catch {
+        /* starting under valgrind */
+      }
     }
     if (!up) throw new Error('redis-server under valgrind did not start');
     const store = await RedisStore.open({ url: `redis://127.0.0.1:${port}`, prefix: 'micro:', timeoutMs: 30_000 });
@@ -49,4 +78,6 @@ async function count(n) {
 
 const a = await count(N);
 const b = await count(3 * N);
-console.log(`${root}: redis-server executes ${((b - a) / (2 * N) / 1000).toFixed(1)} k instructions per request (admission + settlement, ${C} at a time)`);
+console.log(
+  `${root}: redis-server executes ${((b - a) / (2 * N) / 1000).toFixed(1)} k instructions per request (admission + settlement, ${C} at a time)`,
+);

@@ -13,13 +13,30 @@ export const claims = [
   { kind: 'rpm', scope: 'group', id: 'chat', limit: 1e9 },
   { kind: 'rpm', scope: 'user', id: 'bench', limit: 1e9 },
 ];
-export const settlement = (actual) => ({ keyId: 'bench-chat', user: 'bench', group: 'chat', model: 'bench-chat', billing: 'balance', usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 }, cost: actual, actual, durationMs: 3, windows: ['5h', '1d', '7d'] });
+export const settlement = (actual) => ({
+  keyId: 'bench-chat',
+  user: 'bench',
+  group: 'chat',
+  model: 'bench-chat',
+  billing: 'balance',
+  usage: { input: 12, output: 20, cacheRead: 0, cacheWrite: 0 },
+  cost: actual,
+  actual,
+  durationMs: 3,
+  windows: ['5h', '1d', '7d'],
+});
 const signal = new AbortController().signal;
 let seq = 0;
 /** Admits one request (slot included), waits for its slot, settles it. */
 export async function oneRequest(store) {
   const id = `req_${++seq}`;
-  const r = await store.admit({ requestId: id, reserve: 5000, claims, recovery: settlement(4), slot: { scope: 'user:bench', limit: 10000, queueSize: 16, maxWaitMs: 30000, signal } });
+  const r = await store.admit({
+    requestId: id,
+    reserve: 5000,
+    claims,
+    recovery: settlement(4),
+    slot: { scope: 'user:bench', limit: 10000, queueSize: 16, maxWaitMs: 30000, signal },
+  });
   await r.slot;
   await store.settle(id, settlement(31));
 }

@@ -15,8 +15,18 @@ import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
 import { gatewaySchema } from './schema.js';
 import type {
-  AccountConfig, GatewayConfig, GroupConfig, KeyConfig, ModelConfig, PluginInstanceConfig, ProtocolName, ProviderConfig,
-  ProviderKind, RouteConfig, UserConfig, Window,
+  AccountConfig,
+  GatewayConfig,
+  GroupConfig,
+  KeyConfig,
+  ModelConfig,
+  PluginInstanceConfig,
+  ProtocolName,
+  ProviderConfig,
+  ProviderKind,
+  RouteConfig,
+  UserConfig,
+  Window,
 } from './types.js';
 import { PROTOCOLS, WINDOWS } from './types.js';
 import { parseDecimal, parseDuration, parseSize } from '../units.js';
@@ -31,9 +41,14 @@ export interface ConfigIssue {
 }
 
 export class ConfigError extends Error {
-  constructor(readonly file: string, readonly issues: ConfigIssue[]) {
-    super(`${path.basename(file)}: ${issues.length} error${issues.length === 1 ? '' : 's'}\n` +
-      issues.map((i) => '  ' + formatIssue(file, i)).join('\n'));
+  constructor(
+    readonly file: string,
+    readonly issues: ConfigIssue[],
+  ) {
+    super(
+      `${path.basename(file)}: ${issues.length} error${issues.length === 1 ? '' : 's'}\n` +
+        issues.map((i) => '  ' + formatIssue(file, i)).join('\n'),
+    );
     this.name = 'ConfigError';
   }
 }
@@ -108,14 +123,22 @@ export async function loadConfigText(text: string, file: string, opts: LoadOptio
 function onePerPath(issues: readonly ConfigIssue[]): ConfigIssue[] {
   const seen = new Set<string>();
   const line = (i: ConfigIssue) => i.line ?? Number.MAX_SAFE_INTEGER;
-  return [...issues].sort((a, b) => line(a) - line(b)).filter((i) => {
-    if (i.path && seen.has(i.path)) return false;
-    seen.add(i.path);
-    return true;
-  });
+  return [...issues]
+    .sort((a, b) => line(a) - line(b))
+    .filter((i) => {
+      if (i.path && seen.has(i.path)) return false;
+      seen.add(i.path);
+      return true;
+    });
 }
 
-async function loadChecked(text: string, file: string, opts: LoadOptions, issues: ConfigIssue[], state: { schemaFailed: boolean }): Promise<LoadedConfig> {
+async function loadChecked(
+  text: string,
+  file: string,
+  opts: LoadOptions,
+  issues: ConfigIssue[],
+  state: { schemaFailed: boolean },
+): Promise<LoadedConfig> {
   const env = opts.env ?? process.env;
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
@@ -134,7 +157,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     let node: unknown;
     for (let n = segs.length; n >= 0; n--) {
       node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
-      if (node && typeof node === 'object' && 'range' in (node)) break;
+      if (node && typeof node === 'object' && 'range' in node) break;
       node = undefined;
     }
     const range = (node as YamlNode | undefined)?.range;
@@ -208,7 +231,8 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
         if (!a || typeof a !== 'object' || typeof a.name !== 'string') return;
         if (seen.has(a.name)) fail(['providers', name, 'accounts', i, 'name'], `account '${a.name}' is listed twice`);
         seen.add(a.name);
-        if (kind === 'mock' && a.base_url) fail(['providers', name, 'accounts', i, 'base_url'], 'accounts of a mock provider have no base_url: the gateway starts the mock');
+        if (kind === 'mock' && a.base_url)
+          fail(['providers', name, 'accounts', i, 'base_url'], 'accounts of a mock provider have no base_url: the gateway starts the mock');
         accounts.push({
           name: a.name,
           id: `${name}/${a.name}`,
@@ -223,7 +247,16 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
         });
       });
     } else {
-      accounts.push({ name: 'default', id: `${name}/default`, apiKey: p.api_key ?? '', headers, weight: 1, priority: 0, concurrency: 0, rpm: 0 });
+      accounts.push({
+        name: 'default',
+        id: `${name}/default`,
+        apiKey: p.api_key ?? '',
+        headers,
+        weight: 1,
+        priority: 0,
+        concurrency: 0,
+        rpm: 0,
+      });
     }
     const sched = p.scheduling ?? {};
     const dur = (key: string, fallback: number) => (typeof sched[key] === 'string' ? parseDuration(sched[key]) : fallback);
@@ -231,7 +264,7 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
       name,
       kind,
       baseUrl: (p.base_url ?? defaults[kind].url).replace(/\/+$/, ''),
-      apiKey: Array.isArray(p.accounts) ? '' : p.api_key ?? '',
+      apiKey: Array.isArray(p.accounts) ? '' : (p.api_key ?? ''),
       accounts,
       scheduling: {
         stickyTtlMs: dur('sticky_ttl', 3_600_000),
@@ -292,11 +325,18 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
 
   // Account model subsets name models of their provider; every model keeps at least one account.
   for (const p of Object.values(providers)) {
-    p.accounts.forEach((a, i) => a.models?.forEach((id, j) => {
-      if (!models[id]) fail(['providers', p.name, 'accounts', i, 'models', j], `model '${id}' is not defined`);
-      else if (models[id].provider !== p.name) fail(['providers', p.name, 'accounts', i, 'models', j], `model '${id}' is served by provider '${models[id].provider}', not '${p.name}'`);
-    }));
-    if (p.scheduling.maxCooldownMs < p.scheduling.cooldownMs) fail(['providers', p.name, 'scheduling', 'max_cooldown'], 'max_cooldown is shorter than cooldown');
+    p.accounts.forEach((a, i) =>
+      a.models?.forEach((id, j) => {
+        if (!models[id]) fail(['providers', p.name, 'accounts', i, 'models', j], `model '${id}' is not defined`);
+        else if (models[id].provider !== p.name)
+          fail(
+            ['providers', p.name, 'accounts', i, 'models', j],
+            `model '${id}' is served by provider '${models[id].provider}', not '${p.name}'`,
+          );
+      }),
+    );
+    if (p.scheduling.maxCooldownMs < p.scheduling.cooldownMs)
+      fail(['providers', p.name, 'scheduling', 'max_cooldown'], 'max_cooldown is shorter than cooldown');
   }
   for (const m of Object.values(models)) {
     const p = providers[m.provider];
@@ -321,8 +361,9 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
         }
       });
     }
-    if (g.allow_messages !== undefined && g.kind !== 'responses') warn(['groups', name, 'allow_messages'], 'allow_messages only applies to responses groups');
-    if (g.plan && (g.billing ?? 'balance') !== 'plan') warn(['groups', name, 'plan'], "plan limits apply only with billing: plan");
+    if (g.allow_messages !== undefined && g.kind !== 'responses')
+      warn(['groups', name, 'allow_messages'], 'allow_messages only applies to responses groups');
+    if (g.plan && (g.billing ?? 'balance') !== 'plan') warn(['groups', name, 'plan'], 'plan limits apply only with billing: plan');
     groups[name] = {
       name,
       kind: g.kind,
@@ -351,8 +392,13 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     }
     const subs = (u.subscriptions ?? []).map((s: any, i: number) => {
       if (!groups[s.group]) fail(['users', name, 'subscriptions', i, 'group'], `group '${s.group}' is not defined`);
-      else if (groups[s.group].billing !== 'plan') fail(['users', name, 'subscriptions', i, 'group'], `group '${s.group}' is not a plan group`);
-      return { group: s.group, expiresAt: time(['users', name, 'subscriptions', i, 'expires_at'], s.expires_at) ?? 0, status: s.status ?? 'active' };
+      else if (groups[s.group].billing !== 'plan')
+        fail(['users', name, 'subscriptions', i, 'group'], `group '${s.group}' is not a plan group`);
+      return {
+        group: s.group,
+        expiresAt: time(['users', name, 'subscriptions', i, 'expires_at'], s.expires_at) ?? 0,
+        status: s.status ?? 'active',
+      };
     });
     users[name] = {
       name,
@@ -499,12 +545,22 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
   } as const;
   const storeKind = st.kind ?? 'memory';
   if (server.workers > 1 && storeKind !== 'redis') {
-    fail(['server', 'workers'], `workers: ${server.workers} needs store.kind: redis (the memory store lives in one process; the workers would not share limits and money)`);
+    fail(
+      ['server', 'workers'],
+      `workers: ${server.workers} needs store.kind: redis (the memory store lives in one process; the workers would not share limits and money)`,
+    );
   }
   if (storeKind === 'redis' && !st.url) fail(['store', 'url'], 'store.kind: redis needs store.url (redis://host:6379)');
   const store = {
     kind: storeKind,
-    path: storeKind !== 'memory' ? undefined : st.path === undefined ? path.resolve(baseDir, './data') : st.path === '' ? undefined : path.resolve(baseDir, st.path),
+    path:
+      storeKind !== 'memory'
+        ? undefined
+        : st.path === undefined
+          ? path.resolve(baseDir, './data')
+          : st.path === ''
+            ? undefined
+            : path.resolve(baseDir, st.path),
     url: st.url,
     cluster: st.cluster ?? false,
     prefix: st.prefix ?? 'gw:',
@@ -549,7 +605,10 @@ async function loadChecked(text: string, file: string, opts: LoadOptions, issues
     keys,
     keysByDigest: byDigest,
     plugins: Object.fromEntries(
-      Object.entries<any>(raw.plugins ?? {}).map(([name, d]): [string, PluginInstanceConfig] => [name, { name, use: d.use, with: plans.get(name)?.options ?? {} }]),
+      Object.entries<any>(raw.plugins ?? {}).map(([name, d]): [string, PluginInstanceConfig] => [
+        name,
+        { name, use: d.use, with: plans.get(name)?.options ?? {} },
+      ]),
     ),
     chains,
     routes,
@@ -578,8 +637,14 @@ function interpolate(doc: Document, env: NodeJS.ProcessEnv, report: (segs: Seg[]
       if (replaced === original) return;
       // A plain scalar that was only a reference takes the type its text has (port: ${PORT:-8080}).
       if (whole && node.type === Scalar.PLAIN) {
-        if (/^-?\d+(\.\d+)?$/.test(replaced)) { node.value = Number(replaced); return; }
-        if (replaced === 'true' || replaced === 'false') { node.value = replaced === 'true'; return; }
+        if (/^-?\d+(\.\d+)?$/.test(replaced)) {
+          node.value = Number(replaced);
+          return;
+        }
+        if (replaced === 'true' || replaced === 'false') {
+          node.value = replaced === 'true';
+          return;
+        }
       }
       node.value = replaced;
     },
@@ -665,7 +730,9 @@ export function deepFreeze<T>(o: T): T {
     if (o instanceof Map) {
       for (const v of o.values()) deepFreeze(v);
       // Object.freeze does not stop Map.set: shut the mutators too.
-      const refuse = () => { throw new TypeError('the loaded config is frozen'); };
+      const refuse = () => {
+        throw new TypeError('the loaded config is frozen');
+      };
       Object.defineProperties(o, { set: { value: refuse }, delete: { value: refuse }, clear: { value: refuse } });
     } else {
       for (const v of Object.values(o)) deepFreeze(v);

@@ -85,10 +85,7 @@ export async function adminHandler(req: IncomingMessage, res: ServerResponse, de
 async function keyUsage(deps: AdminDeps, key: KeyConfig): Promise<Record<string, unknown>> {
   const { store, config } = deps;
   const now = Date.now();
-  const [state, stats] = await Promise.all([
-    store.keyState(key.id),
-    store.keyStats(key.id, dayKey(now - 30 * 86_400_000), dayKey(now)),
-  ]);
+  const [state, stats] = await Promise.all([store.keyState(key.id), store.keyStats(key.id, dayKey(now - 30 * 86_400_000), dayKey(now))]);
   const group = key.group ? config.groups[key.group] : undefined;
   const user = config.users[key.user];
   let wallet: Record<string, unknown> | undefined;
@@ -112,17 +109,24 @@ async function keyUsage(deps: AdminDeps, key: KeyConfig): Promise<Record<string,
     enabled: key.enabled,
     expires_at: key.expiresAt !== undefined ? new Date(key.expiresAt).toISOString() : null,
     quota: { limit: microsToUsd(key.quota), used: microsToUsd(state.used), reserved: microsToUsd(state.reserved) },
-    windows: Object.fromEntries(WINDOWS.filter((w) => key.windows[w] > 0).map((w) => {
-      const ws = state.windows[w];
-      return [w, {
-        limit: microsToUsd(key.windows[w]),
-        used: microsToUsd(ws.used),
-        reset_at: ws.start !== undefined ? new Date(ws.start + WINDOW_MS[w]).toISOString() : null,
-      }];
-    })),
+    windows: Object.fromEntries(
+      WINDOWS.filter((w) => key.windows[w] > 0).map((w) => {
+        const ws = state.windows[w];
+        return [
+          w,
+          {
+            limit: microsToUsd(key.windows[w]),
+            used: microsToUsd(ws.used),
+            reset_at: ws.start !== undefined ? new Date(ws.start + WINDOW_MS[w]).toISOString() : null,
+          },
+        ];
+      }),
+    ),
     ...(wallet ? { balance: wallet } : {}),
     ...(plan ? { plan } : {}),
     usage: { today: counters(stats.today), total: counters(stats.total), rpm: stats.rpm, tpm: stats.tpm },
-    model_stats: Object.entries(stats.byModel).sort(([a], [b]) => (a < b ? -1 : 1)).map(([model, c]) => ({ model, ...counters(c) })),
+    model_stats: Object.entries(stats.byModel)
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([model, c]) => ({ model, ...counters(c) })),
   };
 }

@@ -24,7 +24,10 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
   const text = body.large ? spliceLarge(body.large, ops) : spliceJson(body.text, ops);
   const url = accountBaseUrl(deps, provider, account) + upstreamPath(provider, 'anthropic-messages', 'count');
   const call = deps.transport.send({
-    provider, account: account.name, url, body: text,
+    provider,
+    account: account.name,
+    url,
+    body: text,
     headers: upstreamHeaders(ctx, provider, 'anthropic-messages', false, account),
     timeoutMs: provider.timeoutMs ?? ctx.config.server.upstreamTimeoutMs,
     idleTimeoutMs: provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs,
@@ -46,7 +49,8 @@ export const countTokensHandler: Handler = async (ctx, deps) => {
     if (up.status >= 400) {
       const err = mapUpstreamStatus(up.status, up.headers, answer);
       pool.reportQuiet(account, { status: up.status, failure: 'status', error: err, responseHeaders: up.headers });
-      if (err.status >= 500) throw new GatewayError(err.id === 'OVERLOADED' ? 'OVERLOADED' : 'NO_CHANNELS', { message: err.message, headers: err.headers });
+      if (err.status >= 500)
+        throw new GatewayError(err.id === 'OVERLOADED' ? 'OVERLOADED' : 'NO_CHANNELS', { message: err.message, headers: err.headers });
       throw err;
     }
     let json: unknown;

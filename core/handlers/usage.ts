@@ -68,9 +68,10 @@ export const usageHandler: Handler = async (ctx) => {
   const modelStats = Object.entries(stats.byModel)
     .sort(([a], [b]) => (a < b ? -1 : 1))
     .map(([model, c]) => ({ model, ...counters(c) }));
-  const expiry = key.expiresAt !== undefined
-    ? { expires_at: new Date(key.expiresAt).toISOString(), days_until_expiry: Math.max(0, Math.ceil((key.expiresAt - now) / DAY)) }
-    : {};
+  const expiry =
+    key.expiresAt !== undefined
+      ? { expires_at: new Date(key.expiresAt).toISOString(), days_until_expiry: Math.max(0, Math.ceil((key.expiresAt - now) / DAY)) }
+      : {};
 
   if (isQuotaLimited(key)) {
     const expired = key.expiresAt !== undefined && key.expiresAt <= now;

@@ -45,7 +45,10 @@ export interface LargeBody {
 }
 
 export class JsonSyntaxError extends Error {
-  constructor(message: string, readonly position: number) {
+  constructor(
+    message: string,
+    readonly position: number,
+  ) {
     super(message);
     this.name = 'JsonSyntaxError';
   }
@@ -224,11 +227,23 @@ export class IncrementalJsonParser {
   private valueStart = 0;
 
   // A long string in progress.
-  private ls?: { parts: string[]; carry: string; escaped: boolean; ascii: boolean; bs: number; start: number; isKey: boolean; partStart: number };
+  private ls?: {
+    parts: string[];
+    carry: string;
+    escaped: boolean;
+    ascii: boolean;
+    bs: number;
+    start: number;
+    isKey: boolean;
+    partStart: number;
+  };
   // A long number in progress.
   private ln?: { n: LongNumber; start: number };
 
-  constructor(private readonly text: LargeText, opts: ParserOptions = {}) {
+  constructor(
+    private readonly text: LargeText,
+    opts: ParserOptions = {},
+  ) {
     this.longString = Math.max(1, opts.longString ?? 4096);
     this.longNumber = Math.max(1, opts.longNumber ?? 4096);
     this.chunk = Math.max(8, opts.chunk ?? 256 * 1024);
@@ -396,7 +411,11 @@ export class IncrementalJsonParser {
     if (c === 0x74 || c === 0x66 || c === 0x6e) {
       this.fill(5);
       const s = this.cur;
-      for (const [word, v] of [['true', true], ['false', false], ['null', null]] as const) {
+      for (const [word, v] of [
+        ['true', true],
+        ['false', false],
+        ['null', null],
+      ] as const) {
         if (s.startsWith(word, this.i)) {
           this.i += word.length;
           return this.deliver(v);
@@ -602,6 +621,8 @@ export function textOf(s: string, pieceLength = s.length || 1): LargeText {
 /** Parses `text` to completion in one go (tests). */
 export function parseAll(text: LargeText, opts?: ParserOptions, maxOps?: number): IncrementalJsonParser {
   const p = new IncrementalJsonParser(text, opts);
-  while (!p.run(Infinity, maxOps)) { /* more */ }
+  while (!p.run(Infinity, maxOps)) {
+    /* more */
+  }
   return p;
 }

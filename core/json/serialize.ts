@@ -35,7 +35,11 @@ export class JsonWriter extends OutgoingBody {
   private readonly longString: number;
   private readonly chunk: number;
 
-  constructor(value: unknown, private readonly ropes?: Ropes, opts: WriterOptions = {}) {
+  constructor(
+    value: unknown,
+    private readonly ropes?: Ropes,
+    opts: WriterOptions = {},
+  ) {
     super();
     this.longString = Math.max(1, opts.longString ?? ROPE_MIN);
     this.chunk = Math.max(2, opts.chunk ?? 256 * 1024);
@@ -109,7 +113,15 @@ export class JsonWriter extends OutgoingBody {
           const long = this.ropes?.get(v);
           this.acc += '"';
           this.flush();
-          this.stack.push({ kind: 'string', parts: long ? long.parts : [v], plain: long?.plain ?? false, ascii: long?.ascii === true, part: 0, at: 0, carry: '' });
+          this.stack.push({
+            kind: 'string',
+            parts: long ? long.parts : [v],
+            plain: long?.plain ?? false,
+            ascii: long?.ascii === true,
+            part: 0,
+            at: 0,
+            carry: '',
+          });
         }
         return true;
       case 'number':

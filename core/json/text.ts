@@ -238,7 +238,7 @@ export class OutgoingBody {
     if (s.length === 0) return;
     this.parts.push(s);
     this.asciiParts.push(ascii);
-    this.bytes += ascii ? s.length : bytes ?? Buffer.byteLength(s, 'utf8');
+    this.bytes += ascii ? s.length : (bytes ?? Buffer.byteLength(s, 'utf8'));
   }
 
   /**

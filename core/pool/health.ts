@@ -21,13 +21,31 @@ import type { GatewayError } from '../errors.js';
 import type { SchedulingConfig } from '../config/types.js';
 
 export type OutcomeKind =
-  | 'ok' | 'rate_limited' | 'overloaded' | 'server_error' | 'billing_error' | 'timeout' | 'connect_error'
-  | 'auth_error' | 'client_error' | 'aborted' | 'stream_error';
+  | 'ok'
+  | 'rate_limited'
+  | 'overloaded'
+  | 'server_error'
+  | 'billing_error'
+  | 'timeout'
+  | 'connect_error'
+  | 'auth_error'
+  | 'client_error'
+  | 'aborted'
+  | 'stream_error';
 
 /** Every kind (metrics label values: a fixed, bounded set). */
 export const OUTCOME_KINDS: readonly OutcomeKind[] = [
-  'ok', 'rate_limited', 'overloaded', 'server_error', 'billing_error', 'timeout', 'connect_error',
-  'auth_error', 'client_error', 'aborted', 'stream_error',
+  'ok',
+  'rate_limited',
+  'overloaded',
+  'server_error',
+  'billing_error',
+  'timeout',
+  'connect_error',
+  'auth_error',
+  'client_error',
+  'aborted',
+  'stream_error',
 ];
 
 export interface OutcomeReport {
@@ -58,10 +76,14 @@ export function classifyOutcome(a: AttemptView, opts: { committed: boolean; now:
   if (a.failure === 'connect') return { kind: 'connect_error', health: 'cooldown', failover: true };
   if (a.failure === 'event') {
     switch (a.error.id) {
-      case 'OVERLOADED': return { kind: 'overloaded', health: 'cooldown', failover: true };
-      case 'PROVIDER_RATE_LIMIT': return { kind: 'rate_limited', health: 'cooldown', failover: true };
-      case 'INVALID_REQUEST': return { kind: 'client_error', health: 'none', failover: false };
-      default: return { kind: 'server_error', health: 'cooldown', failover: true };
+      case 'OVERLOADED':
+        return { kind: 'overloaded', health: 'cooldown', failover: true };
+      case 'PROVIDER_RATE_LIMIT':
+        return { kind: 'rate_limited', health: 'cooldown', failover: true };
+      case 'INVALID_REQUEST':
+        return { kind: 'client_error', health: 'none', failover: false };
+      default:
+        return { kind: 'server_error', health: 'cooldown', failover: true };
     }
   }
   const s = a.status ?? 0;
@@ -190,7 +212,10 @@ export class TtftWindow {
  * than `slowMarginMs` above it (so 40 ms against 10 ms is not "slow"). Peers are the provider's
  * other accounts with a figure.
  */
-export function slowAccounts(figures: ReadonlyMap<string, number | undefined>, s: Pick<SchedulingConfig, 'slowFactor' | 'slowMarginMs'>): Set<string> {
+export function slowAccounts(
+  figures: ReadonlyMap<string, number | undefined>,
+  s: Pick<SchedulingConfig, 'slowFactor' | 'slowMarginMs'>,
+): Set<string> {
   const out = new Set<string>();
   for (const [name, f] of figures) {
     if (f === undefined) continue;

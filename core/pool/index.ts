@@ -160,7 +160,10 @@ export class AccountPools {
 }
 
 function fingerprint(p: ProviderConfig, a: AccountConfig): string {
-  return createHash('sha256').update(`${p.kind}\0${a.baseUrl ?? p.baseUrl}\0${a.apiKey}`).digest('base64url').slice(0, 16);
+  return createHash('sha256')
+    .update(`${p.kind}\0${a.baseUrl ?? p.baseUrl}\0${a.apiKey}`)
+    .digest('base64url')
+    .slice(0, 16);
 }
 
 /** The per-request state of choosing accounts for one model. */
@@ -187,7 +190,11 @@ export class Pool {
   /** Metric label objects per account, made once (they are only read). */
   private readonly labelSets = new Map<string, AccountLabels>();
 
-  constructor(readonly provider: ProviderConfig, private readonly states: ReadonlyMap<string, AccountState>, private readonly deps: PoolDeps) {
+  constructor(
+    readonly provider: ProviderConfig,
+    private readonly states: ReadonlyMap<string, AccountState>,
+    private readonly deps: PoolDeps,
+  ) {
     this.multi = provider.accounts.length > 1;
     for (const a of provider.accounts) this.byName.set(a.name, a);
     this.random = deps.random ?? Math.random;
@@ -199,7 +206,7 @@ export class Pool {
 
   private labels(account: string): AccountLabels {
     let l = this.labelSets.get(account);
-    if (!l) this.labelSets.set(account, l = { account: { provider: this.provider.name, account }, outcome: {} });
+    if (!l) this.labelSets.set(account, (l = { account: { provider: this.provider.name, account }, outcome: {} }));
     return l;
   }
 
@@ -253,7 +260,8 @@ export class Pool {
       const account = this.byName.get(sel.account)!;
       const st = this.state(account.name);
       const release = await this.takeLimits(ctx, account, st);
-      if (release === 'aborted') return { ok: false, error: new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 }) };
+      if (release === 'aborted')
+        return { ok: false, error: new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 }) };
       if (release === 'full') {
         c.refused.add(account.name);
         exclude.add(account.name);
@@ -271,12 +279,22 @@ export class Pool {
   }
 
   /** The store-held limits of an account: its slot (no queue) and its RPM count. */
-  private async takeLimits(ctx: RequestContext, a: AccountConfig, st: AccountState): Promise<(() => void) | 'full' | 'blocked' | 'aborted'> {
+  private async takeLimits(
+    ctx: RequestContext,
+    a: AccountConfig,
+    st: AccountState,
+  ): Promise<(() => void) | 'full' | 'blocked' | 'aborted'> {
     const { store, log } = this.deps;
     let release: () => void = () => {};
     if (a.concurrency > 0) {
       try {
-        const r = await store.acquireSlot({ scope: `account:${a.id}`, limit: a.concurrency, queueSize: 0, maxWaitMs: 0, signal: ctx.clientGone });
+        const r = await store.acquireSlot({
+          scope: `account:${a.id}`,
+          limit: a.concurrency,
+          queueSize: 0,
+          maxWaitMs: 0,
+          signal: ctx.clientGone,
+        });
         if (!r.ok) return r.reason === 'aborted' ? 'aborted' : 'full';
         release = r.release;
       } catch (e) {
@@ -315,7 +333,13 @@ export class Pool {
         this.deps.metrics?.accountInFlight.dec(this.labels(account.name).account);
         if (!attempt) return undefined;
         const report = classifyOutcome(attempt, { committed: ctx.committed, now: this.deps.clock.now() });
-        this.record(account, st, report, ctx.committedAt !== undefined && report.kind === 'ok' ? ctx.committedAt - started : undefined, attempt);
+        this.record(
+          account,
+          st,
+          report,
+          ctx.committedAt !== undefined && report.kind === 'ok' ? ctx.committedAt - started : undefined,
+          attempt,
+        );
         if (report.kind === 'ok' && this.multi && c.session !== undefined) this.bind(ctx, c, account.name);
         return report;
       },
@@ -330,7 +354,7 @@ export class Pool {
     const labels = sets.account;
     st.requests++;
     st.outcomes[report.kind] = (st.outcomes[report.kind] ?? 0) + 1;
-    metrics?.accountRequests.inc(sets.outcome[report.kind] ??= { ...labels, outcome: report.kind });
+    metrics?.accountRequests.inc((sets.outcome[report.kind] ??= { ...labels, outcome: report.kind }));
     if (report.health === 'success') {
       st.failures = 0;
       if (ttftMs !== undefined) {
@@ -346,7 +370,8 @@ export class Pool {
       st.disabled = { at: now, status: attempt.status, message };
       metrics?.accountCooldowns.inc({ ...labels, reason: 'disabled' });
       log.error('UPSTREAM ACCOUNT DISABLED: the provider rejected its credentials; it stays out of rotation until the config is reloaded', {
-        account: a.id, status: attempt.status,
+        account: a.id,
+        status: attempt.status,
       });
       return;
     }
@@ -356,7 +381,13 @@ export class Pool {
     st.coolingUntil = Math.max(st.coolingUntil, now + ms);
     st.coolReason = report.kind;
     metrics?.accountCooldowns.inc({ ...labels, reason: report.kind });
-    log.warn('upstream account cooling down', { account: a.id, reason: report.kind, status: attempt.status, cooldownMs: ms, failures: st.failures });
+    log.warn('upstream account cooling down', {
+      account: a.id,
+      reason: report.kind,
+      status: attempt.status,
+      cooldownMs: ms,
+      failures: st.failures,
+    });
   }
 
   /** Loads the session's binding (once per chooser). */
@@ -388,7 +419,8 @@ export class Pool {
     const ttl = this.provider.scheduling.stickyTtlMs;
     if (c.bound?.a === account && now - c.bound.t < ttl / 2) return;
     c.bound = { a: account, t: now };
-    this.deps.store.remember(namespace(ctx), [[`${this.provider.name}|${c.session}`, JSON.stringify(c.bound)]], ttl)
+    this.deps.store
+      .remember(namespace(ctx), [[`${this.provider.name}|${c.session}`, JSON.stringify(c.bound)]], ttl)
       .catch((e) => this.deps.log.debug('could not keep a sticky binding', { error: e as Error }));
   }
 
@@ -396,18 +428,23 @@ export class Pool {
   private noAccount(model: ModelConfig, sel: Extract<Selection, { ok: false }>, refused: boolean): GatewayError {
     const m = model.id;
     if (refused || sel.reason === 'busy') {
-      return new GatewayError('ACCOUNTS_BUSY', { message: `No available accounts for model '${m}' right now: every account is at its concurrency limit, please retry shortly` });
+      return new GatewayError('ACCOUNTS_BUSY', {
+        message: `No available accounts for model '${m}' right now: every account is at its concurrency limit, please retry shortly`,
+      });
     }
     if (sel.reason === 'cooling') {
       const ms = Math.max(1, Math.ceil(sel.waitMs ?? 1000));
       const s = Math.max(1, Math.ceil(ms / 1000));
       return new GatewayError('ACCOUNTS_COOLING', {
         message: `No available accounts for model '${m}' right now: every account is cooling down after provider rate limits or errors; retry after ${s} s`,
-        retryAfter: s, retryAfterMs: ms,
+        retryAfter: s,
+        retryAfterMs: ms,
       });
     }
     if (sel.reason === 'disabled') {
-      return new GatewayError('ACCOUNTS_DISABLED', { message: `No available accounts for model '${m}': the provider rejected the credentials of every account (see the gateway log; reload the config once fixed)` });
+      return new GatewayError('ACCOUNTS_DISABLED', {
+        message: `No available accounts for model '${m}': the provider rejected the credentials of every account (see the gateway log; reload the config once fixed)`,
+      });
     }
     return new GatewayError('NO_ACCOUNTS', { message: `No available accounts support the model '${m}'` });
   }
@@ -442,7 +479,7 @@ export class Pool {
         state,
         available: state === 'available' && st.blockedUntil <= now && (a.concurrency <= 0 || st.inFlight < a.concurrency),
         cooling_until: cooling ? iso(st.coolingUntil) : null,
-        cooldown_reason: cooling ? st.coolReason ?? null : null,
+        cooldown_reason: cooling ? (st.coolReason ?? null) : null,
         rpm_blocked_until: st.blockedUntil > now ? iso(st.blockedUntil) : null,
         disabled: st.disabled ? { since: iso(st.disabled.at), status: st.disabled.status ?? null, message: st.disabled.message } : null,
         demoted: slow.has(a.name),

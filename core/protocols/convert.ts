@@ -69,7 +69,10 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
     // out of a data URL and put into one without a copy), and the upstream text is written a turn
     // at a time.
     requestParts(input: RequestInput, large: LargeBody): OutgoingBody {
-      return new JsonWriter(withRopes(large.ropes, () => encode(input)), large.ropes);
+      return new JsonWriter(
+        withRopes(large.ropes, () => encode(input)),
+        large.ropes,
+      );
     },
     response(text: string, opts: EncodeOptions) {
       const json = JSON.parse(text);
@@ -100,8 +103,12 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
               started = true;
               break;
             case 'delta':
-              chars += ev.delta.type === 'text' || ev.delta.type === 'thinking' ? ev.delta.text.length
-                : ev.delta.type === 'tool_args' ? ev.delta.json.length : 0;
+              chars +=
+                ev.delta.type === 'text' || ev.delta.type === 'thinking'
+                  ? ev.delta.text.length
+                  : ev.delta.type === 'tool_args'
+                    ? ev.delta.json.length
+                    : 0;
               break;
             case 'error':
               upstreamError = ev.error;
@@ -119,7 +126,8 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
         end: () => ({ text: run(dec.end()), complete }),
         closing: () => '',
         fail: (err) => enc.fail(err),
-        truncate: (u) => enc.push({ type: 'usage', usage: u }) + enc.push({ type: 'finish', reason: 'max_tokens' }) + enc.push({ type: 'end' }),
+        truncate: (u) =>
+          enc.push({ type: 'usage', usage: u }) + enc.push({ type: 'finish', reason: 'max_tokens' }) + enc.push({ type: 'end' }),
         get upstreamError() {
           return upstreamError;
         },

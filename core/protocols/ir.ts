@@ -11,9 +11,7 @@
  */
 import type { Usage } from '../money.js';
 
-export type ImageSource =
-  | { kind: 'url'; url: string }
-  | { kind: 'base64'; mediaType: string; data: string };
+export type ImageSource = { kind: 'url'; url: string } | { kind: 'base64'; mediaType: string; data: string };
 
 export interface TextPart {
   type: 'text';
@@ -127,11 +125,7 @@ export interface IRBuiltinTool {
   where?: string;
 }
 
-export type IRToolChoice =
-  | { type: 'auto' }
-  | { type: 'none' }
-  | { type: 'required' }
-  | { type: 'tool'; name: string };
+export type IRToolChoice = { type: 'auto' } | { type: 'none' } | { type: 'required' } | { type: 'tool'; name: string };
 
 export interface IRReasoning {
   effort?: 'minimal' | 'low' | 'medium' | 'high';
@@ -159,14 +153,7 @@ export interface IRRequest {
 }
 
 /** Why generation stopped; Anthropic's vocabulary, which every protocol maps onto. */
-export type FinishReason =
-  | 'end_turn'
-  | 'max_tokens'
-  | 'stop_sequence'
-  | 'tool_use'
-  | 'refusal'
-  | 'pause_turn'
-  | 'context_window';
+export type FinishReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use' | 'refusal' | 'pause_turn' | 'context_window';
 
 export interface IRResponse {
   id: string;

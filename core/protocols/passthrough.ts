@@ -40,7 +40,9 @@ export function passthrough(protocol: ProtocolName): Conversion {
       try {
         const j = JSON.parse(text);
         if (j && typeof j === 'object') usage = wire.usageOf(j);
-      } catch { /* forwarded as is; no usage */ }
+      } catch {
+        /* forwarded as is; no usage */
+      }
       return { body: text, usage };
     },
     stream(opts: EncodeOptions): ResponseTranslator {

@@ -41,7 +41,10 @@ function skipValue(s: string, i: number): number {
     let depth = 0;
     while (i < s.length) {
       const d = s.charCodeAt(i);
-      if (d === 0x22) { i = skipString(s, i); continue; }
+      if (d === 0x22) {
+        i = skipString(s, i);
+        continue;
+      }
       if (d === 0x7b || d === 0x5b) depth++;
       else if (d === 0x7d || d === 0x5d) {
         depth--;

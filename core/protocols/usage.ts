@@ -144,7 +144,11 @@ function stringLength(data: string, i: number): number {
   let len = 0;
   while (i < data.length) {
     const c = data.charCodeAt(i);
-    if (c === 92) { i += data.charCodeAt(i + 1) === 117 ? 6 : 2; len++; continue; }
+    if (c === 92) {
+      i += data.charCodeAt(i + 1) === 117 ? 6 : 2;
+      len++;
+      continue;
+    }
     if (c === 34) break;
     i++;
     len++;

@@ -65,7 +65,11 @@ export function newAttempt(ctx: RequestContext, cand: ResolvedModel, account: Ac
 
 /** One attempt. True when it answered the client (successfully or with a committed stream). */
 export async function tryAttempt(
-  ctx: RequestContext, attempt: Attempt, stream: boolean, hooks: ChainHooks, deps: UpstreamDeps,
+  ctx: RequestContext,
+  attempt: Attempt,
+  stream: boolean,
+  hooks: ChainHooks,
+  deps: UpstreamDeps,
 ): Promise<boolean> {
   const { provider } = attempt;
   const conversion = attempt.conversion!;
@@ -87,7 +91,15 @@ export async function tryAttempt(
   const idleMs = provider.idleTimeoutMs ?? ctx.config.server.upstreamIdleTimeoutMs;
   const started = Date.now();
   // One timer for the attempt (the whole-attempt deadline and the idle timeout): the transport's.
-  const call = deps.transport.send({ provider, account: attempt.account?.name, url, headers, body: requestBody, timeoutMs: totalMs, idleTimeoutMs: idleMs });
+  const call = deps.transport.send({
+    provider,
+    account: attempt.account?.name,
+    url,
+    headers,
+    body: requestBody,
+    timeoutMs: totalMs,
+    idleTimeoutMs: idleMs,
+  });
   requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
   const gone = ctx.clientGone;
   gone.addEventListener('abort', call.abort);
@@ -116,7 +128,11 @@ export async function tryAttempt(
   try {
     if (up.status >= 400) {
       let errText = '';
-      try { errText = await readAll(up.body, MAX_ERROR_BODY); } catch { /* message unknown */ }
+      try {
+        errText = await readAll(up.body, MAX_ERROR_BODY);
+      } catch {
+        /* message unknown */
+      }
       attempt.error = mapUpstreamStatus(up.status, up.headers, errText);
       attempt.failure = 'status';
       ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: String(up.status) });
@@ -140,7 +156,12 @@ function encodeRequest(ctx: RequestContext, attempt: Attempt, conversion: Conver
   let body: string | OutgoingBody;
   try {
     const input = {
-      text: attempt.request.text, json: attempt.request.json, stream, upstreamModel: attempt.model.upstream, requestId: ctx.ledgerId, defaultMaxTokens: attempt.model.maxOutputTokens,
+      text: attempt.request.text,
+      json: attempt.request.json,
+      stream,
+      upstreamModel: attempt.model.upstream,
+      requestId: ctx.ledgerId,
+      defaultMaxTokens: attempt.model.maxOutputTokens,
     };
     const largeBody = attempt.request.large;
     body = largeBody && conversion.requestParts ? conversion.requestParts(input, largeBody) : conversion.requestBody(input);

@@ -28,7 +28,11 @@ export function upstreamPath(provider: ProviderConfig, protocol: ProtocolName, o
 
 /** Headers sent upstream: the account's credential in its protocol's style, never the client's. */
 export function upstreamHeaders(
-  ctx: RequestContext, provider: ProviderConfig, protocol: ProtocolName, stream: boolean, account: AccountConfig = provider.accounts[0],
+  ctx: RequestContext,
+  provider: ProviderConfig,
+  protocol: ProtocolName,
+  stream: boolean,
+  account: AccountConfig = provider.accounts[0],
 ): Record<string, string> {
   const apiKey = account?.apiKey ?? provider.apiKey;
   const h: Record<string, string> = {
@@ -55,10 +59,13 @@ export function upstreamHeaders(
 export function mapUpstreamStatus(status: number, headers: IncomingMessage['headers'], bodyText: string): GatewayError {
   const info = readUpstreamError(bodyText);
   const pass = passHeaders(headers, true);
-  if (status === 400 || status === 422) return new GatewayError('INVALID_REQUEST', { message: info?.message ?? `Upstream rejected the request (${status})` });
-  if (status === 401 || status === 403) return new GatewayError('UPSTREAM_ERROR', { message: 'The provider rejected the gateway\'s credentials' });
+  if (status === 400 || status === 422)
+    return new GatewayError('INVALID_REQUEST', { message: info?.message ?? `Upstream rejected the request (${status})` });
+  if (status === 401 || status === 403)
+    return new GatewayError('UPSTREAM_ERROR', { message: "The provider rejected the gateway's credentials" });
   if (status === 413) return new GatewayError('BODY_TOO_LARGE', { message: info?.message ?? 'Request too large for the provider' });
-  if (status === 429) return new GatewayError('PROVIDER_RATE_LIMIT', { message: info?.message ?? 'The provider is rate limiting requests', headers: pass });
+  if (status === 429)
+    return new GatewayError('PROVIDER_RATE_LIMIT', { message: info?.message ?? 'The provider is rate limiting requests', headers: pass });
   if (status === 529 || (status === 503 && /overload/i.test(`${info?.type ?? ''} ${info?.message ?? ''}`))) {
     return new GatewayError('OVERLOADED', { message: info?.message ?? 'The provider is overloaded', headers: pass });
   }
@@ -104,7 +111,9 @@ export function readUpstreamError(text: string): ErrorInfo | undefined {
     }
     if (typeof e === 'string') return { type: 'api_error', message: e };
     if (typeof j?.message === 'string') return { type: 'api_error', message: j.message };
-  } catch { /* not JSON */ }
+  } catch {
+    /* not JSON */
+  }
   return undefined;
 }
 

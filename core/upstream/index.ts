@@ -41,8 +41,8 @@ export type { ChainHooks, UpstreamDeps } from './types.js';
  */
 export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps: UpstreamDeps): Promise<void> {
   // Read and resolved by the chain already on a metered route: no await (a microtask turn) then.
-  const body = ctx.parsed ?? await ctx.body();
-  const primary = ctx.requested ?? await ctx.model();
+  const body = ctx.parsed ?? (await ctx.body());
+  const primary = ctx.requested ?? (await ctx.model());
   const candidates: ResolvedModel[] = [primary];
   for (const name of ctx.fallback.models) {
     const r = resolveModel(ctx.config, ctx.group, name);
@@ -69,7 +69,10 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       if (attempt) {
         ctx.metrics?.accountFailovers.inc({ provider: cand.provider.name });
         ctx.log.info('upstream account failed, trying another account', {
-          model: cand.model.id, account: attempt.account?.id, status: attempt.status, error: attempt.error?.message,
+          model: cand.model.id,
+          account: attempt.account?.id,
+          status: attempt.status,
+          error: attempt.error?.message,
         });
       }
       attempt = newAttempt(ctx, cand, pick.lease.account, body);
@@ -85,7 +88,9 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         }
         if (!attempt.conversion) {
           if (attempt.upstreamProtocol !== ctx.protocol) {
-            throw new GatewayError('NO_CHANNELS', { message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route` });
+            throw new GatewayError('NO_CHANNELS', {
+              message: `No available channels: model '${cand.model.id}' needs protocol conversion and no converter is configured on this route`,
+            });
           }
           attempt.conversion = passthroughOf(attempt.upstreamProtocol);
         }

@@ -25,7 +25,13 @@ export function runOnResponse(ctx: RequestContext, attempt: Attempt, hooks: Chai
   return undefined;
 }
 
-async function finishOnResponse(ctx: RequestContext, attempt: Attempt, hooks: ChainHooks, i: number, pending: Promise<void>): Promise<void> {
+async function finishOnResponse(
+  ctx: RequestContext,
+  attempt: Attempt,
+  hooks: ChainHooks,
+  i: number,
+  pending: Promise<void>,
+): Promise<void> {
   await pending;
   const list = hooks.onResponse;
   for (i++; i < list.length; i++) {
@@ -38,7 +44,13 @@ async function finishOnResponse(ctx: RequestContext, attempt: Attempt, hooks: Ch
  * Runs a hook; an exception that is not a GatewayError becomes INTERNAL naming the plugin. A hook
  * that returns no promise is not awaited (`undefined`: nothing to wait for, no microtask turn).
  */
-export function hook(hooks: ChainHooks, p: PluginInstance, name: 'onAttempt' | 'onResponse', ctx: RequestContext, attempt: Attempt): Promise<void> | undefined {
+export function hook(
+  hooks: ChainHooks,
+  p: PluginInstance,
+  name: 'onAttempt' | 'onResponse',
+  ctx: RequestContext,
+  attempt: Attempt,
+): Promise<void> | undefined {
   let r: unknown;
   try {
     r = p[name]!(ctx, attempt);
@@ -46,7 +58,12 @@ export function hook(hooks: ChainHooks, p: PluginInstance, name: 'onAttempt' | '
     throw toGatewayError(e, hooks.nameOf?.(p));
   }
   if (!r) return undefined;
-  return Promise.resolve(r).then(() => undefined, (e) => { throw toGatewayError(e, hooks.nameOf?.(p)); });
+  return Promise.resolve(r).then(
+    () => undefined,
+    (e) => {
+      throw toGatewayError(e, hooks.nameOf?.(p));
+    },
+  );
 }
 
 /** The commit: writes the status line once (later calls do nothing) and marks the request committed. */

@@ -85,7 +85,11 @@ export class StreamDelivery {
   private keepaliveTimer: NodeJS.Timeout | undefined;
 
   constructor(
-    ctx: RequestContext, attempt: Attempt, up: UpstreamResponse, hooks: ChainHooks, totalTimedOut: () => boolean,
+    ctx: RequestContext,
+    attempt: Attempt,
+    up: UpstreamResponse,
+    hooks: ChainHooks,
+    totalTimedOut: () => boolean,
     socketIdle: () => boolean,
   ) {
     this.ctx = ctx;
@@ -101,16 +105,21 @@ export class StreamDelivery {
     // arrives with the terminal event, so a stream is never cut after its own end. The output that
     // fits is solved for once per stream (OutputCap); each event compares a character count.
     const body0 = ctx.parsed;
-    const reserve = this.reserve = ctx.admission.reserve;
-    const cap = this.cap = reserve > 0 && !isFree(attempt.model.price)
-      ? new OutputCap(attempt.model.price, chargeRate(ctx.user, ctx.group), reserve, estimateTokens(ctx.requestChars))
-      : undefined;
+    const reserve = (this.reserve = ctx.admission.reserve);
+    const cap = (this.cap =
+      reserve > 0 && !isFree(attempt.model.price)
+        ? new OutputCap(attempt.model.price, chargeRate(ctx.user, ctx.group), reserve, estimateTokens(ctx.requestChars))
+        : undefined);
     this.translator = attempt.conversion!.stream({
-      model: attempt.model.id, requestId: ctx.ledgerId,
-      cut: cap && attempt.conversion!.passthrough ? {
-        choices: body0 ? choices(body0) : 1,
-        includeUsage: (body0?.json.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
-      } : undefined,
+      model: attempt.model.id,
+      requestId: ctx.ledgerId,
+      cut:
+        cap && attempt.conversion!.passthrough
+          ? {
+              choices: body0 ? choices(body0) : 1,
+              includeUsage: (body0?.json.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true,
+            }
+          : undefined,
     });
     this.parser = new SseParser();
     this.onEvent = hooks.onEvent.length > 0 ? hooks.onEvent : undefined;
@@ -164,7 +173,10 @@ export class StreamDelivery {
       out = join(out, end.text);
       if (!this.firstSent) {
         if (translator.upstreamError) return await this.failBeforeCommit(errorFromEvent(translator.upstreamError), 'event');
-        if (!end.complete) return await this.failBeforeCommit(new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }));
+        if (!end.complete)
+          return await this.failBeforeCommit(
+            new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }),
+          );
         if (!(await this.commit())) return this.notCommitted(end.complete);
       }
       await this.write(out);
@@ -183,9 +195,15 @@ export class StreamDelivery {
       // The client went away: the upstream is aborted; bill what was generated, write nothing.
       if (ctx.clientGone.aborted) return this.clientGone(false);
       if (!this.firstSent) {
-        return await this.failBeforeCommit(new GatewayError('UPSTREAM_ERROR', {
-          message: this.socketIdle() ? 'The upstream stopped sending data (idle timeout)' : this.totalTimedOut() ? 'Upstream request timed out' : 'The upstream connection failed',
-        }));
+        return await this.failBeforeCommit(
+          new GatewayError('UPSTREAM_ERROR', {
+            message: this.socketIdle()
+              ? 'The upstream stopped sending data (idle timeout)'
+              : this.totalTimedOut()
+                ? 'Upstream request timed out'
+                : 'The upstream connection failed',
+          }),
+        );
       }
       this.failAfterCommit();
       return true;
@@ -338,7 +356,9 @@ export class StreamDelivery {
     const usage = ctx.usage ?? this.estimate();
     const frames = translator.truncate ? translator.truncate(usage) : '';
     ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
-      model: this.attempt.model.id, reserve: this.reserve, output: usage.output,
+      model: this.attempt.model.id,
+      reserve: this.reserve,
+      output: usage.output,
     });
     if (!ctx.clientGone.aborted) this.res.end(join(pending, frames));
     return true;
@@ -364,8 +384,10 @@ export class StreamDelivery {
       res.end();
       return;
     }
-    const message = this.socketIdle() ? 'The upstream stopped sending data (idle timeout)'
-      : this.totalTimedOut() ? 'The upstream request timed out'
+    const message = this.socketIdle()
+      ? 'The upstream stopped sending data (idle timeout)'
+      : this.totalTimedOut()
+        ? 'The upstream request timed out'
         : 'The upstream stream ended before completion';
     attempt.error = new GatewayError('UPSTREAM_ERROR', { message });
     res.end(translator.fail({ type: attempt.error.type, message, code: attempt.error.code }));

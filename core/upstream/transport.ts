@@ -51,7 +51,10 @@ export interface UpstreamResponse {
 
 /** An upstream's answer. Node builds the header map of a response only when it is read: most are never read. */
 class Answer implements UpstreamResponse {
-  constructor(readonly status: number, readonly body: IncomingMessage) {}
+  constructor(
+    readonly status: number,
+    readonly body: IncomingMessage,
+  ) {}
 
   get headers(): IncomingMessage['headers'] {
     return this.body.headers;
@@ -59,7 +62,11 @@ class Answer implements UpstreamResponse {
 }
 
 export class TransportError extends Error {
-  constructor(readonly kind: 'connect' | 'timeout' | 'aborted', message: string, readonly code?: string) {
+  constructor(
+    readonly kind: 'connect' | 'timeout' | 'aborted',
+    message: string,
+    readonly code?: string,
+  ) {
     super(message);
     this.name = 'TransportError';
   }
@@ -107,7 +114,12 @@ export class Transport {
     const id = `${provider.name}/${account}|${secure}|${provider.maxSockets}`;
     let agent = this.agents.get(id);
     if (!agent) {
-      const opts = { keepAlive: true, maxSockets: provider.maxSockets, maxFreeSockets: Math.min(64, provider.maxSockets), scheduling: 'lifo' as const };
+      const opts = {
+        keepAlive: true,
+        maxSockets: provider.maxSockets,
+        maxFreeSockets: Math.min(64, provider.maxSockets),
+        scheduling: 'lifo' as const,
+      };
       agent = secure ? new https.Agent(opts) : new http.Agent(opts);
       this.agents.set(id, agent);
     }
@@ -217,31 +229,36 @@ export class Transport {
       reject = rej;
     });
     // Outside the promise: a header Node refuses (a plugin's bad value) throws to the caller, as it always did.
-    const req = (t.secure ? https : http).request({
-      hostname: t.hostname,
-      port: t.port,
-      path: t.path,
-      method: 'POST',
-      headers: headers as unknown as http.OutgoingHttpHeaders,
-      agent: this.agentFor(u.provider, t.secure, u.account),
-    }, (res) => {
-      settled = true;
-      // From now on, silence is the idle timeout's; before, only the whole-attempt deadline runs.
-      if (idleMs > 0) {
-        answering = res;
-        const sock = req.socket;
-        seen = sock ? sock.bytesRead + sock.bytesWritten : 0;
-        quietSince = Date.now();
-      }
-      resolve(new Answer(res.statusCode ?? 502, res));
-    });
+    const req = (t.secure ? https : http).request(
+      {
+        hostname: t.hostname,
+        port: t.port,
+        path: t.path,
+        method: 'POST',
+        headers: headers as unknown as http.OutgoingHttpHeaders,
+        agent: this.agentFor(u.provider, t.secure, u.account),
+      },
+      (res) => {
+        settled = true;
+        // From now on, silence is the idle timeout's; before, only the whole-attempt deadline runs.
+        if (idleMs > 0) {
+          answering = res;
+          const sock = req.socket;
+          seen = sock ? sock.bytesRead + sock.bytesWritten : 0;
+          quietSince = Date.now();
+        }
+        resolve(new Answer(res.statusCode ?? 502, res));
+      },
+    );
     // Once the response began, errors surface on its body stream; this listener only keeps them from throwing.
     req.on('error', (err: Error & { code?: string }) => {
       if (settled) return;
       settled = true;
       reject(new TransportError(timedOut ? 'timeout' : 'connect', err.message, err.code));
     });
-    req.once('finish', () => { sent = true; });
+    req.once('finish', () => {
+      sent = true;
+    });
     if (typeof body === 'string') req.end(body, encoding);
     else writeParts(body, req);
     arm(Math.min(step, u.timeoutMs, MAX_DELAY));

@@ -36,7 +36,7 @@ function presented(ctx: RequestContext): Presented | undefined {
   // x-api-key behind it is still found, and with none anywhere the answer is API_KEY_REQUIRED.
   if (auth.length > 0 && !auth.every((v) => /^(bearer)?$/i.test(v.trim()))) {
     // "Bearer" with nothing after it is a missing key; another scheme is an invalid one.
-    const values = auth.map((v) => (/^bearer$/i.test(v.trim()) ? '' : BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000'));
+    const values = auth.map((v) => (/^bearer$/i.test(v.trim()) ? '' : (BEARER.exec(v.trim())?.[1]?.trim() ?? '\u0000')));
     return { values };
   }
   for (const name of ['x-api-key', ...ALT_HEADERS]) {
@@ -54,9 +54,10 @@ function keyInQuery(target: string): boolean {
 }
 
 /** SHA-256, hex: the one-shot `crypto.hash` where Node has it (20.12+), else a Hash object. */
-const sha256Hex: (s: string) => string = typeof crypto.hash === 'function'
-  ? (s) => crypto.hash('sha256', s, 'hex')
-  : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
+const sha256Hex: (s: string) => string =
+  typeof crypto.hash === 'function'
+    ? (s) => crypto.hash('sha256', s, 'hex')
+    : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
 
 export default definePlugin<AuthOptions>({
   name: 'auth',

@@ -12,7 +12,14 @@ import { bodyRewriterSchema, type BodyRewriterOptions } from './schema.js';
 const RESERVED = new Set(['model', 'models', 'stream']);
 
 function glob(pattern: string): RegExp {
-  return new RegExp('^' + pattern.split('*').map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&')).join('.*') + '$');
+  return new RegExp(
+    '^' +
+      pattern
+        .split('*')
+        .map((s) => s.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+        .join('.*') +
+      '$',
+  );
 }
 
 export default definePlugin<BodyRewriterOptions>({

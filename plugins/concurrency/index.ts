@@ -29,7 +29,11 @@ export default definePlugin<ConcurrencyOptions>({
         try {
           // With the admission, in one store call: the settlement (or cancel) releases the slot too.
           r = await ctx.admission.commitWithSlot({
-            scope: `user:${user.name}`, limit: user.concurrency, queueSize: user.queue.size, maxWaitMs: user.queue.maxWaitMs, signal: ctx.clientGone,
+            scope: `user:${user.name}`,
+            limit: user.concurrency,
+            queueSize: user.queue.size,
+            maxWaitMs: user.queue.maxWaitMs,
+            signal: ctx.clientGone,
           });
         } finally {
           metrics.queueWaiting.dec();

@@ -61,7 +61,11 @@ async function resolveItems(ctx: RequestContext, attempt: Attempt): Promise<void
   need.forEach((id, i) => {
     const text = found[i];
     if (text === undefined) return;
-    try { byId.set(id, JSON.parse(text)); } catch { /* not ours: ignored */ }
+    try {
+      byId.set(id, JSON.parse(text));
+    } catch {
+      /* not ours: ignored */
+    }
   });
   if (byId.size === 0) return;
   const resolved = input.map((item, i) => {
@@ -90,7 +94,9 @@ export default definePlugin<ConverterOptions>({
         }
         const conv = hubConversion(client, attempt.upstreamProtocol);
         if (!conv) {
-          throw new GatewayError('NO_CHANNELS', { message: `No available channels: conversion from ${client} to ${attempt.upstreamProtocol} is not available` });
+          throw new GatewayError('NO_CHANNELS', {
+            message: `No available channels: conversion from ${client} to ${attempt.upstreamProtocol} is not available`,
+          });
         }
         const responses = client === 'openai-responses';
         const install = () => {
@@ -108,12 +114,15 @@ export default definePlugin<ConverterOptions>({
 function wrap(ctx: RequestContext, conv: Conversion, ttlMs: number): Conversion {
   const policy = ctx.group?.builtinTools ?? 'map';
   const ns = itemsOf(ctx);
-  const onOutputItems = ttlMs > 0 && ns ? (items: ReadonlyArray<Record<string, unknown>>) => {
-    const entries: Array<[string, string]> = [];
-    for (const item of items) if (typeof item.id === 'string') entries.push([item.id, JSON.stringify(item)]);
-    if (entries.length === 0) return;
-    ctx.store.remember(ns, entries, ttlMs).catch((e) => ctx.log.warn('could not remember output items', { error: e as Error }));
-  } : undefined;
+  const onOutputItems =
+    ttlMs > 0 && ns
+      ? (items: ReadonlyArray<Record<string, unknown>>) => {
+          const entries: Array<[string, string]> = [];
+          for (const item of items) if (typeof item.id === 'string') entries.push([item.id, JSON.stringify(item)]);
+          if (entries.length === 0) return;
+          ctx.store.remember(ns, entries, ttlMs).catch((e) => ctx.log.warn('could not remember output items', { error: e as Error }));
+        }
+      : undefined;
   const withPolicy = (input: RequestInput): RequestInput => {
     // Each attempt decides afresh (a fallback model may sit on another protocol).
     ctx.res.removeHeader(DROPPED_TOOLS_HEADER);

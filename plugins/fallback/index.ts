@@ -10,7 +10,7 @@ import { fallbackSchema, type FallbackOptions } from './schema.js';
 
 export default definePlugin<FallbackOptions>({
   name: 'fallback',
-  description: 'Try the request\'s fallback models on retryable upstream failures',
+  description: "Try the request's fallback models on retryable upstream failures",
   schema: fallbackSchema,
   create(options) {
     return {
@@ -27,7 +27,7 @@ export default definePlugin<FallbackOptions>({
         if (!attempt.error || ctx.committed || ctx.clientGone.aborted) return;
         // An error event streamed before commit counts by what it means (overloaded → 503, rate
         // limit → 429, invalid request → 400), not by the stream's HTTP 200.
-        const s = attempt.failure === 'event' ? attempt.error.status : attempt.status ?? 0;
+        const s = attempt.failure === 'event' ? attempt.error.status : (attempt.status ?? 0);
         const retryable = attempt.failure === 'connect' || attempt.failure === 'timeout' || s === 429 || s >= 500;
         if (retryable) attempt.retry = true;
       },

@@ -5,5 +5,13 @@ export interface FallbackOptions {
 export const fallbackSchema = {
   type: 'object',
   additionalProperties: false,
-  properties: { max_attempts: { type: 'integer', minimum: 1, maximum: 5, default: 5, description: "Attempts in total, the requested model included, over the request's `models` list" } },
+  properties: {
+    max_attempts: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 5,
+      default: 5,
+      description: "Attempts in total, the requested model included, over the request's `models` list",
+    },
+  },
 } as const;

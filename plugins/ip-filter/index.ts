@@ -51,7 +51,11 @@ function has(list: net.BlockList | undefined, ip: string): boolean {
 export function clientAddress(socketIp: string, forwardedFor: string[], trusted: net.BlockList | undefined): string {
   let ip = normaliseIp(socketIp);
   if (!trusted || !has(trusted, ip)) return ip;
-  const hops = forwardedFor.join(',').split(',').map((s) => s.trim()).filter(Boolean);
+  const hops = forwardedFor
+    .join(',')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = normaliseIp(hops[i].replace(/^\[(.*)\](?::\d+)?$/, '$1').replace(/^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/, '$1'));
     // An unreadable hop hides the client: its address is unknown (''), never the proxy's.

@@ -9,7 +9,17 @@ export const ipFilterSchema = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    allow: { type: 'array', items: { type: 'string', minLength: 1 }, default: [], description: "When not empty, only these IPs or CIDRs may call (besides each key's own ip_allow)" },
-    deny: { type: 'array', items: { type: 'string', minLength: 1 }, default: [], description: 'These IPs or CIDRs may never call (deny wins over allow)' },
+    allow: {
+      type: 'array',
+      items: { type: 'string', minLength: 1 },
+      default: [],
+      description: "When not empty, only these IPs or CIDRs may call (besides each key's own ip_allow)",
+    },
+    deny: {
+      type: 'array',
+      items: { type: 'string', minLength: 1 },
+      default: [],
+      description: 'These IPs or CIDRs may never call (deny wins over allow)',
+    },
   },
 } as const;

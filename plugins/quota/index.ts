@@ -46,9 +46,12 @@ export default definePlugin<QuotaOptions>({
         const free = allFree(models);
         ctx.admission.add(
           { kind: 'balance', user: user.name, credit: user.balance, free, freeRpm: config.limits.freeRpmAtZeroBalance },
-          (ms) => free
-            ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
-            : new GatewayError('BILLING_ERROR', { message: 'Insufficient balance: top up to use this model, or use a model priced at $0' }),
+          (ms) =>
+            free
+              ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
+              : new GatewayError('BILLING_ERROR', {
+                  message: 'Insufficient balance: top up to use this model, or use a model priced at $0',
+                }),
         );
       }
       if (key.quota > 0) {

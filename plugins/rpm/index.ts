@@ -9,11 +9,12 @@ import { GatewayError } from '../../core/errors.js';
 import { isModelCall } from '../../core/billing.js';
 import { rpmSchema, type RpmOptions } from './schema.js';
 
-const rpmError = (scope: string) => (ms?: number) => new GatewayError('RPM_EXCEEDED', {
-  message: `Rate limit exceeded: too many requests per minute for this ${scope}`,
-  retryAfter: Math.max(1, Math.ceil((ms ?? 60_000) / 1000)),
-  retryAfterMs: ms,
-});
+const rpmError = (scope: string) => (ms?: number) =>
+  new GatewayError('RPM_EXCEEDED', {
+    message: `Rate limit exceeded: too many requests per minute for this ${scope}`,
+    retryAfter: Math.max(1, Math.ceil((ms ?? 60_000) / 1000)),
+    retryAfterMs: ms,
+  });
 
 export default definePlugin<RpmOptions>({
   name: 'rpm',

@@ -35,13 +35,19 @@ export default definePlugin<WindowsOptions>({
         for (const w of WINDOWS) {
           const limit = key.windows[w];
           if (limit > 0) {
-            ctx.admission.add({ kind: 'key-window', key: key.id, window: w, limit }, () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] }));
+            ctx.admission.add(
+              { kind: 'key-window', key: key.id, window: w, limit },
+              () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] }),
+            );
           }
         }
         if (group.billing === 'plan') {
           const p = group.plan;
           if (p.daily > 0 || p.weekly > 0 || p.monthly > 0) {
-            ctx.admission.add({ kind: 'plan', user: user.name, group: group.name, limits: p }, () => new GatewayError('USAGE_LIMIT_EXCEEDED'));
+            ctx.admission.add(
+              { kind: 'plan', user: user.name, group: group.name, limits: p },
+              () => new GatewayError('USAGE_LIMIT_EXCEEDED'),
+            );
           }
           return;
         }

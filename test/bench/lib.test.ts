@@ -6,8 +6,27 @@
 import { readFileSync } from 'node:fs';
 import t from 'tap';
 import {
-  DEFAULTS, SCENARIOS, fmt, fmtSpread, median, parseArgs, parseCpuList, parseProcStat, parseVmRss, parseWrk, planPinning,
-  quantile, renderMarkdown, roundDiffs, roundOrder, roundRatios, spread, wrkErrors, wrkRps, type Report, type RoundRecord,
+  DEFAULTS,
+  SCENARIOS,
+  fmt,
+  fmtSpread,
+  median,
+  parseArgs,
+  parseCpuList,
+  parseProcStat,
+  parseVmRss,
+  parseWrk,
+  planPinning,
+  quantile,
+  renderMarkdown,
+  roundDiffs,
+  roundOrder,
+  roundRatios,
+  spread,
+  wrkErrors,
+  wrkRps,
+  type Report,
+  type RoundRecord,
 } from '../../bench/lib.js';
 
 t.test('options: defaults, selection, presets, errors', async (t) => {
@@ -19,7 +38,10 @@ t.test('options: defaults, selection, presets, errors', async (t) => {
 
   t.same(parseArgs(['--only', 'stream']).only, ['stream']);
   t.same(parseArgs(['--only=bodies,json']).only, ['json', 'bodies'], 'run in the canonical order whatever the order given');
-  t.same(parseArgs(['--skip', 'redis,memory']).only, SCENARIOS.filter((s) => s !== 'redis' && s !== 'memory'));
+  t.same(
+    parseArgs(['--skip', 'redis,memory']).only,
+    SCENARIOS.filter((s) => s !== 'redis' && s !== 'memory'),
+  );
   t.same(parseArgs(['--only', 'json,stream', '--skip', 'stream']).only, ['json']);
 
   const q = parseArgs(['--rounds', '3', '--quick']);
@@ -66,7 +88,8 @@ t.test('statistics: medians of per-round ratios and their spread', async (t) => 
 });
 
 t.test('parsing wrk and /proc', async (t) => {
-  const out = 'Running 2s test @ http://127.0.0.1:1/v1/chat/completions\n' +
+  const out =
+    'Running 2s test @ http://127.0.0.1:1/v1/chat/completions\n' +
     'BENCH_JSON {"requests":1000,"durationUs":2000000,"bytes":500000,"errors":{"connect":0,"read":1,"write":0,"status":100,"timeout":2},' +
     '"latencyUs":{"p50":1500.0,"p90":2500.0,"p99":9000.5,"max":12000.0,"mean":1700.2}}\n';
   const r = parseWrk(out);
@@ -78,11 +101,28 @@ t.test('parsing wrk and /proc', async (t) => {
   // bench/wrk.lua prints that line: every field the parser reads must be in its format string.
   const lua = readFileSync(new URL('../../../bench/wrk.lua', import.meta.url), 'utf8');
   t.match(lua, /BENCH_JSON \{/);
-  for (const f of ['requests', 'durationUs', 'bytes', 'errors', 'connect', 'read', 'write', 'status', 'timeout', 'latencyUs', 'p50', 'p90', 'p99', 'max', 'mean']) {
+  for (const f of [
+    'requests',
+    'durationUs',
+    'bytes',
+    'errors',
+    'connect',
+    'read',
+    'write',
+    'status',
+    'timeout',
+    'latencyUs',
+    'p50',
+    'p90',
+    'p99',
+    'max',
+    'mean',
+  ]) {
     t.ok(lua.includes(`"${f}":`), `wrk.lua prints ${f}`);
   }
 
-  const stat = '4242 (node (my) worker) S 4000 4242 4000 0 -1 4194560 5000 0 0 0 731 129 0 0 20 0 11 0 1234 1100000000 20000 18446744073709551615';
+  const stat =
+    '4242 (node (my) worker) S 4000 4242 4000 0 -1 4194560 5000 0 0 0 731 129 0 0 20 0 11 0 1234 1100000000 20000 18446744073709551615';
   t.same(parseProcStat(stat), { pid: 4242, ppid: 4000, ticks: 860 }, 'user + system ticks, a command name with spaces and parentheses');
   t.equal(parseVmRss('Name:\tnode\nVmPeak:\t  900 kB\nVmRSS:\t   51200 kB\n'), 51200 * 1024);
   t.throws(() => parseVmRss('Name: node\n'), /no VmRSS/);
@@ -104,7 +144,10 @@ t.test('the report', async (t) => {
   t.equal(fmtSpread(spread([0.84, 1.2]), ' ms', true), '+1.02 ms (+0.84 ms – +1.20 ms)');
 
   const rep: Report = {
-    harness: 'test', startedAt: '2026-01-01T00:00:00.000Z', finishedAt: '2026-01-01T00:05:00.000Z', elapsedS: 300,
+    harness: 'test',
+    startedAt: '2026-01-01T00:00:00.000Z',
+    finishedAt: '2026-01-01T00:05:00.000Z',
+    elapsedS: 300,
     command: 'npm run bench -- --only json,redis',
     machine: { cpus: 2, cpuModel: 'EPYC', memGiB: 24, kernel: '6.1', node: 'v20.0.0', wrk: 'wrk 4.1.0', commit: 'abc1234' },
     options: { ...DEFAULTS, only: ['json', 'redis'] },
@@ -113,11 +156,28 @@ t.test('the report', async (t) => {
     warnings: ['the machine was not quiet'],
     scenarios: [
       {
-        name: 'json', title: 'Non-streaming chat (wrk)', columns: ['bare proxy', 'gateway'], notes: ['a note'],
-        rows: [{ metric: 'requests/s', unit: '', baseline: spread([14000, 15000]), subject: spread([10000, 12000]), ratio: spread([0.71, 0.8]), goal: '≥ 0.8×', met: false }],
+        name: 'json',
+        title: 'Non-streaming chat (wrk)',
+        columns: ['bare proxy', 'gateway'],
+        notes: ['a note'],
+        rows: [
+          {
+            metric: 'requests/s',
+            unit: '',
+            baseline: spread([14000, 15000]),
+            subject: spread([10000, 12000]),
+            ratio: spread([0.71, 0.8]),
+            goal: '≥ 0.8×',
+            met: false,
+          },
+        ],
         rounds: [0, 1].map((round): RoundRecord => ({
-          round, loadavg1: 0.5,
-          sides: [{ side: 'bare proxy', figures: { 'req/s': 14000 + round * 1000 } }, { side: 'gateway', figures: { 'req/s': 10000 + round * 2000, 'log B/req': 270 } }],
+          round,
+          loadavg1: 0.5,
+          sides: [
+            { side: 'bare proxy', figures: { 'req/s': 14000 + round * 1000 } },
+            { side: 'gateway', figures: { 'req/s': 10000 + round * 2000, 'log B/req': 270 } },
+          ],
         })),
       },
       { name: 'redis', title: 'Redis store', columns: ['', ''], rows: [], rounds: [], notes: [], skipped: 'redis-server is not installed' },
@@ -127,7 +187,10 @@ t.test('the report', async (t) => {
   t.match(md, /pinning: server under test on cpu 0, upstream on cpu 1, load generators on cpu 1/);
   t.match(md, /load average \(1, 5, 15 min\): 0\.10, 0\.20, 0\.30 at the start/);
   t.match(md, /> \*\*Warning:\*\* the machine was not quiet/);
-  t.match(md, /\| requests\/s \| 14\.5k \(14\.0k – 15\.0k\) \| 11\.0k \(10\.0k – 12\.0k\) \| 0\.76× \(0\.71× – 0\.80×\) \| ≥ 0\.8× \(missed\) \|/);
+  t.match(
+    md,
+    /\| requests\/s \| 14\.5k \(14\.0k – 15\.0k\) \| 11\.0k \(10\.0k – 12\.0k\) \| 0\.76× \(0\.71× – 0\.80×\) \| ≥ 0\.8× \(missed\) \|/,
+  );
   t.match(md, /\| round \| load avg \| side \| req\/s \| log B\/req \|/);
   t.match(md, /\| 2 \| 0\.50 \| gateway \| 12\.0k \| 270 \|/);
   t.match(md, /## Redis store\n\nSkipped: redis-server is not installed/);

@@ -29,7 +29,12 @@ const rows: Array<{ name: string; body: string | Buffer; status: number; message
   { name: 'numeric model', body: '{"model":42,"messages":[]}', status: 400, message: /'model' must be a string/ },
   { name: 'object model', body: '{"model":{"id":"x"},"messages":[]}', status: 400, message: /must be a string/ },
   { name: 'empty model', body: '{"model":"","messages":[]}', status: 400, message: /must not be empty/ },
-  { name: 'string stream', body: '{"model":"chat-model","messages":[],"stream":"yes"}', status: 400, message: /'stream' must be a boolean/ },
+  {
+    name: 'string stream',
+    body: '{"model":"chat-model","messages":[],"stream":"yes"}',
+    status: 400,
+    message: /'stream' must be a boolean/,
+  },
   { name: 'numeric stream', body: '{"model":"chat-model","messages":[],"stream":1}', status: 400, message: /'stream' must be a boolean/ },
   { name: 'models not an array', body: '{"model":"chat-model","messages":[],"models":"x"}', status: 400, message: /'models'/ },
   { name: 'models with a number', body: '{"model":"chat-model","messages":[],"models":[1]}', status: 400, message: /'models'/ },
@@ -71,8 +76,12 @@ t.test('messages: errors in the Messages format', async (t) => {
 });
 
 t.test('__proto__ and constructor keys are data, not prototype writes', async (t) => {
-  const body = '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted2":true}},"model":"chat-model","messages":[{"role":"user","content":"hi","__proto__":{"x":1}}]}';
-  const r = await rawRequest(g.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' }, body });
+  const body =
+    '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted2":true}},"model":"chat-model","messages":[{"role":"user","content":"hi","__proto__":{"x":1}}]}';
+  const r = await rawRequest(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body,
+  });
   t.equal(r.status, 200);
   t.equal(({} as any).polluted, undefined);
   t.equal(({} as any).polluted2, undefined);
@@ -82,10 +91,16 @@ t.test('__proto__ and constructor keys are data, not prototype writes', async (t
 
 t.test('body size limit: Content-Length refused before reading, streamed bodies cut at the limit', async (t) => {
   const big = JSON.stringify(chatBody({ pad: 'x'.repeat(70 * 1024) }));
-  const declared = await rawRequest(g.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'content-type': 'application/json', 'content-length': String(big.length) }, body: big });
+  const declared = await rawRequest(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json', 'content-length': String(big.length) },
+    body: big,
+  });
   t.equal(declared.status, 413);
   t.equal(declared.json.error.type, 'request_too_large');
-  const chunked = await rawRequest(g.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'content-type': 'application/json', 'transfer-encoding': 'chunked' }, body: big });
+  const chunked = await rawRequest(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+    body: big,
+  });
   t.equal(chunked.status, 413);
   const msg = await call(g.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ pad: 'y'.repeat(70 * 1024) }) });
   t.equal(msg.status, 413);

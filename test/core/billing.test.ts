@@ -8,7 +8,13 @@ import type { ModelConfig } from '../../core/config/types.js';
 import type { ParsedBody } from '../../core/types.js';
 
 const model = (price: Partial<ModelConfig['price']>, maxOutputTokens = 1000): ModelConfig =>
-  ({ id: 'm', upstream: 'm', provider: 'p', maxOutputTokens, price: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, ...price } } as unknown as ModelConfig);
+  ({
+    id: 'm',
+    upstream: 'm',
+    provider: 'p',
+    maxOutputTokens,
+    price: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, ...price },
+  }) as unknown as ModelConfig;
 const body = (json: Record<string, unknown>): ParsedBody => {
   const text = JSON.stringify(json);
   return { text, json, model: 'm', stream: false, fallback: [] };
@@ -41,5 +47,5 @@ t.test('the prompt is priced at the dearer of input and cache write; the dearest
   const cheap = model({ output: 1_000_000 }, 10);
   const dear = model({ output: 1_000_000 }, 500);
   t.equal(worstCaseCharge(body({}), [cheap, dear], PPM), 500, 'a fallback model that may answer is covered');
-  t.equal(worstCaseCharge(body({ max_tokens: 100 }), [model({ output: 1_000_000 })], 1_500_000), 150, 'at the user\'s rate');
+  t.equal(worstCaseCharge(body({ max_tokens: 100 }), [model({ output: 1_000_000 })], 1_500_000), 150, "at the user's rate");
 });

@@ -67,12 +67,27 @@ routes:
 `;
   let found = await issues(text);
   // one run lists every problem: schema errors and cross-reference errors together
-  t.ok(found.some((i) => i.path === 'groups.g.models[1]' && /model 'ghost' is not defined/.test(i.message)), 'cross-references checked despite schema errors');
-  t.ok(found.some((i) => i.path === 'routes[1].chain'), 'routes checked too');
+  t.ok(
+    found.some((i) => i.path === 'groups.g.models[1]' && /model 'ghost' is not defined/.test(i.message)),
+    'cross-references checked despite schema errors',
+  );
+  t.ok(
+    found.some((i) => i.path === 'routes[1].chain'),
+    'routes checked too',
+  );
   t.equal(new Set(found.map((i) => i.path)).size, found.length, 'one issue per path');
-  t.ok(found.some((i) => i.path === 'server.colour' && i.line === 4 && /unknown setting/.test(i.message)), 'unknown setting, line 4');
-  t.ok(found.some((i) => i.path === 'server.upstream_timeout' && i.line === 5), 'bad duration, line 5');
-  t.ok(found.some((i) => i.path === 'providers.q.kind' && i.line === 8 && /mock/.test(i.message)), 'bad enum, line 8');
+  t.ok(
+    found.some((i) => i.path === 'server.colour' && i.line === 4 && /unknown setting/.test(i.message)),
+    'unknown setting, line 4',
+  );
+  t.ok(
+    found.some((i) => i.path === 'server.upstream_timeout' && i.line === 5),
+    'bad duration, line 5',
+  );
+  t.ok(
+    found.some((i) => i.path === 'providers.q.kind' && i.line === 8 && /mock/.test(i.message)),
+    'bad enum, line 8',
+  );
 
   found = await issues(text.replace('  colour: blue\n', '  \n').replace('soon', '30s').replace('smoke', 'mock'));
   const byPath = (p: string) => found.find((i) => i.path === p);
@@ -110,7 +125,9 @@ t.test('the loaded config is frozen', async (t) => {
   t.ok(Object.isFrozen(config));
   t.ok(Object.isFrozen(config.models['chat-model'].price));
   t.ok(Object.isFrozen(config.keys[0]));
-  t.throws(() => { (config.users.alice as any).balance = 1; });
+  t.throws(() => {
+    (config.users.alice as any).balance = 1;
+  });
   t.throws(() => (config.keysByDigest as Map<string, unknown>).set('x', {}), /frozen/, 'the key index cannot be added to');
   t.throws(() => (config.keysByDigest as Map<string, unknown>).delete([...config.keysByDigest.keys()][0]), /frozen/);
   t.ok(config.keysByDigest.size > 0);
@@ -140,10 +157,13 @@ t.test('a missing user is a warning (runtime USER_NOT_FOUND), not an error', asy
 
 t.test('third-party plugin modules load through the same contract', async (t) => {
   const dir = tmpDir();
-  writeFileSync(path.join(dir, 'tagger.mjs'), `export default {
+  writeFileSync(
+    path.join(dir, 'tagger.mjs'),
+    `export default {
     name: 'tagger', schema: { type: 'object', properties: { tag: { type: 'string' } }, required: ['tag'], additionalProperties: false },
     create(options) { return { onRequest(ctx) { ctx.res.setHeader('x-tag', options.tag); } }; },
-  };\n`);
+  };\n`,
+  );
   writeFileSync(path.join(dir, 'broken.mjs'), 'export default { name: 1 };\n');
   const cfg = baseConfig();
   cfg.plugins.tagger = { use: './tagger.mjs', with: { tag: 'hello' } };
@@ -159,9 +179,18 @@ t.test('third-party plugin modules load through the same contract', async (t) =>
     t.fail('should not load');
   } catch (e) {
     const list = (e as ConfigError).issues;
-    t.match(list.find((i) => i.path === 'plugins.tagger.with'), { message: /tag/ });
-    t.match(list.find((i) => i.path === 'plugins.bad.use'), { message: /not a plugin definition/ });
-    t.match(list.find((i) => i.path === 'plugins.gone.use'), { message: /cannot load plugin module/ });
+    t.match(
+      list.find((i) => i.path === 'plugins.tagger.with'),
+      { message: /tag/ },
+    );
+    t.match(
+      list.find((i) => i.path === 'plugins.bad.use'),
+      { message: /not a plugin definition/ },
+    );
+    t.match(
+      list.find((i) => i.path === 'plugins.gone.use'),
+      { message: /cannot load plugin module/ },
+    );
   }
 });
 
@@ -186,15 +215,26 @@ t.test('store: redis settings, and workers only with a shared store', async (t) 
   cfg.store = { kind: 'redis', url: 'redis://10.0.0.5:6379/2', prefix: 'gw1:', instances_hint: 2, timeout: '300ms', lease: '20s' };
   const { config } = await load(YAML.stringify(cfg));
   t.same(config.store, {
-    kind: 'redis', path: undefined, url: 'redis://10.0.0.5:6379/2', cluster: false, prefix: 'gw1:', flushIntervalMs: 1000,
-    instancesHint: 2, timeoutMs: 300, leaseMs: 20_000,
+    kind: 'redis',
+    path: undefined,
+    url: 'redis://10.0.0.5:6379/2',
+    cluster: false,
+    prefix: 'gw1:',
+    flushIntervalMs: 1000,
+    instancesHint: 2,
+    timeoutMs: 300,
+    leaseMs: 20_000,
   });
   t.equal(config.server.workers, 3);
 
   const memory = baseConfig();
   memory.server.workers = 2;
   const refused = await issues(YAML.stringify(memory));
-  t.match(refused, [{ path: 'server.workers', message: /workers: 2 needs store\.kind: redis/ }], 'the memory store refuses workers > 1, saying why');
+  t.match(
+    refused,
+    [{ path: 'server.workers', message: /workers: 2 needs store\.kind: redis/ }],
+    'the memory store refuses workers > 1, saying why',
+  );
 
   const bad = baseConfig();
   bad.store = { kind: 'redis', lease: '1m', prefix: 'a{b}' };
@@ -202,7 +242,11 @@ t.test('store: redis settings, and workers only with a shared store', async (t) 
   t.match(found, /store\.prefix/, 'braces would break the hash tags');
   const ctl = baseConfig();
   ctl.store = { kind: 'redis', url: 'redis://127.0.0.1:6379', prefix: 'gw\u001e:' };
-  t.match((await issues(YAML.stringify(ctl))).map((i) => i.path), ['store.prefix'], 'control characters would break the packed script values');
+  t.match(
+    (await issues(YAML.stringify(ctl))).map((i) => i.path),
+    ['store.prefix'],
+    'control characters would break the packed script values',
+  );
   const bad2 = baseConfig();
   bad2.store = { kind: 'redis', lease: '1m' };
   const found2 = (await issues(YAML.stringify(bad2))).map((i) => `${i.path}: ${i.message}`).join('\n');

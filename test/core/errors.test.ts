@@ -79,20 +79,36 @@ t.test('the signal is structural: every entry, whatever status it is thrown with
     t.not(header, 'true', `${id}: never "true"`);
     if (e.status >= 400 && e.status < 500 && e.status !== 429) t.equal(header, 'false', `${id}: a ${e.status} is final by its status`);
     if (e.category === 'exhausted' || e.category === 'unserved') t.equal(header, 'false', `${id}: ${e.category} is final`);
-    if (e.category === 'throttled' || e.category === 'transient') t.equal(e.status >= 429, true, `${id}: retryable categories are 429 or 5xx`);
+    if (e.category === 'throttled' || e.category === 'transient')
+      t.equal(e.status >= 429, true, `${id}: retryable categories are 429 or 5xx`);
   }
   // A status override decides too: an upstream 4xx passed through as is.
-  t.equal(renderError(new GatewayError('UPSTREAM_ERROR', { status: 404 }), 'chat').headers['x-should-retry'], 'false', 'a 404 thrown from a 5xx entry');
-  t.notOk('x-should-retry' in renderError(new GatewayError('PROVIDER_RATE_LIMIT', { status: 429 }), 'chat').headers, 'a provider 429 stays retryable');
+  t.equal(
+    renderError(new GatewayError('UPSTREAM_ERROR', { status: 404 }), 'chat').headers['x-should-retry'],
+    'false',
+    'a 404 thrown from a 5xx entry',
+  );
+  t.notOk(
+    'x-should-retry' in renderError(new GatewayError('PROVIDER_RATE_LIMIT', { status: 429 }), 'chat').headers,
+    'a provider 429 stays retryable',
+  );
 });
 
 t.test('flat bodies keep {code, message} and carry error {type, code, message} with the same meaning', async (t) => {
   const r = renderError(new GatewayError('INVALID_API_KEY'), 'chat');
-  t.same(r.body, { code: 'INVALID_API_KEY', message: 'Invalid API key', error: { type: 'authentication_error', code: 'INVALID_API_KEY', message: 'Invalid API key' } });
+  t.same(r.body, {
+    code: 'INVALID_API_KEY',
+    message: 'Invalid API key',
+    error: { type: 'authentication_error', code: 'INVALID_API_KEY', message: 'Invalid API key' },
+  });
   const q = renderError(new GatewayError('API_KEY_QUOTA_EXHAUSTED'), 'messages');
   t.equal(q.body.code, 'API_KEY_QUOTA_EXHAUSTED', 'flat whatever the route');
   t.same(q.body.error, { type: 'rate_limit_error', code: 'API_KEY_QUOTA_EXHAUSTED', message: 'API key quota exhausted' });
   const m = renderError(new GatewayError('SPEND_CAP_REACHED', { retryAfter: 90.2 }), 'messages');
-  t.same(m.body, { type: 'error', error: { type: 'spend_cap_reached', message: 'Account spend cap reached' } }, 'protocol formats unchanged');
+  t.same(
+    m.body,
+    { type: 'error', error: { type: 'spend_cap_reached', message: 'Account spend cap reached' } },
+    'protocol formats unchanged',
+  );
   t.equal(m.headers['retry-after'], '91', 'Retry-After in whole seconds');
 });

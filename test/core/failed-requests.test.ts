@@ -10,7 +10,13 @@ import { sleep } from '../helpers/upstream.js';
 
 async function files(dir: string, n: number): Promise<any[]> {
   for (let i = 0; i < 100; i++) {
-    const all = existsSync(dir) ? readdirSync(dir).flatMap((d) => readdirSync(path.join(dir, d)).filter((f) => f.endsWith('.json')).map((f) => path.join(dir, d, f))) : [];
+    const all = existsSync(dir)
+      ? readdirSync(dir).flatMap((d) =>
+          readdirSync(path.join(dir, d))
+            .filter((f) => f.endsWith('.json'))
+            .map((f) => path.join(dir, d, f)),
+        )
+      : [];
     if (all.length >= n) return all.map((f) => JSON.parse(readFileSync(f, 'utf8')));
     await sleep(20);
   }
@@ -24,11 +30,18 @@ t.test('failed requests are kept, successes are not, credentials never', async (
   const g = await startGateway(cfg);
   t.teardown(() => g.close());
   t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200);
-  const bad = await call(g.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'x-api-key': KEYS.messages }, body: '{"model":"chat-model", broken', method: 'POST' });
+  const bad = await call(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'x-api-key': KEYS.messages },
+    body: '{"model":"chat-model", broken',
+    method: 'POST',
+  });
   t.equal(bad.status, 400);
   const up = await call(g.url + `/v1/chat/completions?api_key=${KEYS.responses}`, { headers: bearer(KEYS.chat), json: chatBody() });
   t.equal(up.status, 400);
-  const failedUp = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: status=500]]' }] }) });
+  const failedUp = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: status=500]]' }] }),
+  });
   t.equal(failedUp.status, 502);
   const kept = await files(dir, 3);
   t.equal(kept.length, 3, 'three failures kept, the success not');
@@ -52,7 +65,12 @@ t.test('day folders past the retention are deleted', async (t) => {
     writeFileSync(path.join(dir, d, 'x.json'), '{}');
   }
   const clock = new ManualClock(Date.UTC(2026, 2, 12, 12)); // 2026-03-12
-  const log = new FailedRequestLog(dir, { retentionMs: 30 * 86_400_000, maxBytes: 1 << 30, secrets: () => ({ plain: [], digests: new Set() }) }, clock, silentLogger);
+  const log = new FailedRequestLog(
+    dir,
+    { retentionMs: 30 * 86_400_000, maxBytes: 1 << 30, secrets: () => ({ plain: [], digests: new Set() }) },
+    clock,
+    silentLogger,
+  );
   await log.cleanup();
   log.close();
   t.same(readdirSync(dir).sort(), ['2026-02-11', 'not-a-day'], 'older than 30 days gone, the rest kept');
@@ -61,7 +79,12 @@ t.test('day folders past the retention are deleted', async (t) => {
 t.test('a record is never seen half-written under its final name', async (t) => {
   const dir = tmpDir();
   const clock = new ManualClock(Date.UTC(2026, 2, 12, 12));
-  const log = new FailedRequestLog(dir, { retentionMs: 30 * 86_400_000, maxBytes: 1 << 30, secrets: () => ({ plain: [], digests: new Set() }) }, clock, silentLogger);
+  const log = new FailedRequestLog(
+    dir,
+    { retentionMs: 30 * 86_400_000, maxBytes: 1 << 30, secrets: () => ({ plain: [], digests: new Set() }) },
+    clock,
+    silentLogger,
+  );
   t.teardown(() => {
     log.close();
     rmSync(dir, { recursive: true, force: true });

@@ -16,14 +16,24 @@ const pricedOver = (fixed: Usage, chars: number, price: Price, rate: number, res
 
 t.test('the threshold is the boundary priceUsage draws, over random prices and reservations', async (t) => {
   let seed = 7;
-  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n);
+  const rand = (n: number) => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n;
   let bad: string | undefined;
   let cuts = 0;
   for (let i = 0; i < 5000 && !bad; i++) {
-    const price: Price = { input: rand(20_000_000), output: rand(4) === 0 ? 0 : rand(80_000_000), cacheRead: rand(3_000_000), cacheWrite: rand(4_000_000) };
+    const price: Price = {
+      input: rand(20_000_000),
+      output: rand(4) === 0 ? 0 : rand(80_000_000),
+      cacheRead: rand(3_000_000),
+      cacheWrite: rand(4_000_000),
+    };
     const rate = [1_000_000, 0, 500_000, 1_234_567, 3_000_000][rand(5)];
     const reserve = [1, 10, 999, 107_400, 5_000_000][rand(5)] + rand(1000);
-    const fixed: Usage = { input: rand(50_000), output: 0, cacheRead: rand(4) === 0 ? rand(10_000) : 0, cacheWrite: rand(4) === 0 ? rand(10_000) : 0 };
+    const fixed: Usage = {
+      input: rand(50_000),
+      output: 0,
+      cacheRead: rand(4) === 0 ? rand(10_000) : 0,
+      cacheWrite: rand(4) === 0 ? rand(10_000) : 0,
+    };
     const max = maxOutputTokens(fixed, price, rate, reserve);
     const cap = new OutputCap(price, rate, reserve, 0);
     // The boundary in characters: the last count still within, and the first one over.

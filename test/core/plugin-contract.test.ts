@@ -49,7 +49,13 @@ t.test('a plugin from a path runs through every phase', async (t) => {
   const { Gateway } = await import('../../core/server.js');
   const { builtinPlugins } = await import('../../plugins/index.js');
   const { silentLogger } = await import('../../core/log.js');
-  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, mockUpstream: (await import('../../mock/server.js')).startMockServer, log: silentLogger, watch: false });
+  const gw = await Gateway.start({
+    configFile: file,
+    registry: builtinPlugins,
+    mockUpstream: (await import('../../mock/server.js')).startMockServer,
+    log: silentLogger,
+    watch: false,
+  });
   t.teardown(() => gw.close());
   const log: string[] = (globalThis as any).__pluginLog;
   t.same(log, ['create']);
@@ -61,14 +67,25 @@ t.test('a plugin from a path runs through every phase', async (t) => {
   t.same(log, ['onRequest:chat', 'onAccess', 'onAttempt:chat-model', 'onResponse:200', 'onFinally:200:ok'], 'phases in order');
 
   log.length = 0;
-  const blocked = await call(gw.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ messages: [{ role: 'user', content: 'say forbidden-phrase' }] }) });
+  const blocked = await call(gw.url + '/v1/messages', {
+    headers: bearer(KEYS.messages),
+    json: messagesBody({ messages: [{ role: 'user', content: 'say forbidden-phrase' }] }),
+  });
   t.equal(blocked.status, 403);
-  t.same(blocked.json, { type: 'error', error: { type: 'content_policy_violation', message: 'blocked: forbidden-phrase' } }, 'rendered in the client protocol');
+  t.same(
+    blocked.json,
+    { type: 'error', error: { type: 'content_policy_violation', message: 'blocked: forbidden-phrase' } },
+    'rendered in the client protocol',
+  );
   t.same(log, ['onRequest:messages', 'onAccess', 'onFinally:403:content_policy_violation'], 'no upstream, onFinally still runs');
   t.equal(gw.mocks.get('mock')!.requests.filter((r) => r.body.includes('forbidden-phrase')).length, 0, 'the upstream never saw it');
 
   log.length = 0;
-  const s = await sseText(gw.url + '/v1/chat/completions', { method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' }, body: JSON.stringify(chatBody({ stream: true })) });
+  const s = await sseText(gw.url + '/v1/chat/completions', {
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody({ stream: true })),
+  });
   t.match(s.text, /\[DONE\]/);
   t.ok(log.filter((l) => l === 'onEvent').length >= 3, 'onEvent for stream events');
 

@@ -28,7 +28,11 @@ t.test('reload(): valid config swaps in, invalid config is rejected and the old 
   const err = await g.gw.reload();
   t.ok(err instanceof ConfigError, 'rejected with the errors');
   t.match(err!.issues[0], { path: 'groups.chat.kind' });
-  t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status, 200, 'old config still serving');
+  t.equal(
+    (await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status,
+    200,
+    'old config still serving',
+  );
 });
 
 t.test('a request in flight finishes on the config it started with', async (t) => {
@@ -36,7 +40,8 @@ t.test('a request in flight finishes on the config it started with', async (t) =
   const g = await startGateway(cfg);
   t.teardown(() => g.close());
   const slow = fetch(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: chunk_delay=60 words=10]]' }] })),
   }).then((r) => r.text());
   await sleep(100);
@@ -56,7 +61,10 @@ t.test('the file watcher reloads on change', async (t) => {
   t.teardown(() => g.close());
   cfg.keys.push({ key: NEW_KEY, name: 'new', user: 'alice', group: 'chat' });
   writeFileSync(g.file, YAML.stringify(cfg));
-  t.ok(await until(async () => (await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200), 'picked up');
+  t.ok(
+    await until(async () => (await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200),
+    'picked up',
+  );
   writeFileSync(g.file, 'version: 1\nnot: [valid');
   await sleep(500);
   t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status, 200, 'broken file ignored');
@@ -69,17 +77,28 @@ t.test('SIGHUP reloads the CLI process; the listening address is logged', async 
     env: { ...process.env, GATEWAY_WATCH_CONFIG: '0', GATEWAY_LOG_LEVEL: 'info' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
-  t.teardown(() => { child.kill('SIGKILL'); });
+  t.teardown(() => {
+    child.kill('SIGKILL');
+  });
   let log = '';
-  child.stderr.on('data', (d) => { log += d; });
+  child.stderr.on('data', (d) => {
+    log += d;
+  });
   t.ok(await until(async () => /listening on http:\/\/127\.0\.0\.1:\d+/.test(log)), 'listening address logged');
   const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log)![1];
   cfg.keys.push({ key: NEW_KEY, name: 'new', user: 'alice', group: 'chat' });
   writeFileSync(file, YAML.stringify(cfg));
   await sleep(300);
-  t.equal((await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status, 401, 'not watched: no reload yet');
+  t.equal(
+    (await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status,
+    401,
+    'not watched: no reload yet',
+  );
   child.kill('SIGHUP');
-  t.ok(await until(async () => (await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200), 'reloaded on SIGHUP');
+  t.ok(
+    await until(async () => (await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200),
+    'reloaded on SIGHUP',
+  );
   child.kill('SIGTERM');
   const code = await new Promise((r) => child.on('exit', r));
   t.equal(code, 0, 'clean shutdown on SIGTERM');
@@ -89,13 +108,17 @@ t.test('SIGHUP reloads the CLI process; the listening address is logged', async 
 t.test('shutdown drains: a stream in flight completes, new requests are refused', async (t) => {
   const g = await startGateway(baseConfig());
   const slow = fetch(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: chunk_delay=40 words=12]]' }] })),
   }).then((r) => r.text());
   await sleep(120);
   const closing = g.close();
   await sleep(20);
-  const refused = await fetch(g.url + '/v1/models', { headers: bearer(KEYS.chat) }).then(() => false, () => true);
+  const refused = await fetch(g.url + '/v1/models', { headers: bearer(KEYS.chat) }).then(
+    () => false,
+    () => true,
+  );
   t.ok(refused, 'no new connections while draining');
   const text = await slow;
   t.match(text, /\[DONE\]/, 'the stream in flight finished');

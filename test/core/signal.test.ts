@@ -29,9 +29,14 @@ t.test('a listener that removes itself or another during the abort, or throws, s
   const a = new Abort();
   const ran: string[] = [];
   const second = () => ran.push('second');
-  a.addEventListener('abort', () => { ran.push('first'); a.removeEventListener('abort', second); });
+  a.addEventListener('abort', () => {
+    ran.push('first');
+    a.removeEventListener('abort', second);
+  });
   a.addEventListener('abort', second);
-  a.addEventListener('abort', () => { throw new Error('listener failed'); });
+  a.addEventListener('abort', () => {
+    throw new Error('listener failed');
+  });
   a.addEventListener('abort', () => ran.push('last'));
   const thrown = new Promise<unknown>((resolve) => process.once('uncaughtException', resolve));
   a.abort();

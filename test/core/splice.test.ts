@@ -16,7 +16,10 @@ t.test('removes members at the start, middle and end', async (t) => {
 });
 
 t.test('adds members that are absent', async (t) => {
-  t.equal(spliceJson('{"model":"a"}', { set: { stream_options: { include_usage: true } } }), '{"model":"a","stream_options":{"include_usage":true}}');
+  t.equal(
+    spliceJson('{"model":"a"}', { set: { stream_options: { include_usage: true } } }),
+    '{"model":"a","stream_options":{"include_usage":true}}',
+  );
   t.equal(spliceJson('{ }', { set: { a: 1 } }), '{ "a":1}');
 });
 

@@ -56,7 +56,10 @@ t.test('CR, LF and CRLF framing, split at every byte: same blocks, same bytes', 
   const text = 'data: a\r\n\r\nevent: e\rdata: b\r\rdata: c\n\ndata: d\r\n\ndata: e\n\r\n';
   const bytes = Buffer.from(text);
   const expected = textBlocks(text).map(strip);
-  t.same(expected.map((b) => b.data), ['a', 'b', 'c', 'd', 'e']);
+  t.same(
+    expected.map((b) => b.data),
+    ['a', 'b', 'c', 'd', 'e'],
+  );
   for (let i = 0; i <= bytes.length; i++) {
     const { blocks, bytes: out } = byteBlocks(splits(bytes, i));
     t.same(blocks.map(strip), expected, `split at ${i}`);
@@ -74,9 +77,17 @@ t.test('a leading BOM is dropped like the text mode drops it, wherever the chunk
   const bytes = Buffer.from('\ufeffdata: x\n\ndata: \ufeffy\n\n');
   for (let i = 0; i <= bytes.length; i++) {
     const { blocks, bytes: out } = byteBlocks(splits(bytes, i));
-    t.same(blocks.map((b) => b.data), ['x', '\ufeffy'], `split at ${i}`);
+    t.same(
+      blocks.map((b) => b.data),
+      ['x', '\ufeffy'],
+      `split at ${i}`,
+    );
     t.equal(out.toString(), 'data: x\n\ndata: \ufeffy\n\n');
-    t.same(blocks.map((b) => b.raw), textBlocks(bytes).map((b) => b.raw), 'raw as in text mode');
+    t.same(
+      blocks.map((b) => b.raw),
+      textBlocks(bytes).map((b) => b.raw),
+      'raw as in text mode',
+    );
   }
 });
 
@@ -105,17 +116,30 @@ t.test('a block spanning many chunks; blocks already handed out keep their bytes
     }
   }
   got.push(...p.endBytes(true));
-  t.same(got.map((b) => b.data), ['a', big, 'b']);
-  t.same(got.map((b) => b.bytes.toString()), copies, 'views stay intact while the parser reads on');
+  t.same(
+    got.map((b) => b.data),
+    ['a', big, 'b'],
+  );
+  t.same(
+    got.map((b) => b.bytes.toString()),
+    copies,
+    'views stay intact while the parser reads on',
+  );
   t.equal(Buffer.concat(got.map((b) => b.bytes)).toString(), text);
 });
 
 t.test('end: an unterminated block is dropped, or flushed on request', async (t) => {
   const bytes = Buffer.from('data: 1\n\nevent: e\ndata: tail');
-  t.same(byteBlocks([bytes], false).blocks.map((b) => b.data), ['1']);
+  t.same(
+    byteBlocks([bytes], false).blocks.map((b) => b.data),
+    ['1'],
+  );
   const flushed = byteBlocks([bytes.subarray(0, 20), bytes.subarray(20)], true).blocks;
   t.same(flushed.map(strip), textBlocks(bytes).map(strip));
-  t.same(flushed.map((b) => b.data), ['1', 'tail']);
+  t.same(
+    flushed.map((b) => b.data),
+    ['1', 'tail'],
+  );
   t.equal(flushed[1].bytes.toString(), 'event: e\ndata: tail');
   t.same(byteBlocks([Buffer.from('data: 1\n\n: comment only')], true).blocks.length, 1, 'a trailing comment is not an event');
 });
@@ -132,7 +156,11 @@ for (const d of ['openai-chat', 'anthropic', 'openai-responses']) {
       const whole = byteBlocks([bytes]);
       t.equal(JSON.stringify(whole.blocks.map(strip)), expected, 'same blocks as the text mode');
       t.equal(whole.bytes.toString(), raws.join(''), 'the same bytes forwarded');
-      t.same(whole.blocks.map((b) => b.raw), raws, 'same raw text');
+      t.same(
+        whole.blocks.map((b) => b.raw),
+        raws,
+        'same raw text',
+      );
       t.equal(JSON.stringify(byteBlocks([...bytes].map((b) => Uint8Array.of(b))).blocks.map(strip)), expected, 'one byte at a time');
       // Two chunks split at each boundary is O(n²): every split of the smaller transcripts, seeded
       // random chunkings of all (sse.test.ts does every split in text mode).

@@ -28,7 +28,10 @@ t.test('fields, multi-line data, comments, ids and retry', async (t) => {
 t.test('CR, LF and CRLF line endings, CRLF split across chunks, BOM', async (t) => {
   const text = '\ufeffdata: a\r\n\r\ndata: b\r\rdata: c\n\n';
   const whole = parseAll([text]).map(strip);
-  t.same(whole.map((b) => b.data), ['a', 'b', 'c']);
+  t.same(
+    whole.map((b) => b.data),
+    ['a', 'b', 'c'],
+  );
   for (let i = 1; i < text.length; i++) {
     t.same(parseAll([text.slice(0, i), text.slice(i)]).map(strip), whole, `split at ${i}`);
   }
@@ -70,7 +73,10 @@ for (const d of dirs) {
       const p = new SseParser();
       const whole = p.feed(bytes);
       t.equal(whole.map((b) => b.raw).join('') + p.pending, bytes.toString('utf8'), 'raw reassembles the bytes');
-      t.ok(whole.some((b) => b.data !== undefined), 'has events');
+      t.ok(
+        whole.some((b) => b.data !== undefined),
+        'has events',
+      );
       const expected = JSON.stringify([...whole, ...p.end(true)].map(strip));
       // One byte at a time makes every byte boundary a chunk boundary at once (O(n)).
       const oneByOne = parseAll([...bytes].map((b) => Uint8Array.of(b))).map(strip);

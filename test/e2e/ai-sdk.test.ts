@@ -39,7 +39,11 @@ const CASES: Array<{ name: string; model: () => LanguageModel }> = [
   { name: 'anthropic → Responses-style group (converted)', model: () => anthropic(KEYS.responses)('gpt-model') },
 ];
 
-type Steps = ReadonlyArray<{ toolCalls: ReadonlyArray<{ toolName: string }>; toolResults: ReadonlyArray<{ output: unknown }>; usage: { inputTokens?: number; outputTokens?: number } }>;
+type Steps = ReadonlyArray<{
+  toolCalls: ReadonlyArray<{ toolName: string }>;
+  toolResults: ReadonlyArray<{ output: unknown }>;
+  usage: { inputTokens?: number; outputTokens?: number };
+}>;
 
 function assertLoop(t: Pick<typeof import('tap').default, 'equal' | 'ok' | 'match'>, steps: Steps, text: string, label: string): void {
   t.equal(steps.length, 2, `${label}: two steps (tool call, answer)`);
@@ -55,7 +59,12 @@ function assertLoop(t: Pick<typeof import('tap').default, 'equal' | 'ok' | 'matc
 
 for (const c of CASES) {
   t.test(c.name, async (t) => {
-    const gen = await generateText({ model: c.model(), tools: { weather }, stopWhen: stepCountIs(4), prompt: 'What is the weather in Paris?' });
+    const gen = await generateText({
+      model: c.model(),
+      tools: { weather },
+      stopWhen: stepCountIs(4),
+      prompt: 'What is the weather in Paris?',
+    });
     assertLoop(t, gen.steps, gen.text, 'generateText');
 
     const s = streamText({ model: c.model(), tools: { weather }, stopWhen: stepCountIs(4), prompt: 'What is the weather in Rome?' });
@@ -67,11 +76,12 @@ for (const c of CASES) {
   });
 }
 
-t.test('stored responses on a converting group: item references are answered from the gateway\'s cache', async (t) => {
+t.test("stored responses on a converting group: item references are answered from the gateway's cache", async (t) => {
   const mock = g.gw.mocks.get('mock')!;
   const sent: any[] = [];
   const capturing = createOpenAI({
-    apiKey: KEYS.messages, baseURL: g.url + '/v1',
+    apiKey: KEYS.messages,
+    baseURL: g.url + '/v1',
     fetch: (async (url: any, init: any) => {
       if (typeof init?.body === 'string') sent.push(JSON.parse(init.body));
       return fetch(url, init);
@@ -82,14 +92,23 @@ t.test('stored responses on a converting group: item references are answered fro
   // (after running the tool) refers to that item by id rather than sending it.
   const before = mock.requests.length;
   const gen = await generateText({
-    model: model(), tools: { weather }, stopWhen: stepCountIs(4), prompt: 'Weather in Oslo?',
+    model: model(),
+    tools: { weather },
+    stopWhen: stepCountIs(4),
+    prompt: 'Weather in Oslo?',
     // (forceReasoning: the SDK sends reasoning settings only for model names it knows reason.)
     providerOptions: { openai: { forceReasoning: true, reasoningEffort: 'low', reasoningSummary: 'auto' } },
   });
   assertLoop(t, gen.steps, gen.text, 'with reasoning');
   t.ok(gen.steps[0].reasoning.length > 0, 'the first step reasoned');
-  t.ok(sent[1].input.some((i: any) => i.type === 'item_reference' && String(i.id).startsWith('rs_')), 'the SDK\'s second step referred to the reasoning by id');
-  const ups = mock.requests.slice(before).filter((r) => r.path.startsWith('/v1/messages')).map((r) => JSON.parse(r.body));
+  t.ok(
+    sent[1].input.some((i: any) => i.type === 'item_reference' && String(i.id).startsWith('rs_')),
+    "the SDK's second step referred to the reasoning by id",
+  );
+  const ups = mock.requests
+    .slice(before)
+    .filter((r) => r.path.startsWith('/v1/messages'))
+    .map((r) => JSON.parse(r.body));
   t.equal(ups.length, 2);
   const replayed = ups[1].messages.find((m: any) => m.role === 'assistant');
   t.equal(replayed?.content[0]?.type, 'thinking', 'the referenced reasoning went back to Anthropic as its signed thinking');
@@ -101,17 +120,29 @@ t.test('stored responses on a converting group: item references are answered fro
     messages: [...gen.response.messages, { role: 'user', content: 'And tomorrow?' }],
   });
   t.match(next.text, /^This is a mock reply/, 'the second turn answers');
-  t.ok(sent.at(-1).input.some((i: any) => i.type === 'item_reference' && String(i.id).startsWith('msg_')), 'the SDK referred to the earlier answer by id');
+  t.ok(
+    sent.at(-1).input.some((i: any) => i.type === 'item_reference' && String(i.id).startsWith('msg_')),
+    'the SDK referred to the earlier answer by id',
+  );
   const last = JSON.parse(mock.requests.at(-1)!.body);
   const texts = JSON.stringify(last.messages);
   t.ok(texts.includes(gen.text), 'the referenced answer is in the history sent upstream');
 
   // References are per key: another key cannot read the items, and unknown ids stay a 400.
-  const msgId = gen.response.messages.length > 0 ? (gen.steps[1].response.body as any)?.output?.find((o: any) => o.type === 'message')?.id : undefined;
+  const msgId =
+    gen.response.messages.length > 0 ? (gen.steps[1].response.body as any)?.output?.find((o: any) => o.type === 'message')?.id : undefined;
   t.ok(typeof msgId === 'string' && msgId.startsWith('msg_'), `the answer's item id (${msgId})`);
-  const refer = (key: string, id: string) => call(g.url + '/v1/responses', {
-    headers: bearer(key), json: { model: 'claude-model', input: [{ type: 'item_reference', id }, { role: 'user', content: 'go on' }] },
-  });
+  const refer = (key: string, id: string) =>
+    call(g.url + '/v1/responses', {
+      headers: bearer(key),
+      json: {
+        model: 'claude-model',
+        input: [
+          { type: 'item_reference', id },
+          { role: 'user', content: 'go on' },
+        ],
+      },
+    });
   t.equal((await refer(KEYS.messages, msgId)).status, 200, 'the owner can refer to it');
   const other = await refer(KEYS.plan, msgId);
   t.equal(other.status, 400, 'another key cannot');
@@ -120,11 +151,20 @@ t.test('stored responses on a converting group: item references are answered fro
 });
 
 t.test('store: false keeps nothing to refer to', async (t) => {
-  const first = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: { model: 'claude-model', input: 'Hello', store: false } });
+  const first = await call(g.url + '/v1/responses', {
+    headers: bearer(KEYS.messages),
+    json: { model: 'claude-model', input: 'Hello', store: false },
+  });
   t.equal(first.status, 200);
   const id = first.json.output.find((o: any) => o.type === 'message').id;
-  const again = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: { model: 'claude-model', input: [{ type: 'item_reference', id }] } });
+  const again = await call(g.url + '/v1/responses', {
+    headers: bearer(KEYS.messages),
+    json: { model: 'claude-model', input: [{ type: 'item_reference', id }] },
+  });
   t.equal(again.status, 400, 'not remembered');
-  const prev = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: { model: 'claude-model', input: 'Hi', previous_response_id: first.json.id } });
+  const prev = await call(g.url + '/v1/responses', {
+    headers: bearer(KEYS.messages),
+    json: { model: 'claude-model', input: 'Hi', previous_response_id: first.json.id },
+  });
   t.equal(prev.status, 400, 'previous_response_id stays a 400');
 });

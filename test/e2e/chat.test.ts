@@ -42,7 +42,7 @@ t.test('a non-streaming answer is sent with its content-length, not chunked (as 
   t.equal(r.status, 200);
   t.ok(Buffer.byteLength(r.text) > r.text.length, 'the answer has multi-byte characters');
   t.equal(r.headers['transfer-encoding'], undefined, 'not chunked');
-  t.equal(r.headers['content-length'], String(Buffer.byteLength(r.text)), 'content-length is the body\'s length in bytes');
+  t.equal(r.headers['content-length'], String(Buffer.byteLength(r.text)), "content-length is the body's length in bytes");
   t.equal(r.json.object, 'chat.completion');
 });
 
@@ -58,7 +58,8 @@ t.test('chat.completions.stream → finalChatCompletion, ending with a usage chu
   t.same(upstreamBody.stream_options, { include_usage: true }, 'usage always requested upstream');
 
   const raw = await sseText(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true })),
   });
   t.equal(raw.status, 200);
@@ -72,13 +73,26 @@ t.test('chat.completions.stream → finalChatCompletion, ending with a usage chu
 });
 
 t.test('tools: a streamed tool call survives intact', async (t) => {
-  const tools = [{ type: 'function' as const, function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
-  const nonStream = await client.chat.completions.create({ model: 'chat-model', messages: [{ role: 'user', content: 'weather? [[mock: tools]]' }], tools });
+  const tools = [
+    {
+      type: 'function' as const,
+      function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+    },
+  ];
+  const nonStream = await client.chat.completions.create({
+    model: 'chat-model',
+    messages: [{ role: 'user', content: 'weather? [[mock: tools]]' }],
+    tools,
+  });
   const call0 = nonStream.choices[0].message.tool_calls![0] as any;
   t.equal(nonStream.choices[0].finish_reason, 'tool_calls');
   t.equal(call0.function.name, 'get_weather');
   t.doesNotThrow(() => JSON.parse(call0.function.arguments));
-  const stream = client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: 'weather? [[mock: tools]]' }], tools });
+  const stream = client.chat.completions.stream({
+    model: 'chat-model',
+    messages: [{ role: 'user', content: 'weather? [[mock: tools]]' }],
+    tools,
+  });
   const final = await stream.finalChatCompletion();
   const sc = final.choices[0].message.tool_calls![0] as any;
   t.equal(sc.function.name, 'get_weather');
@@ -86,11 +100,17 @@ t.test('tools: a streamed tool call survives intact', async (t) => {
 });
 
 t.test('passthrough: the upstream gets the client body unchanged but for model', async (t) => {
-  const body = '{ "model" : "chat-upstream-named",  "models": ["chat-model"], "messages":[{"role":"user","content":"exact bytes"}], "seed": 12345678901234567890, "temperature": 1.0, "x_custom": {"keep": [1, 2.50]} }';
-  const r = await call(g.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' }, body, method: 'POST' });
+  const body =
+    '{ "model" : "chat-upstream-named",  "models": ["chat-model"], "messages":[{"role":"user","content":"exact bytes"}], "seed": 12345678901234567890, "temperature": 1.0, "x_custom": {"keep": [1, 2.50]} }';
+  const r = await call(g.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    body,
+    method: 'POST',
+  });
   t.equal(r.status, 200);
   const sent = mock().requests.at(-1)!;
-  const expected = '{ "model" : "vendor/Real-Model-7B",  "messages":[{"role":"user","content":"exact bytes"}], "seed": 12345678901234567890, "temperature": 1.0, "x_custom": {"keep": [1, 2.50]} }';
+  const expected =
+    '{ "model" : "vendor/Real-Model-7B",  "messages":[{"role":"user","content":"exact bytes"}], "seed": 12345678901234567890, "temperature": 1.0, "x_custom": {"keep": [1, 2.50]} }';
   t.equal(sent.body, expected, 'byte-equivalent except model (and models removed)');
   t.notOk(JSON.stringify(sent.headers).includes(KEYS.chat), 'the client key never goes upstream');
 });
@@ -98,14 +118,18 @@ t.test('passthrough: the upstream gets the client body unchanged but for model',
 t.test('model names of the form <provider>/<model> resolve', async (t) => {
   const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ model: 'mock/chat-model' }) });
   t.equal(r.status, 200);
-  const r2 = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ model: 'mock/vendor/Real-Model-7B' }) });
+  const r2 = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ model: 'mock/vendor/Real-Model-7B' }),
+  });
   t.equal(r2.status, 200, 'by upstream name');
   const r3 = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ model: 'mock/claude-model' }) });
   t.equal(r3.status, 503, 'still only models the group serves');
 });
 
 t.test('upstream failures map per wire-notes and reach the SDK as its error classes', async (t) => {
-  const ask = (directive: string) => client.chat.completions.create({ model: 'chat-model', messages: [{ role: 'user', content: `x [[mock: ${directive}]]` }] });
+  const ask = (directive: string) =>
+    client.chat.completions.create({ model: 'chat-model', messages: [{ role: 'user', content: `x [[mock: ${directive}]]` }] });
   const cases: Array<[string, number, any, string]> = [
     ['status=400', 400, OpenAI.BadRequestError, 'invalid_request_error'],
     ['status=422', 400, OpenAI.BadRequestError, 'invalid_request_error'],
@@ -117,37 +141,64 @@ t.test('upstream failures map per wire-notes and reach the SDK as its error clas
     ['status=529', 503, OpenAI.InternalServerError, 'overloaded_error'],
   ];
   for (const [d, status, cls, type] of cases) {
-    const err: any = await ask(d).then(() => undefined, (e) => e);
+    const err: any = await ask(d).then(
+      () => undefined,
+      (e) => e,
+    );
     t.ok(err instanceof cls, `${d}: ${cls.name}`);
     t.equal(err?.status, status, `${d}: status ${status}`);
     t.equal(err?.type, type, `${d}: type`);
   }
-  const limited = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: '[[mock: status=429 retry_after=7]]' }] }) });
+  const limited = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: '[[mock: status=429 retry_after=7]]' }] }),
+  });
   t.equal(limited.headers.get('retry-after'), '7', 'provider retry-after passed through');
-  t.ok([...limited.headers.keys()].some((h) => h.startsWith('x-ratelimit-')), 'provider x-ratelimit-* passed through');
+  t.ok(
+    [...limited.headers.keys()].some((h) => h.startsWith('x-ratelimit-')),
+    'provider x-ratelimit-* passed through',
+  );
 });
 
-t.test('the upstream\'s own in-stream error after content: a named error event, and the SDK throws', async (t) => {
+t.test("the upstream's own in-stream error after content: a named error event, and the SDK throws", async (t) => {
   const text = 'x [[mock: stream_error=6 words=20 chunk_delay=20]]';
-  const err = await client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: text }] }).finalChatCompletion().then(() => undefined, (e) => e);
-  t.ok(err instanceof OpenAI.APIError, 'finalChatCompletion rejects with the SDK\'s APIError');
+  const err = await client.chat.completions
+    .stream({ model: 'chat-model', messages: [{ role: 'user', content: text }] })
+    .finalChatCompletion()
+    .then(
+      () => undefined,
+      (e) => e,
+    );
+  t.ok(err instanceof OpenAI.APIError, "finalChatCompletion rejects with the SDK's APIError");
   const raw = await sseText(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: text }] })),
   });
   t.equal(raw.status, 200, 'the stream had started');
-  t.match(raw.text, /"content":"[\s\S]*event: error\ndata: \{"error":\{"type":"server_error"/, 'event: error, then the upstream\'s error (wire-notes)');
+  t.match(
+    raw.text,
+    /"content":"[\s\S]*event: error\ndata: \{"error":\{"type":"server_error"/,
+    "event: error, then the upstream's error (wire-notes)",
+  );
   t.notMatch(raw.text, /\n\ndata: \{"error"/, 'never the bare data: frame');
   t.notMatch(raw.text, /\[DONE\]/);
 });
 
 t.test('an upstream that dies mid-stream: the SDK throws, never a silent success', async (t) => {
-  const stream = client.chat.completions.stream({ model: 'chat-model', messages: [{ role: 'user', content: 'long [[mock: cut_after=3 words=30]]' }] });
-  const err = await stream.finalChatCompletion().then(() => undefined, (e) => e);
-  t.ok(err instanceof OpenAI.APIError, 'finalChatCompletion rejects with the SDK\'s APIError');
+  const stream = client.chat.completions.stream({
+    model: 'chat-model',
+    messages: [{ role: 'user', content: 'long [[mock: cut_after=3 words=30]]' }],
+  });
+  const err = await stream.finalChatCompletion().then(
+    () => undefined,
+    (e) => e,
+  );
+  t.ok(err instanceof OpenAI.APIError, "finalChatCompletion rejects with the SDK's APIError");
   t.match(String(err?.message), /upstream|ended/i);
   const raw = await sseText(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: cut_after=3 words=30]]' }] })),
   });
   t.equal(raw.status, 200);
@@ -158,7 +209,8 @@ t.test('an upstream that dies mid-stream: the SDK throws, never a silent success
 t.test('an upstream that forgets usage or [DONE]: the client still gets both', async (t) => {
   for (const d of ['no_usage', 'no_done', 'no_usage no_done']) {
     const raw = await sseText(g.url + '/v1/chat/completions', {
-      method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
       body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: `[[mock: ${d}]]` }] })),
     });
     const frames = raw.text.trim().split('\n\n');
@@ -173,12 +225,16 @@ t.test('a request the upstream never answers times out as 502', async (t) => {
   cfg.server.upstream_timeout = '600ms'; // waiting for the headers is upstream_timeout's, not the idle timeout's
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
-  const r = await call(g2.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: '[[mock: hang]]' }] }) });
+  const r = await call(g2.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: '[[mock: hang]]' }] }),
+  });
   t.equal(r.status, 502);
   t.equal(r.json.error.type, 'upstream_error');
   t.match(r.json.error.message, /timed out/);
   const s = await sseText(g2.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: hang_after=2 words=5]]' }] })),
   });
   t.match(s.text, /event: error\ndata: .*idle timeout/, 'a stream that goes silent gets an error event');
@@ -192,7 +248,8 @@ t.test('a silent upstream: the preamble is released after preamble_hold, keepali
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
   const res = await fetch(g2.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: '[[mock: hang_after=1]]' }] })),
   });
   t.equal(res.status, 200, 'headers sent although no content came (an idle failure before commit would be a 502)');

@@ -19,24 +19,69 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 const SESSION = '5b0d1c2e-8d4f-4f5e-9a51-0c8f2a6e7d31';
-const BETAS = ['claude-code-20250219', 'interleaved-thinking-2025-05-14', 'context-management-2025-06-27', 'prompt-caching-scope-2026-01-05'];
+const BETAS = [
+  'claude-code-20250219',
+  'interleaved-thinking-2025-05-14',
+  'context-management-2025-06-27',
+  'prompt-caching-scope-2026-01-05',
+];
 
-const client = (key: string) => new Anthropic0({
-  apiKey: key,
-  baseURL: g.url,
-  maxRetries: 0,
-  defaultHeaders: { 'x-app': 'cli', 'x-claude-code-session-id': SESSION, 'anthropic-dangerous-direct-browser-access': 'true' },
-});
+const client = (key: string) =>
+  new Anthropic0({
+    apiKey: key,
+    baseURL: g.url,
+    maxRetries: 0,
+    defaultHeaders: { 'x-app': 'cli', 'x-claude-code-session-id': SESSION, 'anthropic-dangerous-direct-browser-access': 'true' },
+  });
 
 const schema = (props: Record<string, unknown>, required: string[]) => ({
-  $schema: 'http://json-schema.org/draft-07/schema#', type: 'object', properties: props, required, additionalProperties: false,
+  $schema: 'http://json-schema.org/draft-07/schema#',
+  type: 'object',
+  properties: props,
+  required,
+  additionalProperties: false,
 });
 /** Tools in Claude Code's shape (JSON Schema draft-07, no additional properties). */
 const TOOLS = [
-  { name: 'Bash', description: 'Executes a bash command.', input_schema: schema({ command: { type: 'string', description: 'The command' }, timeout: { type: 'number' } }, ['command']) },
-  { name: 'Read', description: 'Reads a file.', input_schema: schema({ file_path: { type: 'string' }, offset: { type: 'number' }, limit: { type: 'number' } }, ['file_path']) },
-  { name: 'Edit', description: 'Edits a file.', input_schema: schema({ file_path: { type: 'string' }, old_string: { type: 'string' }, new_string: { type: 'string' }, replace_all: { type: 'boolean', default: false } }, ['file_path', 'old_string', 'new_string']) },
-  { name: 'TodoWrite', description: 'Updates the todo list.', input_schema: schema({ todos: { type: 'array', items: { type: 'object', properties: { content: { type: 'string' }, status: { type: 'string', enum: ['pending', 'in_progress', 'completed'] } } } } }, ['todos']) },
+  {
+    name: 'Bash',
+    description: 'Executes a bash command.',
+    input_schema: schema({ command: { type: 'string', description: 'The command' }, timeout: { type: 'number' } }, ['command']),
+  },
+  {
+    name: 'Read',
+    description: 'Reads a file.',
+    input_schema: schema({ file_path: { type: 'string' }, offset: { type: 'number' }, limit: { type: 'number' } }, ['file_path']),
+  },
+  {
+    name: 'Edit',
+    description: 'Edits a file.',
+    input_schema: schema(
+      {
+        file_path: { type: 'string' },
+        old_string: { type: 'string' },
+        new_string: { type: 'string' },
+        replace_all: { type: 'boolean', default: false },
+      },
+      ['file_path', 'old_string', 'new_string'],
+    ),
+  },
+  {
+    name: 'TodoWrite',
+    description: 'Updates the todo list.',
+    input_schema: schema(
+      {
+        todos: {
+          type: 'array',
+          items: {
+            type: 'object',
+            properties: { content: { type: 'string' }, status: { type: 'string', enum: ['pending', 'in_progress', 'completed'] } },
+          },
+        },
+      },
+      ['todos'],
+    ),
+  },
 ];
 
 /** The body fields Claude Code sends on every turn. */
@@ -45,7 +90,11 @@ const turn = (model: string, messages: unknown[]) => ({
   max_tokens: 32000,
   thinking: { type: 'enabled' as const, budget_tokens: 31999 },
   system: [
-    { type: 'text' as const, text: 'You are Claude Code, Anthropic\'s official CLI for Claude.', cache_control: { type: 'ephemeral' as const } },
+    {
+      type: 'text' as const,
+      text: "You are Claude Code, Anthropic's official CLI for Claude.",
+      cache_control: { type: 'ephemeral' as const },
+    },
     { type: 'text' as const, text: 'Answer briefly. Use the tools when needed.', cache_control: { type: 'ephemeral' as const } },
   ],
   tools: TOOLS,
@@ -58,7 +107,13 @@ const turn = (model: string, messages: unknown[]) => ({
 
 const GROUPS = [
   { name: 'Messages-style group (native)', key: KEYS.messages, model: 'claude-model', upstream: '/v1/messages', converted: false },
-  { name: 'Responses-style group (converted to Responses)', key: KEYS.responses, model: 'gpt-model', upstream: '/v1/responses', converted: true },
+  {
+    name: 'Responses-style group (converted to Responses)',
+    key: KEYS.responses,
+    model: 'gpt-model',
+    upstream: '/v1/responses',
+    converted: true,
+  },
 ];
 
 t.test('HEAD / answers 200 without a key', async (t) => {
@@ -75,18 +130,23 @@ for (const grp of GROUPS) {
     const first = await c.beta.messages.stream(turn(grp.model, [user]) as any).finalMessage();
     t.equal(first.stop_reason, 'tool_use', 'the model asks for a tool');
     const use: any = first.content.find((b: any) => b.type === 'tool_use');
-    t.equal(use?.name, 'Bash', 'Claude Code\'s first tool');
+    t.equal(use?.name, 'Bash', "Claude Code's first tool");
     t.type(use?.input?.command, 'string', 'with its input');
     t.ok(first.usage.input_tokens > 0 && first.usage.output_tokens > 0, 'usage');
     const thinking: any[] = first.content.filter((b: any) => b.type === 'thinking');
-    if (grp.converted) t.equal(thinking.length, 0, 'no thinking block: an OpenAI reasoning item could not be replayed to Anthropic (docs/conversion.md)');
+    if (grp.converted)
+      t.equal(thinking.length, 0, 'no thinking block: an OpenAI reasoning item could not be replayed to Anthropic (docs/conversion.md)');
     else t.ok(thinking.length === 1 && thinking[0].signature, 'a signed thinking block');
 
-    const second = await c.beta.messages.stream(turn(grp.model, [
-      user,
-      { role: 'assistant', content: first.content },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'README.md\npackage.json' }] },
-    ]) as any).finalMessage();
+    const second = await c.beta.messages
+      .stream(
+        turn(grp.model, [
+          user,
+          { role: 'assistant', content: first.content },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'README.md\npackage.json' }] },
+        ]) as any,
+      )
+      .finalMessage();
     t.equal(second.stop_reason, 'end_turn', 'then answers');
     t.match((second.content.find((b: any) => b.type === 'text') as any)?.text, /^This is a mock reply/);
 
@@ -96,9 +156,20 @@ for (const grp of GROUPS) {
     if (grp.converted) {
       t.same(up1.reasoning, { effort: 'high' }, 'thinking budget 31999 → reasoning effort high');
       for (const k of ['context_management', 'metadata', 'thinking', 'betas']) t.notOk(k in up1, `${k} dropped in conversion`);
-      t.equal(up1.instructions, 'You are Claude Code, Anthropic\'s official CLI for Claude.\n\nAnswer briefly. Use the tools when needed.', 'system blocks → instructions');
-      t.same(up1.tools.map((x: any) => x.name), TOOLS.map((x) => x.name), 'tools converted');
-      t.ok(up2.input.some((i: any) => i.type === 'function_call_output' && i.call_id === use.id), 'the tool result went back');
+      t.equal(
+        up1.instructions,
+        "You are Claude Code, Anthropic's official CLI for Claude.\n\nAnswer briefly. Use the tools when needed.",
+        'system blocks → instructions',
+      );
+      t.same(
+        up1.tools.map((x: any) => x.name),
+        TOOLS.map((x) => x.name),
+        'tools converted',
+      );
+      t.ok(
+        up2.input.some((i: any) => i.type === 'function_call_output' && i.call_id === use.id),
+        'the tool result went back',
+      );
     } else {
       t.equal(seen[0].path, '/v1/messages', 'routed on the path (?beta=true accepted, not needed upstream)');
       t.same(up1.context_management, turn('m', []).context_management, 'context_management passed through');
@@ -110,7 +181,12 @@ for (const grp of GROUPS) {
 }
 
 t.test('count_tokens?beta=true: counted on the Messages-style group, 404 on the Responses-style one', async (t) => {
-  const body = { model: 'claude-model', messages: [{ role: 'user', content: 'How many tokens is this?' }], tools: TOOLS, system: 'You are Claude Code.' };
+  const body = {
+    model: 'claude-model',
+    messages: [{ role: 'user', content: 'How many tokens is this?' }],
+    tools: TOOLS,
+    system: 'You are Claude Code.',
+  };
   const ok = await client(KEYS.messages).beta.messages.countTokens({ ...body, betas: BETAS } as any);
   t.ok(ok.input_tokens > 0, `Messages-style: ${ok.input_tokens}`);
   const r = await call(g.url + '/v1/messages/count_tokens?beta=true', {
@@ -125,10 +201,14 @@ t.test('count_tokens?beta=true: counted on the Messages-style group, 404 on the 
 t.test('a bad key: 401 with x-should-retry: false, so Claude Code stops at once', async (t) => {
   let attempts = 0;
   const c = new Anthropic0({
-    apiKey: 'sk-' + '9'.repeat(64), baseURL: g.url,
-    fetch: ((url: any, init: any) => { attempts++; return fetch(url, init); }) as typeof fetch,
+    apiKey: 'sk-' + '9'.repeat(64),
+    baseURL: g.url,
+    fetch: ((url: any, init: any) => {
+      attempts++;
+      return fetch(url, init);
+    }) as typeof fetch,
   });
   const err: any = await c.beta.messages.create(turn('claude-model', [{ role: 'user', content: 'hi' }]) as any).catch((e: unknown) => e);
   t.equal(err.status, 401);
-  t.equal(attempts, 1, 'one attempt with the SDK\'s default retries');
+  t.equal(attempts, 1, "one attempt with the SDK's default retries");
 });

@@ -42,7 +42,11 @@ t.before(async () => {
     { key: K.chat, name: 'codex-chat', user: 'coder', group: 'codex-chat' },
   );
   g = await startGateway(cfg);
-  t.comment((await sandboxed()) ? 'Codex runs tool commands in its own sandbox' : 'Codex\'s sandbox cannot run here (no user namespaces): runs use sandbox_mode = "danger-full-access"');
+  t.comment(
+    (await sandboxed())
+      ? 'Codex runs tool commands in its own sandbox'
+      : 'Codex\'s sandbox cannot run here (no user namespaces): runs use sandbox_mode = "danger-full-access"',
+  );
 });
 t.teardown(async () => {
   killCodex();
@@ -63,8 +67,11 @@ function assertRoundTrip(t: Pick<typeof import('tap').default, 'equal' | 'ok' | 
   t.match(cmd[0]?.aggregated_output, new RegExp(MARKER), 'and printed its output');
   const answer = items(run, 'agent_message');
   t.equal(answer.length, 1, 'one final answer');
-  t.match(answer[0]?.text, /^This is a mock reply/, 'the model\'s text after the tool result');
-  t.ok(run.events.every((e) => e.type !== 'turn.failed' && e.type !== 'error'), 'no failure events');
+  t.match(answer[0]?.text, /^This is a mock reply/, "the model's text after the tool result");
+  t.ok(
+    run.events.every((e) => e.type !== 'turn.failed' && e.type !== 'error'),
+    'no failure events',
+  );
   const done = run.events.find((e) => e.type === 'turn.completed');
   t.ok(done?.usage?.input_tokens > 0 && done?.usage?.output_tokens > 0, 'Codex reports usage');
 }
@@ -84,7 +91,10 @@ t.test('Responses-style group on a Responses upstream: passthrough', async (t) =
   assertRoundTrip(t, run);
   const sent = bodies(mock.requests.slice(before), '/v1/responses');
   t.equal(sent.length, 2, 'two model calls: the tool call, then the answer');
-  t.ok(sent[0].tools.some((x: any) => x.type === 'namespace') && sent[0].tools.some((x: any) => x.type === 'web_search'), 'Codex\'s namespace and web_search tools reach the upstream as sent');
+  t.ok(
+    sent[0].tools.some((x: any) => x.type === 'namespace') && sent[0].tools.some((x: any) => x.type === 'web_search'),
+    "Codex's namespace and web_search tools reach the upstream as sent",
+  );
   t.same(sent[0].include, ['reasoning.encrypted_content'], 'include passes through');
   t.equal(sent[0].store, false);
   const output = sent[1].input.find((i: any) => i.type === 'function_call_output');
@@ -103,10 +113,19 @@ t.test('Responses-style group on an Anthropic upstream: converted, web search in
   t.equal(sent.length, 2, 'two Messages calls upstream');
   const names = sent[0].tools.map((x: any) => x.name);
   t.ok(names.includes('exec_command'), 'function tools');
-  t.ok(names.some((n: string) => n.startsWith('multi_agent_v1__')), `the namespace flattened (${names.filter((n: string) => n.includes('__')).join(', ')})`);
-  t.ok(sent[0].tools.some((x: any) => x.type === 'web_search_20250305'), 'web_search → Anthropic web search');
-  for (const k of ['include', 'store', 'prompt_cache_key', 'client_metadata', 'reasoning']) t.notOk(k in sent[0], `${k} not sent to Anthropic`);
-  const results = sent[1].messages.flatMap((m: any) => (Array.isArray(m.content) ? m.content : [])).filter((b: any) => b.type === 'tool_result');
+  t.ok(
+    names.some((n: string) => n.startsWith('multi_agent_v1__')),
+    `the namespace flattened (${names.filter((n: string) => n.includes('__')).join(', ')})`,
+  );
+  t.ok(
+    sent[0].tools.some((x: any) => x.type === 'web_search_20250305'),
+    'web_search → Anthropic web search',
+  );
+  for (const k of ['include', 'store', 'prompt_cache_key', 'client_metadata', 'reasoning'])
+    t.notOk(k in sent[0], `${k} not sent to Anthropic`);
+  const results = sent[1].messages
+    .flatMap((m: any) => (Array.isArray(m.content) ? m.content : []))
+    .filter((b: any) => b.type === 'tool_result');
   t.equal(results.length, 1, 'the tool result went back');
   t.match(JSON.stringify(results[0].content), new RegExp(MARKER), 'with the command output');
   const searches = items(run, 'web_search');
@@ -123,8 +142,16 @@ t.test('Messages-style group: converted to Messages', async (t) => {
   assertRoundTrip(t, run);
   const sent = bodies(mock.requests.slice(before), '/v1/messages');
   t.equal(sent.length, 2, 'two Messages calls upstream');
-  t.ok(sent[0].tools.some((x: any) => x.name === 'multi_agent_v1__spawn_agent'), 'namespace flattened');
-  t.ok(sent[1].messages.some((m: any) => m.role === 'assistant' && m.content.some((b: any) => b.type === 'tool_use' && b.name === 'exec_command')), 'the call replayed as tool_use');
+  t.ok(
+    sent[0].tools.some((x: any) => x.name === 'multi_agent_v1__spawn_agent'),
+    'namespace flattened',
+  );
+  t.ok(
+    sent[1].messages.some(
+      (m: any) => m.role === 'assistant' && m.content.some((b: any) => b.type === 'tool_use' && b.name === 'exec_command'),
+    ),
+    'the call replayed as tool_use',
+  );
   const u = await usageOf(K.messages);
   t.equal(u.usage.total.requests, 2, 'two requests billed');
   t.ok(u.usage.total.input_tokens > 0, 'input tokens billed');
@@ -140,7 +167,10 @@ t.test('Responses-style group on a Chat Completions upstream: converted, web_sea
   const names = sent[0].tools.map((x: any) => x.function.name);
   t.ok(names.includes('multi_agent_v1__wait_agent'), 'namespace flattened');
   t.notOk(names.includes('web_search'), 'web_search dropped (Chat has no provider-side search)');
-  t.ok(sent[1].messages.some((m: any) => m.role === 'tool' && String(m.content).includes(MARKER)), 'the command output went back as a tool message');
+  t.ok(
+    sent[1].messages.some((m: any) => m.role === 'tool' && String(m.content).includes(MARKER)),
+    'the command output went back as a tool message',
+  );
 });
 
 t.test('a call to a namespaced tool reaches Codex with its namespace and its output goes back', async (t) => {
@@ -149,7 +179,9 @@ t.test('a call to a namespaced tool reaches Codex with its namespace and its out
   // close_agent of the multi_agent_v1 namespace, for an agent id that does not exist: Codex
   // routes the call to its multi-agent tool, which answers with an error the model then reads.
   const run = await runCodex({
-    gatewayUrl: g.url, apiKey: K.anthropic, model: 'codex-claude',
+    gatewayUrl: g.url,
+    apiKey: K.anthropic,
+    model: 'codex-claude',
     prompt: `Close the agent. [[mock: call=multi_agent_v1__close_agent args=${b64({ target: 'nobody' })}]]`,
   });
   t.equal(run.code, 0, `codex exec exits 0${run.code === 0 ? '' : `: ${run.stderr.slice(-2000)}`}`);
@@ -161,5 +193,5 @@ t.test('a call to a namespaced tool reaches Codex with its namespace and its out
   t.equal(use?.name, 'multi_agent_v1__close_agent', 'replayed under its flat name');
   const result = turn.flatMap((m: any) => (Array.isArray(m.content) ? m.content : [])).find((b: any) => b.type === 'tool_result');
   t.equal(result?.tool_use_id, use?.id, 'answered');
-  t.match(JSON.stringify(result?.content), /invalid agent id nobody/, 'by Codex\'s own multi-agent tool (it understood the namespace)');
+  t.match(JSON.stringify(result?.content), /invalid agent id nobody/, "by Codex's own multi-agent tool (it understood the namespace)");
 });

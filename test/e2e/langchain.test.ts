@@ -34,8 +34,14 @@ const CASES: Array<{ name: string; model: () => ChatOpenAI | ChatAnthropic }> = 
   { name: 'ChatOpenAI → chat-only group (passthrough)', model: () => chatOpenAI(KEYS.chat, 'chat-model') },
   { name: 'ChatOpenAI → Messages-style group (converted)', model: () => chatOpenAI(KEYS.messages, 'claude-model') },
   { name: 'ChatOpenAI → Responses-style group', model: () => chatOpenAI(KEYS.responses, 'gpt-model') },
-  { name: 'ChatOpenAI (Responses API) → Messages-style group (converted)', model: () => chatOpenAI(KEYS.messages, 'claude-model', { useResponsesApi: true }) },
-  { name: 'ChatOpenAI (Responses API) → Responses-style group (native)', model: () => chatOpenAI(KEYS.responses, 'gpt-model', { useResponsesApi: true }) },
+  {
+    name: 'ChatOpenAI (Responses API) → Messages-style group (converted)',
+    model: () => chatOpenAI(KEYS.messages, 'claude-model', { useResponsesApi: true }),
+  },
+  {
+    name: 'ChatOpenAI (Responses API) → Responses-style group (native)',
+    model: () => chatOpenAI(KEYS.responses, 'gpt-model', { useResponsesApi: true }),
+  },
   { name: 'ChatAnthropic → Messages-style group (native)', model: () => chatAnthropic(KEYS.messages, 'claude-model') },
   { name: 'ChatAnthropic → Responses-style group (converted)', model: () => chatAnthropic(KEYS.responses, 'gpt-model') },
 ];

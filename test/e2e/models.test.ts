@@ -38,7 +38,9 @@ t.test('Messages-style entries for clients that send anthropic-version or use x-
       { id: 'claude-model', type: 'model', display_name: 'claude-model', created_at: '2024-01-01T00:00:00Z' },
       { id: 'free-model', type: 'model', display_name: 'free-model', created_at: '2024-01-01T00:00:00Z' },
     ],
-    has_more: false, first_id: 'claude-model', last_id: 'free-model',
+    has_more: false,
+    first_id: 'claude-model',
+    last_id: 'free-model',
   };
   const viaVersion = await list(KEYS.messages, '', { ...bearer(KEYS.messages), 'anthropic-version': '2023-06-01' });
   t.same(viaVersion.json, expected, 'Bearer + anthropic-version');
@@ -50,7 +52,11 @@ t.test('Messages-style entries for clients that send anthropic-version or use x-
 
 t.test('a group naming no models: the default list, or none with configured_only=true', async (t) => {
   const all = await list(OPEN);
-  t.same(all.json.data.map((m: any) => m.id), ['chat-model', 'claude-model', 'gpt-model', 'free-model'], 'every configured model');
+  t.same(
+    all.json.data.map((m: any) => m.id),
+    ['chat-model', 'claude-model', 'gpt-model', 'free-model'],
+    'every configured model',
+  );
   for (const q of ['?configured_only=true', '?configured_only=1', '?configured_only=TRUE']) {
     t.same((await list(OPEN, q)).json, { object: 'list', data: [] }, q);
   }
@@ -58,6 +64,13 @@ t.test('a group naming no models: the default list, or none with configured_only
   t.equal((await list(KEYS.chat, '?configured_only=true')).json.data.length, 2, 'a group with models lists them either way');
   const bad = await list(OPEN, '?configured_only=maybe');
   t.equal(bad.status, 400);
-  t.same(bad.json, { error: { type: 'invalid_request_error', code: 'invalid_request_error', message: "configured_only must be true or false, got 'maybe'", param: null } });
+  t.same(bad.json, {
+    error: {
+      type: 'invalid_request_error',
+      code: 'invalid_request_error',
+      message: "configured_only must be true or false, got 'maybe'",
+      param: null,
+    },
+  });
   t.ok(bad.headers.get('x-request-id'));
 });

@@ -58,7 +58,16 @@ async function instances(t: Tap, prefix: string, n: number, limits: Limits): Pro
       u: { balance: 100_000, concurrency: limits.concurrency ?? 0, ...(limits.queue ? { queue: limits.queue } : {}) },
       broke: { balance: 0 },
     },
-    keys: [{ key: KEY, name: 'k', user: 'u', group: 'g', ...(limits.quota ? { quota: limits.quota } : {}), ...(limits.windows ? { windows: limits.windows } : {}) }],
+    keys: [
+      {
+        key: KEY,
+        name: 'k',
+        user: 'u',
+        group: 'g',
+        ...(limits.quota ? { quota: limits.quota } : {}),
+        ...(limits.windows ? { windows: limits.windows } : {}),
+      },
+    ],
     plugins: base.plugins,
     chains: base.chains,
     routes: base.routes,
@@ -86,12 +95,19 @@ const charge = (a: Answer) => (a.json.usage.prompt_tokens + a.json.usage.complet
 /** The records Redis holds for the key and its user. */
 async function records(prefix: string) {
   const [counters, totals, wallet] = await Promise.all([
-    db.hgetall(`${prefix}{k:k}:counters`), db.hgetall(`${prefix}{k:k}:totals`), db.hgetall(`${prefix}{u:u}:wallet`),
+    db.hgetall(`${prefix}{k:k}:counters`),
+    db.hgetall(`${prefix}{k:k}:totals`),
+    db.hgetall(`${prefix}{u:u}:wallet`),
   ]);
   const n = (v: string | undefined) => Number(v ?? 0);
   return {
-    used: n(counters.used), reserved: n(counters.res), requests: n(totals.requests), actual: n(totals.actual),
-    recovered: n(totals.recoveredRequests), spent: n(wallet.spent), walletReserved: n(wallet.res),
+    used: n(counters.used),
+    reserved: n(counters.res),
+    requests: n(totals.requests),
+    actual: n(totals.actual),
+    recovered: n(totals.recoveredRequests),
+    spent: n(wallet.spent),
+    walletReserved: n(wallet.res),
   };
 }
 
@@ -121,17 +137,25 @@ t.test('200 requests racing one key quota across two instances: bounded overspen
   // (200 words, max_tokens 200) dominates, so a request costs close to its reservation.
   const answers: Answer[] = [];
   let sent = 0;
-  await Promise.all(Array.from({ length: 20 }, async (_, c) => {
-    while (sent < 200) {
-      const i = sent++;
-      answers.push(await chat(c % 2 ? a : b, `[[mock: delay=20 words=200]] Hello number ${i}`, { max_tokens: 200 }));
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: 20 }, async (_, c) => {
+      while (sent < 200) {
+        const i = sent++;
+        answers.push(await chat(c % 2 ? a : b, `[[mock: delay=20 words=200]] Hello number ${i}`, { max_tokens: 200 }));
+      }
+    }),
+  );
   const ok = answers.filter((r) => r.status === 200);
   const refused = answers.filter((r) => r.status !== 200);
   t.equal(answers.length, 200);
-  t.ok(refused.every((r) => r.status === 429), 'refusals are 429');
-  t.ok(refused.some((r) => (r.json.error?.code ?? r.json.code) === 'API_KEY_QUOTA_EXHAUSTED'), `the quota ran out (${ok.length} served, ${refused.length} refused)`);
+  t.ok(
+    refused.every((r) => r.status === 429),
+    'refusals are 429',
+  );
+  t.ok(
+    refused.some((r) => (r.json.error?.code ?? r.json.code) === 'API_KEY_QUOTA_EXHAUSTED'),
+    `the quota ran out (${ok.length} served, ${refused.length} refused)`,
+  );
   const charged = ok.reduce((s, r) => s + charge(r), 0);
   const most = Math.max(...ok.map(charge));
   const rec = await records(prefix);
@@ -153,7 +177,10 @@ t.test('limit + 50 requests in one minute across two instances admit exactly the
   t.equal(statuses.filter((s) => s === 200).length, limit, 'exactly the limit served');
   const refused = answers.filter((r) => r.status === 429);
   t.equal(refused.length, 50, 'the other 50 refused');
-  t.ok(refused.every((r) => r.json.error.code === 'rate_limit_exceeded' && Number(r.headers['retry-after']) >= 1), 'as RPM refusals with Retry-After');
+  t.ok(
+    refused.every((r) => r.json.error.code === 'rate_limit_exceeded' && Number(r.headers['retry-after']) >= 1),
+    'as RPM refusals with Retry-After',
+  );
 });
 
 t.test('concurrency C across two instances: at most C upstream calls, exact queue refusals, no slot leaked', async (t) => {
@@ -166,13 +193,17 @@ t.test('concurrency C across two instances: at most C upstream calls, exact queu
   const answers = await Promise.all(Array.from({ length: N }, (_, i) => chat(i % 2 ? a : b, '[[mock: delay=1500]] Hello')));
   const full = answers.filter((r) => r.status === 429);
   t.equal(full.length, N - C - Q, 'the queue-full refusals: everyone beyond C running and Q waiting');
-  t.ok(full.every((r) => /Too many pending requests/.test(r.json.error.message)), 'answered at once as queue full');
+  t.ok(
+    full.every((r) => /Too many pending requests/.test(r.json.error.message)),
+    'answered at once as queue full',
+  );
   t.equal(answers.filter((r) => r.status === 200).length, C + Q, 'the running and the queued were served');
   t.equal(mock.peakInFlight, C, `never more than ${C} upstream calls at once (the upstream's own gauge)`);
   // Releases are sent as the responses end; give them a moment to land.
   const empty = async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) + (await db.zcard(`${prefix}{u:u}:slot:queue`)) === 0;
   t.ok(await until(empty, 5_000), 'no slot held, nobody queued afterwards', {
-    held: await db.zrange(`${prefix}{u:u}:slot:held`, '0', '-1', 'WITHSCORES'), queue: await db.zrange(`${prefix}{u:u}:slot:queue`, '0', '-1'),
+    held: await db.zrange(`${prefix}{u:u}:slot:held`, '0', '-1', 'WITHSCORES'),
+    queue: await db.zrange(`${prefix}{u:u}:slot:queue`, '0', '-1'),
   });
 });
 
@@ -203,11 +234,20 @@ t.test('kill -9 of one instance mid-load: nothing completed lost or doubled, its
   const done = (r: { answer: Answer }) => r.answer.status === 200 && r.answer.text.includes('data: [DONE]');
   const completed = results.filter(done);
   const cut = results.filter((r) => !done(r));
-  t.ok(cut.every((r) => r.on === 'a'), 'only requests on the killed instance were cut');
+  t.ok(
+    cut.every((r) => r.on === 'a'),
+    'only requests on the killed instance were cut',
+  );
   // The reaper of b resolves a's admissions once a's lease ran out.
   const ofA = (k: string) => k.includes(`-${a.pid}-`);
-  t.ok(await until(async () => (await keysOf(prefix)).every((k) => !/:adm:/.test(k) && !(ofA(k) && k.endsWith(':admissions')))), 'no admission left open');
-  t.ok(await until(async () => !(await db.zrange(`${prefix}{i}:live`, '0', '-1')).some((m) => ofA(String(m)))), 'the dead instance left the registry');
+  t.ok(
+    await until(async () => (await keysOf(prefix)).every((k) => !/:adm:/.test(k) && !(ofA(k) && k.endsWith(':admissions')))),
+    'no admission left open',
+  );
+  t.ok(
+    await until(async () => !(await db.zrange(`${prefix}{i}:live`, '0', '-1')).some((m) => ofA(String(m)))),
+    'the dead instance left the registry',
+  );
   const rec = await records(prefix);
   t.same([rec.reserved, rec.walletReserved], [0, 0], 'every reservation released');
   t.ok(rec.requests >= completed.length, `no completed request lost (${rec.requests} records, ${completed.length} completed)`);
@@ -219,54 +259,76 @@ t.test('kill -9 of one instance mid-load: nothing completed lost or doubled, its
   // A waiter of the dead instance still queued may have been handed a slot as b released its
   // own; such a grant lives only as long as that waiter's lease would have (slots.lua), so within
   // one lease of the kill nothing is held.
-  t.ok(await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 0, 3 * LEASE_MS), 'no slot left held once the dead instance\'s leases ran out');
+  t.ok(
+    await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 0, 3 * LEASE_MS),
+    "no slot left held once the dead instance's leases ran out",
+  );
   await b.stop();
 });
 
-t.test('Redis stopped and restarted mid-load: 503 meanwhile, recovery without a restart, counters = records, every volatile key expires', async (t) => {
-  const prefix = 'ms:';
-  const [a, b] = await instances(t, prefix, 2, { concurrency: 8, queue: { size: 8, max_wait: '10s' } });
-  type Phase = 'before' | 'down' | 'after';
-  const now: { phase: Phase } = { phase: 'before' };
-  let running = true;
-  const results: { phase: Phase; answer: Answer }[] = [];
-  const client = async (gw: GatewayProcess) => {
-    while (running) {
-      const at = now.phase;
-      results.push({ phase: at, answer: await chat(gw, '[[mock: delay=30]] Hello') });
-    }
-  };
-  const clients = [a, a, a, b, b, b].map(client);
-  await until(() => results.filter((r) => r.answer.status === 200).length >= 20);
-  await redis.stop();
-  now.phase = 'down';
-  await until(() => results.filter((r) => r.phase === 'down').length >= 30);
-  await redis.restart();
-  now.phase = 'after';
-  t.ok(await until(() => results.filter((r) => r.phase === 'after' && r.answer.status === 200).length >= 20), 'serving again without a restart');
-  running = false;
-  await Promise.all(clients);
+t.test(
+  'Redis stopped and restarted mid-load: 503 meanwhile, recovery without a restart, counters = records, every volatile key expires',
+  async (t) => {
+    const prefix = 'ms:';
+    const [a, b] = await instances(t, prefix, 2, { concurrency: 8, queue: { size: 8, max_wait: '10s' } });
+    type Phase = 'before' | 'down' | 'after';
+    const now: { phase: Phase } = { phase: 'before' };
+    let running = true;
+    const results: { phase: Phase; answer: Answer }[] = [];
+    const client = async (gw: GatewayProcess) => {
+      while (running) {
+        const at = now.phase;
+        results.push({ phase: at, answer: await chat(gw, '[[mock: delay=30]] Hello') });
+      }
+    };
+    const clients = [a, a, a, b, b, b].map(client);
+    await until(() => results.filter((r) => r.answer.status === 200).length >= 20);
+    await redis.stop();
+    now.phase = 'down';
+    await until(() => results.filter((r) => r.phase === 'down').length >= 30);
+    await redis.restart();
+    now.phase = 'after';
+    t.ok(
+      await until(() => results.filter((r) => r.phase === 'after' && r.answer.status === 200).length >= 20),
+      'serving again without a restart',
+    );
+    running = false;
+    await Promise.all(clients);
 
-  const down = results.filter((r) => r.phase === 'down' && r.answer.status !== 200);
-  t.ok(down.length > 0, 'refused while Redis was away');
-  t.ok(down.every((r) => r.answer.status === 503 && r.answer.json?.error?.type === 'billing_service_error'), 'always as 503 billing_service_error, never a crash');
-  const served = results.filter((r) => r.answer.status === 200);
-  const charged = served.reduce((s, r) => s + charge(r.answer), 0);
-  // Settlements queued while Redis was away arrive once it is back.
-  t.ok(await until(async () => (await records(prefix)).requests === served.length, 10_000), 'every served request recorded');
-  const rec = await records(prefix);
-  t.same([rec.requests, rec.actual, rec.used, rec.spent], [served.length, charged, charged, charged], 'counters = usage records = what the served requests cost, none twice');
-  t.same([rec.reserved, rec.walletReserved], [0, 0], 'nothing left reserved');
-  for (const gw of [a, b]) {
-    t.ok(gw.logs.some((l) => /store degraded/.test(l.msg)) && gw.logs.some((l) => /store recovered/.test(l.msg)), `instance ${gw.pid} logged the outage and the recovery`);
-  }
-  const durable = /\}:(wallet|caps|plan:.+|counters|totals|days|day:.+)$/;
-  const keys = await keysOf(prefix);
-  const ttls = await Promise.all(keys.map(async (k) => [k, await db.pttl(k)] as const));
-  const without = ttls.filter(([k, ttl]) => !durable.test(k) && ttl < 0).map(([k]) => k);
-  t.same(without, [], 'every volatile key has a TTL');
-  t.ok(keys.some((k) => /:rpm$|:ring$|:done:|\{i\}:live$/.test(k)), 'volatile keys were checked');
-});
+    const down = results.filter((r) => r.phase === 'down' && r.answer.status !== 200);
+    t.ok(down.length > 0, 'refused while Redis was away');
+    t.ok(
+      down.every((r) => r.answer.status === 503 && r.answer.json?.error?.type === 'billing_service_error'),
+      'always as 503 billing_service_error, never a crash',
+    );
+    const served = results.filter((r) => r.answer.status === 200);
+    const charged = served.reduce((s, r) => s + charge(r.answer), 0);
+    // Settlements queued while Redis was away arrive once it is back.
+    t.ok(await until(async () => (await records(prefix)).requests === served.length, 10_000), 'every served request recorded');
+    const rec = await records(prefix);
+    t.same(
+      [rec.requests, rec.actual, rec.used, rec.spent],
+      [served.length, charged, charged, charged],
+      'counters = usage records = what the served requests cost, none twice',
+    );
+    t.same([rec.reserved, rec.walletReserved], [0, 0], 'nothing left reserved');
+    for (const gw of [a, b]) {
+      t.ok(
+        gw.logs.some((l) => /store degraded/.test(l.msg)) && gw.logs.some((l) => /store recovered/.test(l.msg)),
+        `instance ${gw.pid} logged the outage and the recovery`,
+      );
+    }
+    const durable = /\}:(wallet|caps|plan:.+|counters|totals|days|day:.+)$/;
+    const keys = await keysOf(prefix);
+    const ttls = await Promise.all(keys.map(async (k) => [k, await db.pttl(k)] as const));
+    const without = ttls.filter(([k, ttl]) => !durable.test(k) && ttl < 0).map(([k]) => k);
+    t.same(without, [], 'every volatile key has a TTL');
+    t.ok(
+      keys.some((k) => /:rpm$|:ring$|:done:|\{i\}:live$/.test(k)),
+      'volatile keys were checked',
+    );
+  },
+);
 
 t.test('state across instances: usage seen everywhere at once, key changes and quota resets enforced by every instance', async (t) => {
   const prefix = 'mx:';
@@ -281,10 +343,16 @@ t.test('state across instances: usage seen everywhere at once, key changes and q
   t.equal(ub.status, 200);
   t.same(ub.json, ua.json, 'every field of /v1/usage is the same on the instance that served nothing');
   t.same([ub.json.usage.total.requests, ub.json.usage.rpm], [3, 3], 'the last-minute rpm included');
-  t.ok(ub.json.usage.tpm > 0 && ub.json.rate_limits[0].window_start !== null && ub.json.quota.used > 0, 'tpm, the window and the quota too');
+  t.ok(
+    ub.json.usage.tpm > 0 && ub.json.rate_limits[0].window_start !== null && ub.json.quota.used > 0,
+    'tpm, the window and the quota too',
+  );
 
   // Spend the quota on a, see it refused on b; reset it through a's admin API, b serves again.
-  await request(`${a.url}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'm', max_tokens: 1000, messages: [{ role: 'user', content: '[[mock: words=1000]] spend' }] } });
+  await request(`${a.url}/v1/chat/completions`, {
+    headers: { authorization: `Bearer ${KEY}` },
+    body: { model: 'm', max_tokens: 1000, messages: [{ role: 'user', content: '[[mock: words=1000]] spend' }] },
+  });
   t.ok(await until(async () => (await usage(b)).json.quota.used >= 1), 'spent on a, seen on b once settled');
   const refused = await chat(b);
   t.same([refused.status, refused.json.code ?? refused.json.error?.code], [429, 'API_KEY_QUOTA_EXHAUSTED'], 'b refuses the key');
@@ -299,21 +367,42 @@ t.test('state across instances: usage seen everywhere at once, key changes and q
     change(cfg.keys[0]);
     const before = [a, b].map((g) => g.logs.filter((l) => l.msg === 'config reloaded').length);
     writeFileSync(gws.file, YAML.stringify(cfg));
-    t.ok(await until(() => [a, b].every((g, i) => g.logs.filter((l) => l.msg === 'config reloaded').length > before[i])), 'both instances reloaded');
+    t.ok(
+      await until(() => [a, b].every((g, i) => g.logs.filter((l) => l.msg === 'config reloaded').length > before[i])),
+      'both instances reloaded',
+    );
   };
   const usedBefore = (await usage(a)).json.quota.used;
   await edit((k) => (k.user = 'broke'));
   const moved = await Promise.all([chat(a), chat(b)]);
-  t.same(moved.map((r) => r.status), [403, 403], 'moved to a user without money: refused by both');
+  t.same(
+    moved.map((r) => r.status),
+    [403, 403],
+    'moved to a user without money: refused by both',
+  );
   t.equal((await usage(b)).json.quota.used, usedBefore, 'the key keeps its used quota when it moves');
   await edit((k) => {
     k.user = 'u';
     k.enabled = false;
   });
-  t.same((await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]), [[401, 'API_KEY_DISABLED'], [401, 'API_KEY_DISABLED']], 'disabled everywhere');
+  t.same(
+    (await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]),
+    [
+      [401, 'API_KEY_DISABLED'],
+      [401, 'API_KEY_DISABLED'],
+    ],
+    'disabled everywhere',
+  );
   await edit((k) => {
     k.enabled = true;
     k.expires_at = '2020-01-01T00:00:00Z';
   });
-  t.same((await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]), [[403, 'API_KEY_EXPIRED'], [403, 'API_KEY_EXPIRED']], 'expired everywhere');
+  t.same(
+    (await Promise.all([chat(a), chat(b)])).map((r) => [r.status, r.json.code ?? r.json.error?.code]),
+    [
+      [403, 'API_KEY_EXPIRED'],
+      [403, 'API_KEY_EXPIRED'],
+    ],
+    'expired everywhere',
+  );
 });

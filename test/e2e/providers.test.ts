@@ -5,7 +5,17 @@
  */
 import t from 'tap';
 import { startMockServer, type MockServer } from '../../mock/server.js';
-import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, responsesBody, startGateway, type TestGateway } from '../helpers/gateway.js';
+import {
+  baseConfig,
+  bearer,
+  call,
+  chatBody,
+  KEYS,
+  messagesBody,
+  responsesBody,
+  startGateway,
+  type TestGateway,
+} from '../helpers/gateway.js';
 import { scriptedUpstream, sleep } from '../helpers/upstream.js';
 
 let mock: MockServer;
@@ -24,7 +34,10 @@ t.before(async () => {
   cfg.groups.responses.models.push('gpt-real', 'qwen');
   g = await startGateway(cfg);
 });
-t.teardown(async () => { await g.close(); await mock.close(); });
+t.teardown(async () => {
+  await g.close();
+  await mock.close();
+});
 
 const last = () => mock.requests.at(-1)!;
 
@@ -33,18 +46,27 @@ t.test('kind openai: base_url + /chat/completions and /responses, Bearer credent
   t.equal(last().path, '/v1/chat/completions');
   t.equal(last().headers.authorization, 'Bearer openai-secret');
   t.equal(JSON.parse(last().body).model, 'gpt-5-mini');
-  t.equal((await call(g.url + '/v1/responses', { headers: bearer(KEYS.responses), json: responsesBody({ model: 'gpt-real' }) })).status, 200);
+  t.equal(
+    (await call(g.url + '/v1/responses', { headers: bearer(KEYS.responses), json: responsesBody({ model: 'gpt-real' }) })).status,
+    200,
+  );
   t.equal(last().path, '/v1/responses');
 });
 
 t.test('kind anthropic: /v1/messages and count_tokens, x-api-key, anthropic-version, extra headers', async (t) => {
-  t.equal((await call(g.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ model: 'claude-real' }) })).status, 200);
+  t.equal(
+    (await call(g.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ model: 'claude-real' }) })).status,
+    200,
+  );
   t.equal(last().path, '/v1/messages');
   t.equal(last().headers['x-api-key'], 'anthropic-secret');
   t.equal(last().headers['anthropic-version'], '2023-06-01', 'default version when the client sent none');
   t.equal(last().headers['x-extra'], 'yes');
   t.notOk(last().headers.authorization, 'no Bearer on Messages upstreams');
-  const ct = await call(g.url + '/v1/messages/count_tokens', { headers: bearer(KEYS.messages), json: { model: 'claude-real', messages: [{ role: 'user', content: 'a b c' }] } });
+  const ct = await call(g.url + '/v1/messages/count_tokens', {
+    headers: bearer(KEYS.messages),
+    json: { model: 'claude-real', messages: [{ role: 'user', content: 'a b c' }] },
+  });
   t.equal(ct.status, 200);
   t.equal(last().path, '/v1/messages/count_tokens');
   t.equal(JSON.parse(last().body).model, 'claude-sonnet-4-5');
@@ -61,9 +83,13 @@ t.test('protocols: an upstream without Responses gets converted Chat', async (t)
 t.test('the upstream is aborted when the client goes away', async (t) => {
   const up = await scriptedUpstream(async (_req, res) => {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.write('data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n');
+    res.write(
+      'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}]}\n\n',
+    );
     for (let i = 0; i < 100 && !res.destroyed; i++) {
-      res.write(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" more"},"finish_reason":null}]}\n\n`);
+      res.write(
+        `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" more"},"finish_reason":null}]}\n\n`,
+      );
       await sleep(50);
     }
     res.end();
@@ -77,7 +103,9 @@ t.test('the upstream is aborted when the client goes away', async (t) => {
   t.teardown(() => g2.close());
   const ac = new AbortController();
   const res = await fetch(g2.url + '/v1/chat/completions', {
-    method: 'POST', signal: ac.signal, headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ model: 'slow', stream: true })),
   });
   const reader = res.body!.getReader();

@@ -22,7 +22,14 @@ let gw: Gateway<MockServer>;
 t.before(async () => {
   const dir = tmpDir('readme-');
   copyFileSync(path.join(ROOT, 'gateway.yaml'), path.join(dir, 'gateway.yaml'));
-  gw = await Gateway.start({ configFile: path.join(dir, 'gateway.yaml'), registry: builtinPlugins, mockUpstream: startMockServer, log: silentLogger, watch: false, env: { GATEWAY_PORT: '0' } });
+  gw = await Gateway.start({
+    configFile: path.join(dir, 'gateway.yaml'),
+    registry: builtinPlugins,
+    mockUpstream: startMockServer,
+    log: silentLogger,
+    watch: false,
+    env: { GATEWAY_PORT: '0' },
+  });
 });
 t.teardown(() => gw.close());
 

@@ -11,12 +11,22 @@ import { baseConfig, bearer, CONFORMANCE, KEYS, startGateway, type TestGateway }
 import { sseText } from '../helpers/raw.js';
 
 let g: TestGateway;
-t.before(async () => { g = await startGateway(baseConfig()); });
+t.before(async () => {
+  g = await startGateway(baseConfig());
+});
 t.teardown(() => g.close());
 
 const targets = {
-  'openai-chat': { path: '/v1/chat/completions', key: KEYS.chat, body: (d: string) => ({ model: 'chat-model', stream: true, messages: [{ role: 'user', content: d }] }) },
-  anthropic: { path: '/v1/messages', key: KEYS.messages, body: (d: string) => ({ model: 'claude-model', max_tokens: 8192, stream: true, messages: [{ role: 'user', content: d }] }) },
+  'openai-chat': {
+    path: '/v1/chat/completions',
+    key: KEYS.chat,
+    body: (d: string) => ({ model: 'chat-model', stream: true, messages: [{ role: 'user', content: d }] }),
+  },
+  anthropic: {
+    path: '/v1/messages',
+    key: KEYS.messages,
+    body: (d: string) => ({ model: 'claude-model', max_tokens: 8192, stream: true, messages: [{ role: 'user', content: d }] }),
+  },
   'openai-responses': { path: '/v1/responses', key: KEYS.responses, body: (d: string) => ({ model: 'gpt-model', stream: true, input: d }) },
 } as const;
 

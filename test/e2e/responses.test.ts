@@ -20,7 +20,9 @@ t.test('responses.create and responses.stream().finalResponse()', async (t) => {
   t.ok(r.usage!.input_tokens > 0 && r.usage!.output_tokens > 0);
   const s = client.responses.stream({ model: 'gpt-model', input: 'Stream please' });
   let deltas = '';
-  s.on('response.output_text.delta', (e) => { deltas += e.delta; });
+  s.on('response.output_text.delta', (e) => {
+    deltas += e.delta;
+  });
   const final = await s.finalResponse();
   t.equal(final.status, 'completed');
   t.equal(final.output_text, deltas);
@@ -28,20 +30,31 @@ t.test('responses.create and responses.stream().finalResponse()', async (t) => {
 });
 
 t.test('function calls and reasoning in streams', async (t) => {
-  const tools = [{ type: 'function' as const, name: 'lookup', description: 'Look up', parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] }, strict: false }];
+  const tools = [
+    {
+      type: 'function' as const,
+      name: 'lookup',
+      description: 'Look up',
+      parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] },
+      strict: false,
+    },
+  ];
   const final = await client.responses.stream({ model: 'gpt-model', input: 'find it', tools }).finalResponse();
   const fc = final.output.find((o) => o.type === 'function_call') as any;
   t.equal(fc?.name, 'lookup');
   t.match(fc?.id, /^fc_/);
   t.ok(fc?.call_id);
   t.doesNotThrow(() => JSON.parse(fc.arguments));
-  const reasoning = await client.responses.stream({ model: 'gpt-model', input: 'think [[mock: thinking]]', reasoning: { effort: 'low', summary: 'auto' } }).finalResponse();
+  const reasoning = await client.responses
+    .stream({ model: 'gpt-model', input: 'think [[mock: thinking]]', reasoning: { effort: 'low', summary: 'auto' } })
+    .finalResponse();
   t.equal(reasoning.output[0].type, 'reasoning');
 });
 
 t.test('stream frames have event: lines and no [DONE]', async (t) => {
   const raw = await sseText(g.url + '/v1/responses', {
-    method: 'POST', headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
     body: JSON.stringify(responsesBody({ stream: true })),
   });
   const frames = raw.text.trim().split('\n\n');
@@ -52,7 +65,10 @@ t.test('stream frames have event: lines and no [DONE]', async (t) => {
 });
 
 t.test('previous_response_id is refused with 400 invalid_request_error', async (t) => {
-  const err: any = await client.responses.create({ model: 'gpt-model', input: 'x', previous_response_id: 'resp_123' }).then(() => undefined, (e) => e);
+  const err: any = await client.responses.create({ model: 'gpt-model', input: 'x', previous_response_id: 'resp_123' }).then(
+    () => undefined,
+    (e) => e,
+  );
   t.equal(err?.status, 400);
   t.equal(err?.type, 'invalid_request_error');
   t.match(err?.message, /previous_response_id/);
@@ -60,28 +76,48 @@ t.test('previous_response_id is refused with 400 invalid_request_error', async (
 
 t.test('models.list: Chat-style entries', async (t) => {
   const page = await client.models.list();
-  t.same(page.data.map((m) => m.id), ['gpt-model', 'chat-model']);
+  t.same(
+    page.data.map((m) => m.id),
+    ['gpt-model', 'chat-model'],
+  );
   t.match(page.data[0], { id: 'gpt-model', object: 'model', type: 'model', display_name: 'gpt-model', owned_by: 'mock' });
 });
 
 t.test('mid-stream failures are thrown by the SDK', async (t) => {
-  const cut = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: cut_after=5 words=20]]' }).finalResponse().then(() => undefined, (e) => e);
-  t.ok(cut instanceof OpenAI.APIError, 'cut stream throws the SDK\'s APIError');
+  const cut = await client.responses
+    .stream({ model: 'gpt-model', input: 'x [[mock: cut_after=5 words=20]]' })
+    .finalResponse()
+    .then(
+      () => undefined,
+      (e) => e,
+    );
+  t.ok(cut instanceof OpenAI.APIError, "cut stream throws the SDK's APIError");
   const raw = await sseText(g.url + '/v1/responses', {
-    method: 'POST', headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
     body: JSON.stringify(responsesBody({ stream: true, input: 'x [[mock: cut_after=5 words=20]]' })),
   });
   t.match(raw.text, /event: error\ndata: \{"type":"error","sequence_number":\d+,"error":\{"type":"upstream_error"/);
   t.match(raw.text, /event: response\.failed\ndata: .*"status":"failed"/);
-  const own = await client.responses.stream({ model: 'gpt-model', input: 'x [[mock: stream_error=8 words=20 chunk_delay=20]]' }).finalResponse().then(() => undefined, (e) => e);
+  const own = await client.responses
+    .stream({ model: 'gpt-model', input: 'x [[mock: stream_error=8 words=20 chunk_delay=20]]' })
+    .finalResponse()
+    .then(
+      () => undefined,
+      (e) => e,
+    );
   const ownRaw = await sseText(g.url + '/v1/responses', {
-    method: 'POST', headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.responses), 'content-type': 'application/json' },
     body: JSON.stringify(responsesBody({ stream: true, input: 'x [[mock: stream_error=8 words=20 chunk_delay=20]]' })),
   });
   t.equal(ownRaw.status, 200, 'the stream had started');
-  t.match(ownRaw.text, /output_text\.delta[\s\S]*event: error\n/, 'the upstream\'s error event after content');
+  t.match(ownRaw.text, /output_text\.delta[\s\S]*event: error\n/, "the upstream's error event after content");
   t.ok(own instanceof OpenAI.APIError, "the upstream's own error event throws the SDK's APIError");
-  const s500: any = await client.responses.create({ model: 'gpt-model', input: 'x [[mock: status=500]]' }).then(() => undefined, (e) => e);
+  const s500: any = await client.responses.create({ model: 'gpt-model', input: 'x [[mock: status=500]]' }).then(
+    () => undefined,
+    (e) => e,
+  );
   t.equal(s500?.status, 502);
   t.equal(s500?.type, 'upstream_error');
 });

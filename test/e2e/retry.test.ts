@@ -48,32 +48,107 @@ interface Client {
   make(key: string, count: () => void, maxRetries?: number): { post(path: string, opts: object): Promise<unknown> };
 }
 
-const counting = (count: () => void) => ((url: any, init: any) => {
-  count();
-  return fetch(url, init);
-}) as typeof fetch;
+const counting = (count: () => void) =>
+  ((url: any, init: any) => {
+    count();
+    return fetch(url, init);
+  }) as typeof fetch;
 
 const CLIENTS: Client[] = [
-  { name: 'openai 6', make: (key, count, maxRetries) => new OpenAI({ apiKey: key, baseURL: g.url + '/v1', fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
-  { name: '@anthropic-ai/sdk 1', make: (key, count, maxRetries) => new Anthropic({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
-  { name: '@anthropic-ai/sdk 0', make: (key, count, maxRetries) => new Anthropic0({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }) },
+  {
+    name: 'openai 6',
+    make: (key, count, maxRetries) =>
+      new OpenAI({ apiKey: key, baseURL: g.url + '/v1', fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }),
+  },
+  {
+    name: '@anthropic-ai/sdk 1',
+    make: (key, count, maxRetries) =>
+      new Anthropic({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }),
+  },
+  {
+    name: '@anthropic-ai/sdk 0',
+    make: (key, count, maxRetries) =>
+      new Anthropic0({ apiKey: key, baseURL: g.url, fetch: counting(count), ...(maxRetries !== undefined ? { maxRetries } : {}) }),
+  },
 ];
 
-const claude = (extra: Record<string, unknown> = {}) => ({ model: 'claude-model', max_tokens: 64, messages: [{ role: 'user', content: 'Hello' }], ...extra });
+const claude = (extra: Record<string, unknown> = {}) => ({
+  model: 'claude-model',
+  max_tokens: 64,
+  messages: [{ role: 'user', content: 'Hello' }],
+  ...extra,
+});
 
 /** Each non-retryable error: the key, the path (relative to the SDK's base URL) and the body. */
-const FINAL: Array<{ name: string; status: number; key: string; path: [openai: string, anthropic: string]; body: Record<string, unknown>; code?: string }> = [
-  { name: '400 invalid request (no model)', status: 400, key: KEYS.messages, path: ['/messages', '/v1/messages'], body: { max_tokens: 5, messages: [] } },
+const FINAL: Array<{
+  name: string;
+  status: number;
+  key: string;
+  path: [openai: string, anthropic: string];
+  body: Record<string, unknown>;
+  code?: string;
+}> = [
+  {
+    name: '400 invalid request (no model)',
+    status: 400,
+    key: KEYS.messages,
+    path: ['/messages', '/v1/messages'],
+    body: { max_tokens: 5, messages: [] },
+  },
   { name: '401 wrong key', status: 401, key: hex(0xdead), path: ['/messages', '/v1/messages'], body: claude(), code: 'INVALID_API_KEY' },
   { name: '402 spend cap reached', status: 402, key: K.cap, path: ['/messages', '/v1/messages'], body: claude() },
   { name: '403 expired key', status: 403, key: K.expired, path: ['/messages', '/v1/messages'], body: claude(), code: 'API_KEY_EXPIRED' },
   { name: '404 endpoint not served (chat-only group)', status: 404, key: KEYS.chat, path: ['/messages', '/v1/messages'], body: claude() },
-  { name: '409 malformed session (unsigned thinking)', status: 409, key: KEYS.messages, path: ['/messages', '/v1/messages'], body: claude({ messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: [{ type: 'thinking', thinking: 'x' }, { type: 'text', text: 'b' }] }, { role: 'user', content: 'c' }] }) },
-  { name: '413 body too large', status: 413, key: KEYS.messages, path: ['/messages', '/v1/messages'], body: claude({ messages: [{ role: 'user', content: 'x'.repeat(1_100_000) }] }) },
-  { name: '429 key quota exhausted', status: 429, key: K.quota, path: ['/messages', '/v1/messages'], body: claude(), code: 'API_KEY_QUOTA_EXHAUSTED' },
+  {
+    name: '409 malformed session (unsigned thinking)',
+    status: 409,
+    key: KEYS.messages,
+    path: ['/messages', '/v1/messages'],
+    body: claude({
+      messages: [
+        { role: 'user', content: 'a' },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'thinking', thinking: 'x' },
+            { type: 'text', text: 'b' },
+          ],
+        },
+        { role: 'user', content: 'c' },
+      ],
+    }),
+  },
+  {
+    name: '413 body too large',
+    status: 413,
+    key: KEYS.messages,
+    path: ['/messages', '/v1/messages'],
+    body: claude({ messages: [{ role: 'user', content: 'x'.repeat(1_100_000) }] }),
+  },
+  {
+    name: '429 key quota exhausted',
+    status: 429,
+    key: K.quota,
+    path: ['/messages', '/v1/messages'],
+    body: claude(),
+    code: 'API_KEY_QUOTA_EXHAUSTED',
+  },
   { name: '429 key window used up', status: 429, key: K.window, path: ['/messages', '/v1/messages'], body: claude() },
-  { name: '429 plan limit reached', status: 429, key: K.plan, path: ['/messages', '/v1/messages'], body: claude(), code: 'USAGE_LIMIT_EXCEEDED' },
-  { name: '503 no available accounts (model not served)', status: 503, key: KEYS.messages, path: ['/messages', '/v1/messages'], body: claude({ model: 'no-such-model' }) },
+  {
+    name: '429 plan limit reached',
+    status: 429,
+    key: K.plan,
+    path: ['/messages', '/v1/messages'],
+    body: claude(),
+    code: 'USAGE_LIMIT_EXCEEDED',
+  },
+  {
+    name: '503 no available accounts (model not served)',
+    status: 503,
+    key: KEYS.messages,
+    path: ['/messages', '/v1/messages'],
+    body: claude({ model: 'no-such-model' }),
+  },
 ];
 
 for (const c of FINAL) {
@@ -81,7 +156,10 @@ for (const c of FINAL) {
     for (const sdk of CLIENTS) {
       let attempts = 0;
       const client = sdk.make(c.key, () => attempts++);
-      const err: any = await client.post(sdk.name.startsWith('openai') ? c.path[0] : c.path[1], { body: c.body }).then(() => undefined, (e) => e);
+      const err: any = await client.post(sdk.name.startsWith('openai') ? c.path[0] : c.path[1], { body: c.body }).then(
+        () => undefined,
+        (e) => e,
+      );
       t.ok(err, `${sdk.name}: throws`);
       t.equal(err?.status, c.status, `${sdk.name}: status ${c.status}`);
       t.equal(err?.headers?.get?.('x-should-retry') ?? err?.headers?.['x-should-retry'], 'false', `${sdk.name}: told not to retry`);
@@ -93,12 +171,19 @@ for (const c of FINAL) {
 
 t.test('the openai SDK shows the message of a flat key-check body (not "no body")', async (t) => {
   const client = new OpenAI({ apiKey: hex(0xdead), baseURL: g.url + '/v1', maxRetries: 0 });
-  const err: any = await client.chat.completions.create({ model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] }).catch((e) => e);
+  const err: any = await client.chat.completions
+    .create({ model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] })
+    .catch((e) => e);
   t.equal(err.status, 401);
   t.match(err.message, /Invalid API key/, 'the message');
   t.equal(err.code, 'INVALID_API_KEY', 'error.code');
-  for (const [name, C] of [['@anthropic-ai/sdk 1', Anthropic], ['@anthropic-ai/sdk 0', Anthropic0]] as const) {
-    const a: any = await new (C as any)({ apiKey: hex(0xdead), baseURL: g.url, maxRetries: 0 }).messages.create(claude()).catch((e: unknown) => e);
+  for (const [name, C] of [
+    ['@anthropic-ai/sdk 1', Anthropic],
+    ['@anthropic-ai/sdk 0', Anthropic0],
+  ] as const) {
+    const a: any = await new (C as any)({ apiKey: hex(0xdead), baseURL: g.url, maxRetries: 0 }).messages
+      .create(claude())
+      .catch((e: unknown) => e);
     t.equal(a.status, 401, `${name}: 401`);
     t.match(a.message, /INVALID_API_KEY|Invalid API key/, `${name}: still shows the flat body`);
     t.equal(a.error?.code, 'INVALID_API_KEY', `${name}: the body's code is unchanged`);
@@ -125,7 +210,10 @@ for (const c of RETRIED) {
       let attempts = 0;
       const client = sdk.make(KEYS.messages, () => attempts++, 1);
       const body = claude({ messages: [{ role: 'user', content: `Hello ${c.directive}` }] });
-      const err: any = await client.post(sdk.name.startsWith('openai') ? '/messages' : '/v1/messages', { body }).then(() => undefined, (e) => e);
+      const err: any = await client.post(sdk.name.startsWith('openai') ? '/messages' : '/v1/messages', { body }).then(
+        () => undefined,
+        (e) => e,
+      );
       t.equal(err?.status, c.status, `${sdk.name}: status ${c.status}`);
       t.equal(err?.headers?.get?.('x-should-retry') ?? null, null, `${sdk.name}: no x-should-retry`);
       t.equal(attempts, 2, `${sdk.name}: retried (maxRetries 1 → two attempts)`);

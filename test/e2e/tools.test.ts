@@ -31,16 +31,27 @@ t.teardown(() => g.close());
 const HEADER = 'x-gateway-dropped-tools';
 const mockFor = (name = 'mock') => g.gw.mocks.get(name)!;
 const lastUpstream = (name = 'mock') => JSON.parse(mockFor(name).requests.at(-1)!.body);
-const respond = (key: string, body: Record<string, unknown>) => call(g.url + '/v1/responses', { headers: bearer(key), json: { model: 'claude-model', ...body } });
+const respond = (key: string, body: Record<string, unknown>) =>
+  call(g.url + '/v1/responses', { headers: bearer(key), json: { model: 'claude-model', ...body } });
 
 t.test('builtin_tools: map (default) maps web_search, drops the rest and names them', async (t) => {
-  const r = await respond(KEYS.messages, { input: 'hi', tools: [{ type: 'web_search' }, { type: 'file_search', vector_store_ids: ['vs_1'] }, { type: 'mcp', server_label: 'x', server_url: 'https://mcp.example' }] });
+  const r = await respond(KEYS.messages, {
+    input: 'hi',
+    tools: [
+      { type: 'web_search' },
+      { type: 'file_search', vector_store_ids: ['vs_1'] },
+      { type: 'mcp', server_label: 'x', server_url: 'https://mcp.example' },
+    ],
+  });
   t.equal(r.status, 200);
   t.equal(r.headers.get(HEADER), 'file_search, mcp', 'dropped tools named');
   t.same(lastUpstream().tools, [{ type: 'web_search_20250305', name: 'web_search' }], 'web search sent to Anthropic');
   const none = await respond(KEYS.messages, { input: 'hi', tools: [{ type: 'web_search' }] });
   t.equal(none.headers.get(HEADER), null, 'no header when nothing was dropped');
-  const stream = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: { model: 'claude-model', input: 'hi', stream: true, tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] } });
+  const stream = await call(g.url + '/v1/responses', {
+    headers: bearer(KEYS.messages),
+    json: { model: 'claude-model', input: 'hi', stream: true, tools: [{ type: 'code_interpreter', container: { type: 'auto' } }] },
+  });
   t.equal(stream.status, 200);
   t.equal(stream.headers.get(HEADER), 'code_interpreter', 'on streams too');
   const chat = await respond(K.chatUp, { model: 'chat-up', input: 'hi', tools: [{ type: 'web_search' }] });
@@ -50,10 +61,16 @@ t.test('builtin_tools: map (default) maps web_search, drops the rest and names t
 });
 
 t.test('builtin_tools: drop and reject', async (t) => {
-  const d = await respond(K.drop, { input: 'hi', tools: [{ type: 'web_search' }, { type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }] });
+  const d = await respond(K.drop, {
+    input: 'hi',
+    tools: [{ type: 'web_search' }, { type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }],
+  });
   t.equal(d.status, 200);
   t.equal(d.headers.get(HEADER), 'web_search', 'drop: even the mappable search');
-  t.same(lastUpstream().tools.map((x: any) => x.name), ['f']);
+  t.same(
+    lastUpstream().tools.map((x: any) => x.name),
+    ['f'],
+  );
   const r = await respond(K.reject, { input: 'hi', tools: [{ type: 'web_search' }, { type: 'file_search', vector_store_ids: ['vs_1'] }] });
   t.equal(r.status, 400, 'reject: 400');
   t.match(r.json.error.message, /tools\[1\]: 'file_search'/, 'naming the tool');
@@ -63,37 +80,67 @@ t.test('builtin_tools: drop and reject', async (t) => {
 
 t.test('a web search by the Anthropic upstream: web_search_call and url_citation annotations', async (t) => {
   const client = new OpenAI({ apiKey: KEYS.messages, baseURL: g.url + '/v1', maxRetries: 0 });
-  const body = { model: 'claude-model', input: 'News about gateways? [[mock: web_search=llm+gateways]]', tools: [{ type: 'web_search' as const }] };
+  const body = {
+    model: 'claude-model',
+    input: 'News about gateways? [[mock: web_search=llm+gateways]]',
+    tools: [{ type: 'web_search' as const }],
+  };
   const r: any = await client.responses.create(body);
-  t.same(r.output.map((o: any) => o.type), ['web_search_call', 'message']);
+  t.same(
+    r.output.map((o: any) => o.type),
+    ['web_search_call', 'message'],
+  );
   t.match(r.output[0], { status: 'completed', action: { type: 'search', query: 'llm gateways' } });
-  t.same(r.output[0].action.sources.map((s: any) => s.url), ['https://example.com/llm-gateways/1', 'https://example.com/llm-gateways/2']);
-  t.match(r.output[1].content[0].annotations, [{ type: 'url_citation', url: 'https://example.com/llm-gateways/1', title: 'Result 1 for llm gateways', start_index: 0 }]);
+  t.same(
+    r.output[0].action.sources.map((s: any) => s.url),
+    ['https://example.com/llm-gateways/1', 'https://example.com/llm-gateways/2'],
+  );
+  t.match(r.output[1].content[0].annotations, [
+    { type: 'url_citation', url: 'https://example.com/llm-gateways/1', title: 'Result 1 for llm gateways', start_index: 0 },
+  ]);
   t.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
 
   const stream = client.responses.stream(body);
   const types: string[] = [];
   for await (const ev of stream) types.push(ev.type);
   const final: any = await stream.finalResponse();
-  for (const e of ['response.web_search_call.in_progress', 'response.web_search_call.searching', 'response.web_search_call.completed', 'response.output_text.annotation.added']) {
+  for (const e of [
+    'response.web_search_call.in_progress',
+    'response.web_search_call.searching',
+    'response.web_search_call.completed',
+    'response.output_text.annotation.added',
+  ]) {
     t.ok(types.includes(e), `${e} streamed`);
   }
-  t.equal(final.output[0].type, 'web_search_call', 'the SDK\'s final response has the search');
+  t.equal(final.output[0].type, 'web_search_call', "the SDK's final response has the search");
   t.equal(final.output[1].content[0].annotations[0].url, 'https://example.com/llm-gateways/1', 'and the citation');
   t.match(final.output_text, /^This is a mock reply/);
 });
 
 t.test('namespaced tools through the SDK: called back with their namespace', async (t) => {
   const client = new OpenAI({ apiKey: KEYS.messages, baseURL: g.url + '/v1', maxRetries: 0 });
-  const tools: any = [{
-    type: 'namespace', name: 'crm', description: 'Customer records',
-    tools: [{ type: 'function', name: 'lookup', description: 'Find a customer', strict: false, parameters: { type: 'object', properties: { email: { type: 'string' } }, required: ['email'] } }],
-  }];
+  const tools: any = [
+    {
+      type: 'namespace',
+      name: 'crm',
+      description: 'Customer records',
+      tools: [
+        {
+          type: 'function',
+          name: 'lookup',
+          description: 'Find a customer',
+          strict: false,
+          parameters: { type: 'object', properties: { email: { type: 'string' } }, required: ['email'] },
+        },
+      ],
+    },
+  ];
   const r: any = await client.responses.create({ model: 'claude-model', input: 'Who is bob@example.com?', tools });
   t.match(r.output[0], { type: 'function_call', name: 'lookup', namespace: 'crm', arguments: '{"email":"mock"}' });
   t.equal(lastUpstream().tools[0].name, 'crm__lookup', 'Anthropic saw the flat name');
   const next: any = await client.responses.create({
-    model: 'claude-model', tools,
+    model: 'claude-model',
+    tools,
     input: [
       { role: 'user', content: 'Who is bob@example.com?' },
       { type: 'function_call', call_id: r.output[0].call_id, name: 'lookup', namespace: 'crm', arguments: r.output[0].arguments },

@@ -47,10 +47,11 @@ function addKey(file: string, n: number): void {
   writeFileSync(file, text.replace(/^keys:\n/m, `keys:\n  - { key: ${NEW_KEY(n)}, name: added-${n}, user: demo, group: open-weights }\n`));
 }
 
-const chat = (url: string, key: string) => request(`${url}/v1/chat/completions`, {
-  headers: { authorization: `Bearer ${key}` },
-  body: { model: 'demo-chat', messages: [{ role: 'user', content: 'Hello!' }] },
-});
+const chat = (url: string, key: string) =>
+  request(`${url}/v1/chat/completions`, {
+    headers: { authorization: `Bearer ${key}` },
+    body: { model: 'demo-chat', messages: [{ role: 'user', content: 'Hello!' }] },
+  });
 
 /** Every one of n requests on its own connection (spread over the workers) answers 200. */
 async function allServe(url: string, key: string, n = 16): Promise<number[]> {
@@ -63,17 +64,31 @@ function stream(url: string, key: string): { started: Promise<void>; done: Promi
   let started!: () => void;
   const startedP = new Promise<void>((r) => (started = r));
   const u = new URL(url);
-  const body = JSON.stringify({ model: 'demo-chat', stream: true, messages: [{ role: 'user', content: '[[mock: chunk_delay=100 words=12]] Hello!' }] });
+  const body = JSON.stringify({
+    model: 'demo-chat',
+    stream: true,
+    messages: [{ role: 'user', content: '[[mock: chunk_delay=100 words=12]] Hello!' }],
+  });
   const done = new Promise<{ status: number; text: string }>((resolve, reject) => {
-    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent: false, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, (res) => {
-      let text = '';
-      res.on('data', (c: Buffer) => {
-        text += c.toString();
-        started();
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      res.on('error', reject);
-    });
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname,
+        method: 'POST',
+        agent: false,
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => {
+          text += c.toString();
+          started();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -114,7 +129,8 @@ t.test('workers: 2 passes the README quick start, and reloads reach every worker
 
   // Usage recorded by either worker is in the shared store: /v1/usage counts every request.
   // (Settlement follows each response: wait for the last ones.)
-  const total = async () => (await request(`${gw.url}/v1/usage`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).json?.usage?.total?.requests;
+  const total = async () =>
+    (await request(`${gw.url}/v1/usage`, { headers: { authorization: `Bearer ${DEMO_KEY}` } })).json?.usage?.total?.requests;
   t.ok(await until(async () => (await total()) === 18), 'curl + SDK + 16, whichever worker served them');
 
   // SIGHUP to the primary reloads every worker.
@@ -146,8 +162,15 @@ t.test('workers: SIGTERM lets streams in flight on every worker finish', async (
   await Promise.all(streams.map((s) => s.started));
   gw.proc.kill('SIGTERM');
   const done = await Promise.all(streams.map((s) => s.done));
-  t.same(done.map((d) => d.status), Array(6).fill(200));
-  t.ok(done.every((d) => d.text.includes('data: [DONE]')), 'every stream ran to its end', { texts: done.filter((d) => !d.text.includes('data: [DONE]')).map((d) => d.text) });
+  t.same(
+    done.map((d) => d.status),
+    Array(6).fill(200),
+  );
+  t.ok(
+    done.every((d) => d.text.includes('data: [DONE]')),
+    'every stream ran to its end',
+    { texts: done.filter((d) => !d.text.includes('data: [DONE]')).map((d) => d.text) },
+  );
   t.same(await gw.exited, { code: 0, signal: null });
   const drained = new Set(gw.logs.filter((l) => String(l.msg).startsWith('shutting down') && l.worker).map((l) => l.worker));
   t.same([...drained].sort(), [1, 2], 'both workers drained');
@@ -167,7 +190,11 @@ t.test('workers: a worker whose supervisor is killed drains and exits, leaving n
   const gw = await startGatewayProcess(config(dir, 'w4:'), { env: { GATEWAY_PORT: '0' }, listening: 2 });
   t.teardown(() => gw.stop());
   const { execFileSync } = await import('node:child_process');
-  const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(gw.pid)]).toString().trim().split(/\s+/).map(Number);
+  const workers = execFileSync('ps', ['-o', 'pid=', '--ppid', String(gw.pid)])
+    .toString()
+    .trim()
+    .split(/\s+/)
+    .map(Number);
   t.equal(workers.length, 2, 'two worker processes');
   gw.proc.kill('SIGKILL');
   const alive = (pid: number) => {

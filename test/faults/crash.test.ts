@@ -28,12 +28,15 @@ t.test('kill -9 mid-load: every completed request is recorded, none twice, those
     const stream = i % 4 === 0;
     // Streams are slow (still in flight at the kill); the others are quick.
     const body = {
-      model: 'chat-model', stream,
+      model: 'chat-model',
+      stream,
       messages: [{ role: 'user', content: `load ${i} ${stream ? '[[mock: words=40 chunk_delay=40]]' : '[[mock: words=5]]'}` }],
     };
     try {
       const res = await fetch(`${gw.url}/v1/chat/completions`, {
-        method: 'POST', headers: { authorization: `Bearer ${KEYS.chat}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEYS.chat}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
       });
       const text = await res.text();
       if (res.status !== 200) throw new Error(`status ${res.status}: ${text}`);

@@ -13,7 +13,16 @@ import { until } from '../helpers/upstream.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const hex = (n: number) => `sk-${n.toString(16).padStart(64, '0')}`;
-const K = { quota: hex(0x901), rst: hex(0x902), fin: hex(0x903), half: hex(0x904), cut: hex(0x905), cutMsg: hex(0x906), cutResp: hex(0x907), cutConv: hex(0x908) };
+const K = {
+  quota: hex(0x901),
+  rst: hex(0x902),
+  fin: hex(0x903),
+  half: hex(0x904),
+  cut: hex(0x905),
+  cutMsg: hex(0x906),
+  cutResp: hex(0x907),
+  cutConv: hex(0x908),
+};
 /** $ per million tokens: 100 µ$ an input token, 1000 µ$ an output token. */
 const PRICEY = { input: 100, output: 1000 };
 
@@ -43,10 +52,15 @@ t.teardown(() => g.close());
 
 const stats = (key: string) => g.gw.store.keyStats(key, '2000-01-01', '2100-01-01').then((s) => s.total);
 function rawPost(path: string, key: string, body: string): string {
-  return `POST ${path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n` +
-    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  return (
+    `POST ${path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  );
 }
-const slowBody = JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'leaving early [[mock: delay=1500 words=5]]' }] });
+const slowBody = JSON.stringify({
+  model: 'chat-model',
+  messages: [{ role: 'user', content: 'leaving early [[mock: delay=1500 words=5]]' }],
+});
 
 t.test('non-streaming: a client that resets the connection is billed the input the upstream processed', async (t) => {
   const s = net.connect(g.gw.port, '127.0.0.1');
@@ -64,7 +78,10 @@ t.test('non-streaming: a client that resets the connection is billed the input t
 t.test('non-streaming: a client that closes (FIN) and is gone is billed too', async (t) => {
   const ac = new AbortController();
   const p = fetch(`${g.url}/v1/chat/completions`, {
-    method: 'POST', signal: ac.signal, headers: { ...bearer(K.fin), 'content-type': 'application/json' }, body: slowBody,
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...bearer(K.fin), 'content-type': 'application/json' },
+    body: slowBody,
   }).catch(() => 'aborted');
   await sleep(300);
   ac.abort();
@@ -76,9 +93,17 @@ t.test('non-streaming: a client that closes (FIN) and is gone is billed too', as
 t.test('a client that half-closes after sending (shutdown(SHUT_WR)) gets its response, and it is billed', async (t) => {
   const s = net.connect(g.gw.port, '127.0.0.1');
   let out = '';
-  s.on('data', (d) => { out += d.toString('utf8'); });
+  s.on('data', (d) => {
+    out += d.toString('utf8');
+  });
   const closed = new Promise((r) => s.on('close', r));
-  s.write(rawPost('/v1/chat/completions', K.half, JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'half [[mock: delay=300 words=5]]' }] })));
+  s.write(
+    rawPost(
+      '/v1/chat/completions',
+      K.half,
+      JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'half [[mock: delay=300 words=5]]' }] }),
+    ),
+  );
   s.end(); // FIN after the request: still reading
   await closed;
   t.match(out, /^HTTP\/1\.1 200 OK/m, 'the final status (after any interim 1xx)');
@@ -89,19 +114,31 @@ t.test('a client that half-closes after sending (shutdown(SHUT_WR)) gets its res
 
 const dishonest = 'tell me everything [[mock: words=400 chunk_delay=1 ignore_max_tokens]]';
 
-t.test('a stream past its reservation ends as the protocol\'s length stop and is billed what was generated', async (t) => {
+t.test("a stream past its reservation ends as the protocol's length stop and is billed what was generated", async (t) => {
   const chat = await sseText(`${g.url}/v1/chat/completions`, {
-    method: 'POST', headers: { ...bearer(K.cut), 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'pricey', stream: true, max_tokens: 20, stream_options: { include_usage: true }, messages: [{ role: 'user', content: dishonest }] }),
+    method: 'POST',
+    headers: { ...bearer(K.cut), 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'pricey',
+      stream: true,
+      max_tokens: 20,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: dishonest }],
+    }),
   });
   t.equal(chat.status, 200);
   t.match(chat.text, /"finish_reason":"length"/, 'Chat: finish_reason length');
   t.match(chat.text, /data: \[DONE\]\n\n$/, 'Chat: [DONE] last');
-  const words = [...chat.text.matchAll(/"content":"([^"]*)"/g)].map((m) => m[1]).join('').split(/\s+/).filter(Boolean).length;
+  const words = [...chat.text.matchAll(/"content":"([^"]*)"/g)]
+    .map((m) => m[1])
+    .join('')
+    .split(/\s+/)
+    .filter(Boolean).length;
   t.ok(words < 100, `far fewer than the 400 words the upstream would send (${words})`);
 
   const msg = await sseText(`${g.url}/v1/messages`, {
-    method: 'POST', headers: { 'x-api-key': K.cutMsg, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'x-api-key': K.cutMsg, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'pricey', stream: true, max_tokens: 20, messages: [{ role: 'user', content: dishonest }] }),
   });
   t.match(msg.text, /event: content_block_stop\n/, 'Messages: the open block is closed');
@@ -109,14 +146,16 @@ t.test('a stream past its reservation ends as the protocol\'s length stop and is
   t.match(msg.text, /event: message_stop\ndata: \{"type":"message_stop"\}\n\n$/, 'Messages: message_stop last');
 
   const resp = await sseText(`${g.url}/v1/responses`, {
-    method: 'POST', headers: { ...bearer(K.cutResp), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(K.cutResp), 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'pricey', stream: true, max_output_tokens: 20, input: dishonest }),
   });
   t.match(resp.text, /event: response\.incomplete\n/, 'Responses: response.incomplete');
   t.match(resp.text, /"incomplete_details":\{"reason":"max_output_tokens"\}/);
 
   const conv = await sseText(`${g.url}/v1/chat/completions`, {
-    method: 'POST', headers: { ...bearer(K.cutConv), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(K.cutConv), 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'pricey-converted', stream: true, max_tokens: 20, messages: [{ role: 'user', content: dishonest }] }),
   });
   t.match(conv.text, /"finish_reason":"length"/, 'converted (Chat client, Messages upstream): finish_reason length');
@@ -129,17 +168,34 @@ t.test('a stream past its reservation ends as the protocol\'s length stop and is
 });
 
 t.test('200 racing requests on a $1.00 quota against an upstream that ignores max_tokens: overspend ≤ one reservation', async (t) => {
-  const body = JSON.stringify({ model: 'pricey', stream: true, max_tokens: 100, messages: [{ role: 'user', content: 'race [[mock: words=500 chunk_delay=2 ignore_max_tokens]]' }] });
+  const body = JSON.stringify({
+    model: 'pricey',
+    stream: true,
+    max_tokens: 100,
+    messages: [{ role: 'user', content: 'race [[mock: words=500 chunk_delay=2 ignore_max_tokens]]' }],
+  });
   // The reservation (core/billing.ts worstCaseCharge): a token per 2 body bytes of input, and the
   // output cap, at the model's price.
   const reservation = Math.ceil(Buffer.byteLength(body) / 2) * PRICEY.input + 100 * PRICEY.output;
-  const statuses = await Promise.all(Array.from({ length: 200 }, async () => {
-    const r = await fetch(`${g.url}/v1/chat/completions`, { method: 'POST', headers: { ...bearer(K.quota), 'content-type': 'application/json' }, body });
-    await r.text();
-    return r.status;
-  }));
+  const statuses = await Promise.all(
+    Array.from({ length: 200 }, async () => {
+      const r = await fetch(`${g.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...bearer(K.quota), 'content-type': 'application/json' },
+        body,
+      });
+      await r.text();
+      return r.status;
+    }),
+  );
   t.ok(statuses.filter((s) => s === 200).length >= 5, 'some were served');
-  t.ok(statuses.every((s) => s === 200 || s === 429), 'the rest refused by the quota');
+  t.ok(
+    statuses.every((s) => s === 200 || s === 429),
+    'the rest refused by the quota',
+  );
   const used = (await g.gw.store.keyState('quota')).used;
-  t.ok(used - 1_000_000 <= reservation, `spent ${used} µ$ of a 1,000,000 µ$ quota: overspend ${used - 1_000_000} ≤ one reservation (${reservation})`);
+  t.ok(
+    used - 1_000_000 <= reservation,
+    `spent ${used} µ$ of a 1,000,000 µ$ quota: overspend ${used - 1_000_000} ≤ one reservation (${reservation})`,
+  );
 });

@@ -42,38 +42,91 @@ const ENDPOINTS = [
 ] as const;
 
 const MODELS = ['chat-model', 'claude-model', 'gpt-model', 'free-model', 'unknown-model', '', ' ', 'chat-model#x', 'a'.repeat(300)];
-const TEXT = ['hi', '', ' ', '\u0000', '\ud800', '😀', '[[mock: status=500]]', '[[mock: status=429]]', '[[mock: status=413]]', '[[mock: cut_after=2]]',
-  '[[mock: stream_error=1]]', '[[mock: tools]]', '[[mock: thinking]]', '[[mock: status=404]]', '[[mock: words=3]]', '{"a":', '<script>', '%00', '__proto__'];
+const TEXT = [
+  'hi',
+  '',
+  ' ',
+  '\u0000',
+  '\ud800',
+  '😀',
+  '[[mock: status=500]]',
+  '[[mock: status=429]]',
+  '[[mock: status=413]]',
+  '[[mock: cut_after=2]]',
+  '[[mock: stream_error=1]]',
+  '[[mock: tools]]',
+  '[[mock: thinking]]',
+  '[[mock: status=404]]',
+  '[[mock: words=3]]',
+  '{"a":',
+  '<script>',
+  '%00',
+  '__proto__',
+];
 
 const scalar = fc.oneof(fc.constantFrom(...TEXT), fc.string({ maxLength: 20 }), fc.integer(), fc.double(), fc.boolean(), fc.constant(null));
 const content = fc.oneof(
   fc.constantFrom(...TEXT),
-  fc.array(fc.record({ type: fc.constantFrom('text', 'image', 'tool_use', 'tool_result', 'thinking', 'input_text', 'bogus'), text: scalar }, { requiredKeys: [] }), { maxLength: 3 }),
+  fc.array(
+    fc.record(
+      { type: fc.constantFrom('text', 'image', 'tool_use', 'tool_result', 'thinking', 'input_text', 'bogus'), text: scalar },
+      { requiredKeys: [] },
+    ),
+    { maxLength: 3 },
+  ),
   scalar,
 );
-const message = fc.record({
-  role: fc.constantFrom('user', 'assistant', 'system', 'tool', 'developer', 'bogus', ''),
-  content,
-  tool_calls: fc.array(fc.record({ id: scalar, type: fc.constant('function'), function: fc.record({ name: scalar, arguments: scalar }) }), { maxLength: 2 }),
-  tool_call_id: scalar,
-}, { requiredKeys: ['role'] });
-const bodyObject = fc.record({
-  model: fc.oneof(fc.constantFrom(...MODELS), scalar),
-  messages: fc.oneof(fc.array(message, { maxLength: 4 }), scalar),
-  input: fc.oneof(fc.constantFrom(...TEXT), fc.array(fc.oneof(message, fc.record({ type: fc.constantFrom('message', 'function_call_output', 'item_reference'), id: scalar, output: scalar })), { maxLength: 3 }), scalar),
-  stream: fc.oneof(fc.boolean(), scalar),
-  max_tokens: fc.oneof(fc.integer({ min: -5, max: 100_000 }), scalar),
-  max_output_tokens: fc.oneof(fc.integer({ min: -5, max: 100_000 }), scalar),
-  n: fc.oneof(fc.integer({ min: -1, max: 200 }), scalar),
-  models: fc.oneof(fc.array(fc.constantFrom(...MODELS), { maxLength: 4 }), scalar),
-  tools: fc.oneof(fc.array(fc.record({ type: fc.constantFrom('function', 'custom', 'web_search'), name: scalar, function: fc.record({ name: scalar }) }), { maxLength: 2 }), scalar),
-  system: fc.oneof(content, scalar),
-  stream_options: fc.oneof(fc.record({ include_usage: scalar }), scalar),
-  previous_response_id: scalar,
-  thinking: fc.oneof(fc.record({ type: fc.constantFrom('enabled', 'disabled'), budget_tokens: fc.integer({ min: -1, max: 5000 }) }), scalar),
-  __proto__: fc.constant({ polluted: true }),
-  constructor: scalar,
-}, { requiredKeys: [] });
+const message = fc.record(
+  {
+    role: fc.constantFrom('user', 'assistant', 'system', 'tool', 'developer', 'bogus', ''),
+    content,
+    tool_calls: fc.array(
+      fc.record({ id: scalar, type: fc.constant('function'), function: fc.record({ name: scalar, arguments: scalar }) }),
+      { maxLength: 2 },
+    ),
+    tool_call_id: scalar,
+  },
+  { requiredKeys: ['role'] },
+);
+const bodyObject = fc.record(
+  {
+    model: fc.oneof(fc.constantFrom(...MODELS), scalar),
+    messages: fc.oneof(fc.array(message, { maxLength: 4 }), scalar),
+    input: fc.oneof(
+      fc.constantFrom(...TEXT),
+      fc.array(
+        fc.oneof(
+          message,
+          fc.record({ type: fc.constantFrom('message', 'function_call_output', 'item_reference'), id: scalar, output: scalar }),
+        ),
+        { maxLength: 3 },
+      ),
+      scalar,
+    ),
+    stream: fc.oneof(fc.boolean(), scalar),
+    max_tokens: fc.oneof(fc.integer({ min: -5, max: 100_000 }), scalar),
+    max_output_tokens: fc.oneof(fc.integer({ min: -5, max: 100_000 }), scalar),
+    n: fc.oneof(fc.integer({ min: -1, max: 200 }), scalar),
+    models: fc.oneof(fc.array(fc.constantFrom(...MODELS), { maxLength: 4 }), scalar),
+    tools: fc.oneof(
+      fc.array(
+        fc.record({ type: fc.constantFrom('function', 'custom', 'web_search'), name: scalar, function: fc.record({ name: scalar }) }),
+        { maxLength: 2 },
+      ),
+      scalar,
+    ),
+    system: fc.oneof(content, scalar),
+    stream_options: fc.oneof(fc.record({ include_usage: scalar }), scalar),
+    previous_response_id: scalar,
+    thinking: fc.oneof(
+      fc.record({ type: fc.constantFrom('enabled', 'disabled'), budget_tokens: fc.integer({ min: -1, max: 5000 }) }),
+      scalar,
+    ),
+    __proto__: fc.constant({ polluted: true }),
+    constructor: scalar,
+  },
+  { requiredKeys: [] },
+);
 const nested = fc.integer({ min: 1, max: 20_000 }).map((d) => `{"model":"chat-model","messages":${'['.repeat(d)}${']'.repeat(d)}}`);
 const body = fc.oneof(
   { weight: 12, arbitrary: bodyObject.map((o) => JSON.stringify(o)) },
@@ -85,14 +138,52 @@ const body = fc.oneof(
 );
 const input: fc.Arbitrary<Input> = fc.record({
   endpoint: fc.integer({ min: 0, max: ENDPOINTS.length - 1 }),
-  key: fc.oneof(fc.constantFrom(KEYS.chat, KEYS.messages, KEYS.responses, KEYS.responsesNoMsg, KEYS.plan, KEYS.custom), fc.constantFrom('sk-bad', '', 'Bearer', `${KEYS.chat} extra`), fc.string({ maxLength: 40 })),
+  key: fc.oneof(
+    fc.constantFrom(KEYS.chat, KEYS.messages, KEYS.responses, KEYS.responsesNoMsg, KEYS.plan, KEYS.custom),
+    fc.constantFrom('sk-bad', '', 'Bearer', `${KEYS.chat} extra`),
+    fc.string({ maxLength: 40 }),
+  ),
   keyPlace: fc.constantFrom('bearer', 'bearer', 'bearer', 'x-api-key', 'query', 'none'),
   headers: fc.dictionary(
-    fc.constantFrom('content-type', 'anthropic-version', 'anthropic-beta', 'x-request-id', 'accept', 'x-forwarded-for', 'accept-encoding', 'x-goog-api-key', 'expect'),
-    fc.oneof(fc.constantFrom('application/json', 'text/plain', '2023-06-01', 'gzip', '1.2.3.4', '../../etc', 'a'.repeat(200), 'bogus', '100-continue'), fc.stringMatching(/^[\x20-\x7e]{0,40}$/)),
+    fc.constantFrom(
+      'content-type',
+      'anthropic-version',
+      'anthropic-beta',
+      'x-request-id',
+      'accept',
+      'x-forwarded-for',
+      'accept-encoding',
+      'x-goog-api-key',
+      'expect',
+    ),
+    fc.oneof(
+      fc.constantFrom(
+        'application/json',
+        'text/plain',
+        '2023-06-01',
+        'gzip',
+        '1.2.3.4',
+        '../../etc',
+        'a'.repeat(200),
+        'bogus',
+        '100-continue',
+      ),
+      fc.stringMatching(/^[\x20-\x7e]{0,40}$/),
+    ),
     { maxKeys: 3 },
   ),
-  query: fc.oneof(fc.constant(''), fc.constantFrom('?configured_only=true', '?configured_only=maybe', '?start_date=2026-01-01&end_date=2025-01-01', '?start_date=not-a-date', '?key=x', '?a=%ZZ'), fc.stringMatching(/^\?[\x21-\x7e]{0,30}$/)),
+  query: fc.oneof(
+    fc.constant(''),
+    fc.constantFrom(
+      '?configured_only=true',
+      '?configured_only=maybe',
+      '?start_date=2026-01-01&end_date=2025-01-01',
+      '?start_date=not-a-date',
+      '?key=x',
+      '?a=%ZZ',
+    ),
+    fc.stringMatching(/^\?[\x21-\x7e]{0,30}$/),
+  ),
   body,
 });
 
@@ -107,12 +198,22 @@ function send(base: URL, agent: Agent, inp: Input): Promise<{ status: number; he
   return new Promise((resolve, reject) => {
     let req: http.ClientRequest;
     try {
-      req = http.request({ host: base.hostname, port: base.port, path: ep.path + query, method: ep.method, agent, headers: { ...headers, ...(payload ? { 'content-length': payload.length } : {}) } }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
-        res.on('error', reject);
-      });
+      req = http.request(
+        {
+          host: base.hostname,
+          port: base.port,
+          path: ep.path + query,
+          method: ep.method,
+          agent,
+          headers: { ...headers, ...(payload ? { 'content-length': payload.length } : {}) },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('error', reject);
+        },
+      );
     } catch (e) {
       // A header the client library itself refuses to send: not an input for the gateway.
       return resolve({ status: -1, headers: {}, text: String(e) });
@@ -125,7 +226,11 @@ function send(base: URL, agent: Agent, inp: Input): Promise<{ status: number; he
 /** One of the documented error bodies (spec §7.1). */
 function documentedError(text: string): boolean {
   let j: any;
-  try { j = JSON.parse(text); } catch { return false; }
+  try {
+    j = JSON.parse(text);
+  } catch {
+    return false;
+  }
   if (!j || typeof j !== 'object') return false;
   const str = (v: unknown) => typeof v === 'string';
   if (str(j.code) && str(j.message) && Object.keys(j).length === 2) return true; // flat
@@ -168,20 +273,32 @@ async function run(t: any, inputs: Input[], label: string): Promise<void> {
   const statuses = new Map<number, number>();
   let next = 0;
   let sent = 0;
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (next < inputs.length) {
-      const inp = inputs[next++];
-      const r = await send(base, agent, inp).catch((e: Error) => ({ status: 0, headers: {}, text: `transport error: ${e.message}` }));
-      sent++;
-      statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
-      const p = r.status === 0 ? [r.text] : problems(inp, r);
-      if (p.length > 0 && failures.length < 20) failures.push({ input: inp, problems: p });
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (next < inputs.length) {
+        const inp = inputs[next++];
+        const r = await send(base, agent, inp).catch((e: Error) => ({ status: 0, headers: {}, text: `transport error: ${e.message}` }));
+        sent++;
+        statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
+        const p = r.status === 0 ? [r.text] : problems(inp, r);
+        if (p.length > 0 && failures.length < 20) failures.push({ input: inp, problems: p });
+      }
+    }),
+  );
   agent.destroy();
-  t.comment(`${label}: statuses ${[...statuses].sort((a, b) => a[0] - b[0]).map(([k, v]) => `${k}×${v}`).join(' ')}`);
-  if (failures.length > 0) t.comment(`${label}: failing inputs (add to ${path.relative(ROOT, CORPUS)}):\n${JSON.stringify(failures.slice(0, 5), null, 1)}`);
-  t.same(failures.map((f) => f.problems), [], `${label}: ${sent} inputs, every answer in the contract`);
+  t.comment(
+    `${label}: statuses ${[...statuses]
+      .sort((a, b) => a[0] - b[0])
+      .map(([k, v]) => `${k}×${v}`)
+      .join(' ')}`,
+  );
+  if (failures.length > 0)
+    t.comment(`${label}: failing inputs (add to ${path.relative(ROOT, CORPUS)}):\n${JSON.stringify(failures.slice(0, 5), null, 1)}`);
+  t.same(
+    failures.map((f) => f.problems),
+    [],
+    `${label}: ${sent} inputs, every answer in the contract`,
+  );
 }
 
 t.test('the checked-in corpus replays clean', async (t) => {
@@ -192,13 +309,17 @@ t.test('the checked-in corpus replays clean', async (t) => {
 t.test(`${RUNS} seeded inputs across the six endpoints (seed ${SEED})`, async (t) => {
   const inputs = fc.sample(input, { seed: SEED, numRuns: RUNS });
   const perEndpoint = ENDPOINTS.map((_, i) => inputs.filter((x) => x.endpoint === i).length);
-  t.ok(perEndpoint.every((n) => n > RUNS / 10), `every endpoint gets its share: ${perEndpoint.join(', ')}`);
+  t.ok(
+    perEndpoint.every((n) => n > RUNS / 10),
+    `every endpoint gets its share: ${perEndpoint.join(', ')}`,
+  );
   await run(t, inputs, 'fuzz');
   t.same(unhandled, [], 'no uncaught exception, no unhandled rejection');
   const health = await fetch(`${g.url}/healthz`);
   t.equal(health.status, 200, 'still answering');
   const ok = await fetch(`${g.url}/v1/chat/completions`, {
-    method: 'POST', headers: { authorization: `Bearer ${KEYS.chat}`, 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEYS.chat}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'still there?' }] }),
   });
   t.equal(ok.status, 200, 'and serving model calls');

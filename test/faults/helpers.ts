@@ -18,7 +18,10 @@ export function startProcess(file: string): Promise<Proc> {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let err = '';
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`gateway did not start:\n${err}`)); }, 20_000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`gateway did not start:\n${err}`));
+    }, 20_000);
     child.stderr.on('data', (d) => {
       err += d;
       const m = /gateway listening on (http:\/\/[^"\s]+)/.exec(err);
@@ -27,7 +30,10 @@ export function startProcess(file: string): Promise<Proc> {
         resolve({ child, url: m[1], stderr: () => err });
       }
     });
-    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`gateway exited (${code}):\n${err}`)); });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`gateway exited (${code}):\n${err}`));
+    });
   });
 }
 

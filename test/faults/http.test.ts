@@ -21,15 +21,27 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 /** Sends bytes (optionally in timed pieces) and collects the answer until the server closes. */
-function exchange(pieces: Array<string | Buffer>, opts: { gapMs?: number; maxMs?: number } = {}): Promise<{ text: string; closed: boolean }> {
+function exchange(
+  pieces: Array<string | Buffer>,
+  opts: { gapMs?: number; maxMs?: number } = {},
+): Promise<{ text: string; closed: boolean }> {
   return new Promise((resolve) => {
     const s = net.connect(g.gw.port, '127.0.0.1');
     let text = '';
     let closed = false;
-    s.on('data', (d) => { text += d.toString('latin1'); });
+    s.on('data', (d) => {
+      text += d.toString('latin1');
+    });
     s.on('error', () => undefined);
-    s.on('close', () => { closed = true; clearTimeout(timer); resolve({ text, closed }); });
-    const timer = setTimeout(() => { s.destroy(); resolve({ text, closed }); }, opts.maxMs ?? 10_000);
+    s.on('close', () => {
+      closed = true;
+      clearTimeout(timer);
+      resolve({ text, closed });
+    });
+    const timer = setTimeout(() => {
+      s.destroy();
+      resolve({ text, closed });
+    }, opts.maxMs ?? 10_000);
     void (async () => {
       for (const p of pieces) {
         if (s.destroyed) return;
@@ -48,7 +60,11 @@ function parse(raw: string): { status: number; headers: Record<string, string>; 
   let body = raw.slice(head.length + 4);
   if (headers['transfer-encoding'] === 'chunked') body = body.replace(/^[0-9a-f]+\r\n/, '').replace(/\r\n0\r\n\r\n$/, '');
   let json: any;
-  try { json = JSON.parse(body); } catch { json = undefined; }
+  try {
+    json = JSON.parse(body);
+  } catch {
+    json = undefined;
+  }
   return { status: Number(line.split(' ')[1]), headers, body: json };
 }
 
@@ -67,10 +83,24 @@ t.test('malformed HTTP is answered in the contract', async (t) => {
   inContract(t, (await exchange([chatReq('Expect: bogus\r\n')])).text, 400, 'bad_request', 'Expect other than 100-continue');
   inContract(t, (await exchange(['GET /v1/models HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n'])).text, 400, 'bad_request', 'no Host');
   inContract(t, (await exchange([chatReq(`X-Big: ${'a'.repeat(20_000)}\r\n`)])).text, 413, 'headers_too_large', 'headers over 16 KiB');
-  inContract(t, (await exchange([
-    `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${KEYS.chat}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`,
-  ])).text, 400, 'bad_request', 'bad chunking');
-  inContract(t, (await exchange(['GET / HTTP/1.1\r\nHost: gw\r\nBad\u0001Header: x\r\n\r\n'])).text, 400, 'bad_request', 'bad header characters');
+  inContract(
+    t,
+    (
+      await exchange([
+        `POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${KEYS.chat}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`,
+      ])
+    ).text,
+    400,
+    'bad_request',
+    'bad chunking',
+  );
+  inContract(
+    t,
+    (await exchange(['GET / HTTP/1.1\r\nHost: gw\r\nBad\u0001Header: x\r\n\r\n'])).text,
+    400,
+    'bad_request',
+    'bad header characters',
+  );
   const ok = await call(`${g.url}/v1/models`, { headers: bearer(KEYS.chat) });
   t.equal(ok.status, 200, 'still serving');
 });
@@ -104,9 +134,13 @@ function upload(path: string, headers: Record<string, string>, size: number, chu
     };
     s.on('error', (e: NodeJS.ErrnoException) => finish(`socket ${e.code ?? e.message}`));
     s.on('close', () => finish('closed without an answer'));
-    const head = `POST ${path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n` +
-      Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('') +
-      (chunked ? 'Transfer-Encoding: chunked\r\n' : `Content-Length: ${size}\r\n`) + '\r\n';
+    const head =
+      `POST ${path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n` +
+      Object.entries(headers)
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join('') +
+      (chunked ? 'Transfer-Encoding: chunked\r\n' : `Content-Length: ${size}\r\n`) +
+      '\r\n';
     const piece = Buffer.alloc(64 * 1024, 'a');
     const frames: Buffer[] = [Buffer.from(head)];
     for (let sent = 0; sent < size; sent += piece.length) {
@@ -156,7 +190,10 @@ t.test('upstream_timeout covers waiting for the headers; upstream_idle_timeout o
   cfg.server.upstream_timeout = '5s';
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
-  const slowHeaders = await call(`${g2.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: delay=800]]' }] }) });
+  const slowHeaders = await call(`${g2.url}/v1/chat/completions`, {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: delay=800]]' }] }),
+  });
   t.equal(slowHeaders.status, 200, 'headers after 800 ms with a 300 ms idle timeout: served');
 
   const cfg3 = baseConfig();
@@ -164,7 +201,10 @@ t.test('upstream_timeout covers waiting for the headers; upstream_idle_timeout o
   cfg3.server.upstream_timeout = '500ms';
   const g3 = await startGateway(cfg3);
   t.teardown(() => g3.close());
-  const never = await call(`${g3.url}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: hang]]' }] }) });
+  const never = await call(`${g3.url}/v1/chat/completions`, {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: 'x [[mock: hang]]' }] }),
+  });
   t.equal(never.status, 502, 'an upstream that never sends headers ends at upstream_timeout');
   t.match(never.json.error.message, /timed out/);
 });
@@ -177,7 +217,8 @@ t.test('upstream_idle_timeout counts silence, not length: a stream that keeps se
   t.teardown(() => g2.close());
   // 14 frames 100 ms apart: about 1.4 s of answer, never 400 ms silent.
   const res = await fetch(`${g2.url}/v1/chat/completions`, {
-    method: 'POST', headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ stream: true, messages: [{ role: 'user', content: 'x [[mock: words=12 chunk_delay=100]]' }] })),
   });
   t.equal(res.status, 200);
@@ -198,7 +239,9 @@ t.test('server.body_memory: a body that does not fit waits, then gets 503 body_m
   // A holds 200 KiB of the 300 KiB budget while its body is still arriving.
   const a = net.connect(g2.gw.port, '127.0.0.1');
   let aText = '';
-  a.on('data', (d) => { aText += d.toString('latin1'); });
+  a.on('data', (d) => {
+    aText += d.toString('latin1');
+  });
   const aDone = new Promise((r) => a.on('close', r));
   a.write(head + big.slice(0, 1000));
   await sleep(200);

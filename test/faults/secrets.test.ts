@@ -34,26 +34,53 @@ t.test('the canary keys appear in no file and no log line after mixed traffic', 
   cfg.keys.push({ key: CANARY, name: 'canary', user: 'alice', group: 'chat' });
   const g = await startGateway(cfg, { log: createLogger('debug', (l) => lines.push(l)) });
   const post = (p: string, headers: Record<string, string>, body: string) =>
-    fetch(g.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body }).then(async (r) => ({ status: r.status, text: await r.text() }));
+    fetch(g.url + p, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body }).then(async (r) => ({
+      status: r.status,
+      text: await r.text(),
+    }));
   const auth = { authorization: `Bearer ${CANARY}` };
-  const chat = (content: string, extra: Record<string, unknown> = {}) => JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content }], ...extra });
+  const chat = (content: string, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content }], ...extra });
 
   const statuses: number[] = [];
   const go = async (p: Promise<{ status: number }>) => statuses.push((await p).status);
   await go(post('/v1/chat/completions', auth, chat('hello')));
   await go(post('/v1/chat/completions', auth, chat('hello', { stream: true })));
-  for (const q of ['apikey', 'KEY', 'api_key', 'access_token', 'token']) await go(post(`/v1/chat/completions?${q}=${CANARY}`, auth, chat('q')));
-  await go(post('/v1/chat/completions', auth, chat('fail [[mock: status=500]]', { api_key: CANARY, key: CANARY, authorization: CANARY, nested: { Access_Token: CANARY } })));
-  await go(post('/v1/chat/completions', { ...auth, 'x-custom': `see ${CANARY}`, 'X-Goog-Api-Key': CANARY }, chat(`my key is ${CANARY} and the provider's ${PROVIDER} [[mock: status=400]]`)));
+  for (const q of ['apikey', 'KEY', 'api_key', 'access_token', 'token'])
+    await go(post(`/v1/chat/completions?${q}=${CANARY}`, auth, chat('q')));
+  await go(
+    post(
+      '/v1/chat/completions',
+      auth,
+      chat('fail [[mock: status=500]]', { api_key: CANARY, key: CANARY, authorization: CANARY, nested: { Access_Token: CANARY } }),
+    ),
+  );
+  await go(
+    post(
+      '/v1/chat/completions',
+      { ...auth, 'x-custom': `see ${CANARY}`, 'X-Goog-Api-Key': CANARY },
+      chat(`my key is ${CANARY} and the provider's ${PROVIDER} [[mock: status=400]]`),
+    ),
+  );
   await go(post('/v1/chat/completions', auth, `{"model":"chat-model","api_key":"${CANARY}", broken`));
   await go(post('/v1/chat/completions', auth, `{"model":"chat-model","x":"${encodeURIComponent(CANARY)}\\n${CANARY}", broken`));
   await go(post('/v1/chat/completions', auth, chat('stream fail [[mock: stream_error=2]]', { stream: true, key: CANARY })));
   await go(post(`/v1/chat/completions/${CANARY}`, auth, chat('no route')));
-  await go(post('/v1/messages', { 'x-api-key': CANARY, 'anthropic-version': '2023-06-01' }, JSON.stringify({ model: 'nope', max_tokens: 5, messages: [] })));
-  for (let i = 0; i < 40; i++) await go(post('/v1/chat/completions', { authorization: `Bearer sk-stranger-${i}-${'x'.repeat(20)}` }, chat('who am i')));
+  await go(
+    post(
+      '/v1/messages',
+      { 'x-api-key': CANARY, 'anthropic-version': '2023-06-01' },
+      JSON.stringify({ model: 'nope', max_tokens: 5, messages: [] }),
+    ),
+  );
+  for (let i = 0; i < 40; i++)
+    await go(post('/v1/chat/completions', { authorization: `Bearer sk-stranger-${i}-${'x'.repeat(20)}` }, chat('who am i')));
   await g.close();
 
-  t.ok(statuses.includes(200) && statuses.includes(400) && statuses.includes(401) && statuses.includes(502), `mixed outcomes: ${[...new Set(statuses)].join(', ')}`);
+  t.ok(
+    statuses.includes(200) && statuses.includes(400) && statuses.includes(401) && statuses.includes(502),
+    `mixed outcomes: ${[...new Set(statuses)].join(', ')}`,
+  );
   const files = allFiles(dir);
   const records = files.filter((f) => f.includes(`${path.sep}failed${path.sep}`));
   t.ok(records.length >= 6, `failed requests were kept (${records.length} files)`);
@@ -68,7 +95,14 @@ t.test('the canary keys appear in no file and no log line after mixed traffic', 
   t.notOk(log.includes(PROVIDER), 'no provider key in the log');
   const unkeyed = records.map((f) => JSON.parse(readFileSync(f, 'utf8'))).filter((r) => r.key === undefined);
   t.ok(unkeyed.length <= UNKEYED_PER_MINUTE, `refusals before a key was known are sampled: ${unkeyed.length} of 40+ written`);
-  t.ok(unkeyed.every((r) => r.body === undefined), 'without their bodies');
+  t.ok(
+    unkeyed.every((r) => r.body === undefined),
+    'without their bodies',
+  );
   const scrubbed = records.map((f) => JSON.parse(readFileSync(f, 'utf8'))).find((r) => r.status === 502 && r.body?.includes('api_key'));
-  t.match(JSON.parse(scrubbed.body), { api_key: '[removed]', key: '[removed]', authorization: '[removed]', nested: { Access_Token: '[removed]' } }, 'credential body fields removed at any depth');
+  t.match(
+    JSON.parse(scrubbed.body),
+    { api_key: '[removed]', key: '[removed]', authorization: '[removed]', nested: { Access_Token: '[removed]' } },
+    'credential body fields removed at any depth',
+  );
 });

@@ -4,7 +4,7 @@
  * `max` bytes, reproducible from `seed`.
  */
 export function* randomChunkings<T extends Uint8Array>(bytes: T, seed: number, max: number, rounds: number): Generator<T[]> {
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rand = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
   for (let round = 0; round < rounds; round++) {
     const chunks: T[] = [];
     for (let i = 0; i < bytes.length;) {

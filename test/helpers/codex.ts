@@ -41,7 +41,11 @@ export function killCodex(): void {
 function killGroup(p: ChildProcess): void {
   if (p.pid === undefined) return;
   // The group (detached: its own) holds Codex and whatever it spawned; ESRCH once all are gone.
-  try { process.kill(-p.pid, 'SIGKILL'); } catch { /* already gone */ }
+  try {
+    process.kill(-p.pid, 'SIGKILL');
+  } catch {
+    /* already gone */
+  }
 }
 
 /** A base64url string for the mock's `args=` directive. */
@@ -72,26 +76,29 @@ function makeHome(o: Pick<CodexOptions, 'gatewayUrl' | 'apiKey' | 'model'>, full
   // directory; pointing TMPDIR elsewhere lets a CODEX_HOME in /tmp work as a normal one.
   const tmp = path.join(root, 'tmp');
   for (const d of [home, work, tmp]) mkdirSync(d, { recursive: true });
-  writeFileSync(path.join(home, 'config.toml'), [
-    `model = ${JSON.stringify(o.model)}`,
-    'model_provider = "gateway"',
-    'check_for_update_on_startup = false',
-    ...(fullAccess ? ['sandbox_mode = "danger-full-access"'] : []),
-    '',
-    '[model_providers.gateway]',
-    'name = "llm-gateway"',
-    `base_url = ${JSON.stringify(o.gatewayUrl + '/v1')}`,
-    'env_key = "GATEWAY_API_KEY"',
-    'wire_api = "responses"',
-    '',
-    '[analytics]',
-    'enabled = false',
-    '',
-    '[features]',
-    'plugins = false',
-    'in_app_updates = false',
-    '',
-  ].join('\n'));
+  writeFileSync(
+    path.join(home, 'config.toml'),
+    [
+      `model = ${JSON.stringify(o.model)}`,
+      'model_provider = "gateway"',
+      'check_for_update_on_startup = false',
+      ...(fullAccess ? ['sandbox_mode = "danger-full-access"'] : []),
+      '',
+      '[model_providers.gateway]',
+      'name = "llm-gateway"',
+      `base_url = ${JSON.stringify(o.gatewayUrl + '/v1')}`,
+      'env_key = "GATEWAY_API_KEY"',
+      'wire_api = "responses"',
+      '',
+      '[analytics]',
+      'enabled = false',
+      '',
+      '[features]',
+      'plugins = false',
+      'in_app_updates = false',
+      '',
+    ].join('\n'),
+  );
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     HOME: root,
@@ -106,15 +113,25 @@ function makeHome(o: Pick<CodexOptions, 'gatewayUrl' | 'apiKey' | 'model'>, full
 /** Runs the Codex CLI with `args`; bounded, its process group killed when done. */
 async function codex(h: Home, args: string[], timeoutMs: number): Promise<Omit<CodexRun, 'events'>> {
   const child = spawn(process.execPath, [CODEX_JS, ...args], {
-    cwd: h.work, env: h.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
+    cwd: h.work,
+    env: h.env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   });
   running.add(child);
   let stdout = '';
   let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => { stdout += s; });
-  child.stderr.setEncoding('utf8').on('data', (s: string) => { stderr += s; });
+  child.stdout.setEncoding('utf8').on('data', (s: string) => {
+    stdout += s;
+  });
+  child.stderr.setEncoding('utf8').on('data', (s: string) => {
+    stderr += s;
+  });
   let timedOut = false;
-  const timer = setTimeout(() => { timedOut = true; killGroup(child); }, timeoutMs);
+  const timer = setTimeout(() => {
+    timedOut = true;
+    killGroup(child);
+  }, timeoutMs);
   const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
   clearTimeout(timer);
   killGroup(child); // helpers it left behind, if any
@@ -141,9 +158,16 @@ export async function runCodex(o: CodexOptions): Promise<CodexRun> {
   const h = makeHome(o, !(await sandboxed()));
   try {
     const r = await codex(h, ['exec', '--json', '--skip-git-repo-check', o.prompt], o.timeoutMs ?? 90_000);
-    const events = r.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => {
-      try { return JSON.parse(l); } catch { return { unparsed: l }; }
-    });
+    const events = r.stdout
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => {
+        try {
+          return JSON.parse(l);
+        } catch {
+          return { unparsed: l };
+        }
+      });
     return { ...r, events };
   } finally {
     rmSync(h.root, { recursive: true, force: true });

@@ -105,7 +105,10 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
-export async function startGateway(config: Record<string, any> | string = baseConfig(), opts: Partial<GatewayOptions<MockServer>> = {}): Promise<TestGateway> {
+export async function startGateway(
+  config: Record<string, any> | string = baseConfig(),
+  opts: Partial<GatewayOptions<MockServer>> = {},
+): Promise<TestGateway> {
   const file = writeConfig(config);
   const gw = await Gateway.start<MockServer>({
     mockUpstream: startMockServer,
@@ -136,7 +139,11 @@ export async function call(url: string, init: RequestInit & { json?: unknown } =
   const res = await fetch(url, { ...init, headers, body, method: init.method ?? (body !== undefined ? 'POST' : 'GET') });
   const text = await res.text();
   let json: any;
-  try { json = JSON.parse(text); } catch { json = undefined; }
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
   return { status: res.status, headers: res.headers, text, json };
 }
 

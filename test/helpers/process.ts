@@ -25,7 +25,10 @@ process.once('exit', () => {
   for (const p of running) p.kill('SIGKILL');
 });
 
-export async function startGatewayProcess(configFile: string, opts: { env?: NodeJS.ProcessEnv; listening?: number } = {}): Promise<GatewayProcess> {
+export async function startGatewayProcess(
+  configFile: string,
+  opts: { env?: NodeJS.ProcessEnv; listening?: number } = {},
+): Promise<GatewayProcess> {
   const proc = spawn(process.execPath, [path.join(ROOT, 'bin/gateway.js'), 'start', '--config', configFile], {
     env: { ...process.env, GATEWAY_LOG_LEVEL: 'info', ...opts.env },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -90,7 +93,12 @@ export async function startGatewayProcess(configFile: string, opts: { env?: Node
   }
   url = logs.find((l) => typeof l.msg === 'string' && l.msg.startsWith('gateway listening on '))!.msg.slice('gateway listening on '.length);
   return {
-    proc, pid: proc.pid!, url, logs, waitForLog, exited,
+    proc,
+    pid: proc.pid!,
+    url,
+    logs,
+    waitForLog,
+    exited,
     async stop(ms = 30_000) {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       proc.kill('SIGTERM');
@@ -113,24 +121,31 @@ export function request(url: string, opts: { method?: string; headers?: Record<s
   const u = new URL(url);
   const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: u.hostname, port: u.port, path: u.pathname + u.search, method: opts.method ?? (body ? 'POST' : 'GET'), agent: false,
-      headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...opts.headers },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json: any;
-        try {
-          json = JSON.parse(text);
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-      });
-      res.on('error', reject);
-    });
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname + u.search,
+        method: opts.method ?? (body ? 'POST' : 'GET'),
+        agent: false,
+        headers: { ...(body ? { 'content-type': 'application/json' } : {}), ...opts.headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: any;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+        });
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     if (body !== undefined) req.write(body);
     req.end();

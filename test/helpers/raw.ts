@@ -9,20 +9,30 @@ export interface RawReply {
   json: any;
 }
 
-export function rawRequest(url: string, opts: { method?: string; headers?: http.OutgoingHttpHeaders; body?: string | Buffer; path?: string }): Promise<RawReply> {
+export function rawRequest(
+  url: string,
+  opts: { method?: string; headers?: http.OutgoingHttpHeaders; body?: string | Buffer; path?: string },
+): Promise<RawReply> {
   const u = new URL(url);
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: u.hostname, port: u.port, path: opts.path ?? u.pathname + u.search, method: opts.method ?? 'POST', headers: opts.headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json: any;
-        try { json = JSON.parse(text); } catch { json = undefined; }
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
-      });
-      res.on('error', reject);
-    });
+    const req = http.request(
+      { host: u.hostname, port: u.port, path: opts.path ?? u.pathname + u.search, method: opts.method ?? 'POST', headers: opts.headers },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: any;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+        });
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     if (opts.body !== undefined) req.write(opts.body);
     req.end();
@@ -35,11 +45,16 @@ export function rawSocket(url: string, bytes: string | Buffer, waitMs = 2000): P
   return new Promise((resolve, reject) => {
     const s = net.connect(Number(u.port), u.hostname, () => s.write(bytes));
     let out = '';
-    s.on('data', (d) => { out += d.toString('latin1'); });
+    s.on('data', (d) => {
+      out += d.toString('latin1');
+    });
     s.on('end', () => resolve(out));
     s.on('close', () => resolve(out));
     s.on('error', reject);
-    setTimeout(() => { s.destroy(); resolve(out); }, waitMs).unref();
+    setTimeout(() => {
+      s.destroy();
+      resolve(out);
+    }, waitMs).unref();
   });
 }
 

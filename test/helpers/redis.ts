@@ -61,7 +61,12 @@ export class RedisServer {
   proc?: ChildProcess;
   private exited?: Promise<void>;
 
-  private constructor(readonly port: number, readonly dir: string, private readonly opts: RedisServerOptions, private readonly ownDir: boolean) {}
+  private constructor(
+    readonly port: number,
+    readonly dir: string,
+    private readonly opts: RedisServerOptions,
+    private readonly ownDir: boolean,
+  ) {}
 
   static async start(opts: RedisServerOptions = {}): Promise<RedisServer> {
     const port = opts.port ?? (await freePort());
@@ -81,14 +86,39 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const args = [
-      '--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '',
-      '--daemonize', 'no', '--protected-mode', 'no', '--loglevel', 'warning', '--maxmemory-policy', 'noeviction',
-      '--appendonly', this.opts.persist ? 'yes' : 'no',
+      '--port',
+      String(this.port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      this.dir,
+      '--save',
+      '',
+      '--daemonize',
+      'no',
+      '--protected-mode',
+      'no',
+      '--loglevel',
+      'warning',
+      '--maxmemory-policy',
+      'noeviction',
+      '--appendonly',
+      this.opts.persist ? 'yes' : 'no',
     ];
     if (this.opts.persist) args.push('--appendfsync', 'always');
     // Announcing the address at once: a new node otherwise reports an empty one in CLUSTER SLOTS
     // until its peers tell it, and clients then find no slot table.
-    if (this.opts.cluster) args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--cluster-announce-ip', '127.0.0.1');
+    if (this.opts.cluster)
+      args.push(
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        'nodes.conf',
+        '--cluster-node-timeout',
+        '2000',
+        '--cluster-announce-ip',
+        '127.0.0.1',
+      );
     const proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -155,13 +185,20 @@ export class RedisCluster {
     const nodes = await Promise.all([0, 1, 2].map(() => RedisServer.start({ cluster: true })));
     const cluster = new RedisCluster(nodes);
     try {
-      await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'], { timeout: 30_000 });
+      await run(
+        'redis-cli',
+        ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+        { timeout: 30_000 },
+      );
       const deadline = Date.now() + 20_000;
       for (;;) {
         const infos = await Promise.all(nodes.map((n) => n.cli('CLUSTER', 'INFO')));
         const slots = await Promise.all(nodes.map((n) => n.cli('CLUSTER', 'SLOTS')));
-        if (infos.every((i) => /cluster_state:ok/.test(i.stdout) && /cluster_known_nodes:3/.test(i.stdout)) &&
-          slots.every((s) => (s.stdout.match(/^127\.0\.0\.1$/gm) ?? []).length === 3)) break;
+        if (
+          infos.every((i) => /cluster_state:ok/.test(i.stdout) && /cluster_known_nodes:3/.test(i.stdout)) &&
+          slots.every((s) => (s.stdout.match(/^127\.0\.0\.1$/gm) ?? []).length === 3)
+        )
+          break;
         if (Date.now() > deadline) throw new Error('redis cluster did not become ready');
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -21,7 +21,9 @@ export interface ScriptedUpstream {
   close(): Promise<void>;
 }
 
-export async function scriptedUpstream(handler: (req: http.IncomingMessage, res: http.ServerResponse, body: string, seen: Seen) => void | Promise<void>): Promise<ScriptedUpstream> {
+export async function scriptedUpstream(
+  handler: (req: http.IncomingMessage, res: http.ServerResponse, body: string, seen: Seen) => void | Promise<void>,
+): Promise<ScriptedUpstream> {
   const seen: Seen[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -29,8 +31,14 @@ export async function scriptedUpstream(handler: (req: http.IncomingMessage, res:
     req.on('end', () => {
       let resolveClosed!: () => void;
       const rec: Seen = {
-        method: req.method ?? '', path: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8'),
-        closed: new Promise((r) => { resolveClosed = r; }), aborted: false,
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks).toString('utf8'),
+        closed: new Promise((r) => {
+          resolveClosed = r;
+        }),
+        aborted: false,
       };
       res.on('close', () => {
         if (!res.writableFinished) rec.aborted = true;
@@ -45,7 +53,11 @@ export async function scriptedUpstream(handler: (req: http.IncomingMessage, res:
   return {
     url: `http://127.0.0.1:${addr.port}`,
     seen,
-    close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }),
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
   };
 }
 

@@ -18,10 +18,12 @@ const CLAUDE = { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 };
 const COST = { input: 1000, output: 800 };
 
 const K = {
-  brokeChat: key(0x100), brokeMsg: key(0x101),
+  brokeChat: key(0x100),
+  brokeMsg: key(0x101),
   smallMsg: key(0x110),
   zeroMsg: key(0x120),
-  capMsg: key(0x130), capChat: key(0x131),
+  capMsg: key(0x130),
+  capChat: key(0x131),
   monthMsg: key(0x140),
   bothMsg: key(0x150),
 };
@@ -80,11 +82,13 @@ t.test('/v1/models and count_tokens at balance ≤ 0 → flat 403 INSUFFICIENT_B
     assertError(t, r, { status: 403, code: 'INSUFFICIENT_BALANCE', retryAfter: null }, '/v1/models');
   }
   const ct = await call(g.url + '/v1/messages/count_tokens', {
-    headers: bearer(K.brokeMsg), json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] },
+    headers: bearer(K.brokeMsg),
+    json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] },
   });
   assertError(t, ct, { status: 403, code: 'INSUFFICIENT_BALANCE', retryAfter: null }, 'count_tokens');
   const free = await call(g.url + '/v1/messages/count_tokens', {
-    headers: bearer(K.brokeMsg), json: { model: 'free-model', messages: [{ role: 'user', content: 'hi' }] },
+    headers: bearer(K.brokeMsg),
+    json: { model: 'free-model', messages: [{ role: 'user', content: 'hi' }] },
   });
   assertError(t, free, { status: 403, code: 'INSUFFICIENT_BALANCE' }, 'count_tokens of a free model');
   t.equal((await call(g.url + '/v1/usage', { headers: bearer(K.brokeMsg) })).status, 200, '/v1/usage still answers');
@@ -102,7 +106,12 @@ t.test('$0 models at balance 0: callable, limited by free_rpm_at_zero_balance pe
   assertError(t, overMsg, { status: 429, type: 'rate_limit_exceeded', retryAfter: '45' }, 'messages (same user)');
   t.not(over.headers.get('x-should-retry'), 'false', 'retryable');
   clock.advance(44_500);
-  assertError(t, await modelCall(g, K.brokeChat, 'chat', 'free-model'), { status: 429, type: 'rate_limit_exceeded', retryAfter: '1' }, 'half a second left');
+  assertError(
+    t,
+    await modelCall(g, K.brokeChat, 'chat', 'free-model'),
+    { status: 429, type: 'rate_limit_exceeded', retryAfter: '1' },
+    'half a second left',
+  );
   clock.advance(500);
   t.equal((await modelCall(g, K.brokeChat, 'chat', 'free-model')).status, 200, 'next minute: allowed again');
   const u = await usageOf(g, K.brokeChat);
@@ -117,16 +126,31 @@ t.test('a balance that runs out: the request that crosses zero completes, the ne
   t.equal(u.balance, -0.01);
   t.equal(u.remaining, 0, 'remaining never below 0 (-1 means unlimited)');
   assertError(t, await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST), { status: 403, type: 'billing_error' }, 'priced');
-  assertError(t, await call(g.url + '/v1/models', { headers: bearer(K.smallMsg) }), { status: 403, code: 'INSUFFICIENT_BALANCE' }, 'models');
+  assertError(
+    t,
+    await call(g.url + '/v1/models', { headers: bearer(K.smallMsg) }),
+    { status: 403, code: 'INSUFFICIENT_BALANCE' },
+    'models',
+  );
   t.equal((await modelCall(g, K.smallMsg, 'messages', 'free-model')).status, 200, '$0 model still callable');
 
   cfg.users.small.balance = 0.025; // top-up by config edit: 0.025 − 0.03 = −0.005, still ≤ 0
   await reload();
-  assertError(t, await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST), { status: 403, type: 'billing_error' }, 'still negative');
+  assertError(
+    t,
+    await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST),
+    { status: 403, type: 'billing_error' },
+    'still negative',
+  );
   cfg.users.small.balance = 0.03; // exactly 0 left
   await reload();
   assertError(t, await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST), { status: 403, type: 'billing_error' }, 'exactly zero');
-  assertError(t, await call(g.url + '/v1/models', { headers: bearer(K.smallMsg) }), { status: 403, code: 'INSUFFICIENT_BALANCE' }, 'models at exactly zero');
+  assertError(
+    t,
+    await call(g.url + '/v1/models', { headers: bearer(K.smallMsg) }),
+    { status: 403, code: 'INSUFFICIENT_BALANCE' },
+    'models at exactly zero',
+  );
   cfg.users.small.balance = 1;
   await reload();
   t.equal((await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST)).status, 200, 'topped up');
@@ -151,7 +175,12 @@ t.test('weekly spend cap: 402 spend_cap_reached, Retry-After = seconds until Mon
   t.equal((await call(g.url + '/v1/models', { headers: bearer(K.capMsg) })).status, 200, '/v1/models is not capped');
 
   clock.set(Date.UTC(2026, 0, 11, 23, 59, 59));
-  assertError(t, await modelCall(g, K.capMsg, 'messages', 'claude-model', COST), { status: 402, type: 'spend_cap_reached', retryAfter: '1' }, 'Sunday 23:59:59');
+  assertError(
+    t,
+    await modelCall(g, K.capMsg, 'messages', 'claude-model', COST),
+    { status: 402, type: 'spend_cap_reached', retryAfter: '1' },
+    'Sunday 23:59:59',
+  );
   clock.set(Date.UTC(2026, 0, 12, 0, 0, 0));
   t.equal((await modelCall(g, K.capMsg, 'messages', 'claude-model', COST)).status, 200, 'Monday 00:00: a new week');
 });
@@ -162,7 +191,11 @@ t.test('monthly spend cap: Retry-After = seconds until the 1st 00:00 UTC', async
   const r = await modelCall(g, K.monthMsg, 'messages', 'claude-model', COST);
   assertError(t, r, { status: 402, type: 'spend_cap_reached', retryAfter: String((Date.UTC(2026, 1, 1) - clock.now()) / 1000) });
   clock.set(Date.UTC(2026, 0, 26)); // a new week does not help
-  assertError(t, await modelCall(g, K.monthMsg, 'messages', 'claude-model', COST), { status: 402, type: 'spend_cap_reached', retryAfter: String(6 * 86_400) });
+  assertError(t, await modelCall(g, K.monthMsg, 'messages', 'claude-model', COST), {
+    status: 402,
+    type: 'spend_cap_reached',
+    retryAfter: String(6 * 86_400),
+  });
   clock.set(Date.UTC(2026, 1, 1));
   t.equal((await modelCall(g, K.monthMsg, 'messages', 'claude-model', COST)).status, 200, 'February');
 });
@@ -172,13 +205,27 @@ t.test('both caps reached: Retry-After names the later reset', async (t) => {
   clock.set(Date.UTC(2026, 0, 30, 12, 0, 0));
   t.equal((await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST)).status, 200);
   t.equal((await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST)).status, 200);
-  assertError(t, await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST), {
-    status: 402, type: 'spend_cap_reached', retryAfter: String((Date.UTC(2026, 1, 2) - clock.now()) / 1000),
-  }, 'until Monday, when both have reset');
+  assertError(
+    t,
+    await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST),
+    {
+      status: 402,
+      type: 'spend_cap_reached',
+      retryAfter: String((Date.UTC(2026, 1, 2) - clock.now()) / 1000),
+    },
+    'until Monday, when both have reset',
+  );
   clock.set(Date.UTC(2026, 1, 1));
-  assertError(t, await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST), {
-    status: 402, type: 'spend_cap_reached', retryAfter: String(86_400),
-  }, 'new month, same week');
+  assertError(
+    t,
+    await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST),
+    {
+      status: 402,
+      type: 'spend_cap_reached',
+      retryAfter: String(86_400),
+    },
+    'new month, same week',
+  );
   clock.set(Date.UTC(2026, 1, 2));
   t.equal((await modelCall(g, K.bothMsg, 'messages', 'claude-model', COST)).status, 200);
 });

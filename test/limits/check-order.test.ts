@@ -64,12 +64,17 @@ t.test('balance group: every limit failing at once, loosened one by one', async 
   const seen = mock.requests.length;
   const ac = new AbortController();
   const holder = fetch(g.url + '/v1/messages', {
-    method: 'POST', signal: ac.signal, headers: { ...bearer(K.multi), 'content-type': 'application/json' },
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...bearer(K.multi), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor('messages', 'claude-model', '[[mock: hang]]')),
   }).catch(() => 'aborted');
   t.teardown(() => ac.abort());
   t.ok(await until(() => mock.requests.length > seen), 'a request holds the only slot (3 requests this minute)');
-  const ct = await call(g.url + '/v1/messages/count_tokens', { headers: bearer(K.multi), json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] } });
+  const ct = await call(g.url + '/v1/messages/count_tokens', {
+    headers: bearer(K.multi),
+    json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] },
+  });
   t.equal(ct.status, 200, 'count_tokens takes no slot');
   assertError(t, await modelCall(g, K.multi, 'messages', 'claude-model', COST), E.queue, 'the queue (size 0) is full');
 
@@ -83,14 +88,30 @@ t.test('balance group: every limit failing at once, loosened one by one', async 
     loosen();
     await reload();
   };
-  await step('key expiry before all the limits', E.expired, () => { delete keyCfg('multi').expires_at; });
-  await step('1. billing eligibility', E.billing, () => { user('multi').balance = 10; });
-  await step('2. key quota', E.quota, () => { keyCfg('multi').quota = 0; });
-  await step('3. key window', E.window5h, () => { keyCfg('multi').windows = {}; });
-  await step('4. account spend cap', E.cap, () => { user('multi').spend_caps = {}; });
-  await step('5. group RPM', E.rpmGroup, () => { cfg.groups.ordered.rpm = 0; });
-  await step('6. user RPM', E.rpmUser, () => { user('multi').rpm = 0; });
-  await step('7. concurrency queue', E.queue, () => { user('multi').concurrency = 0; });
+  await step('key expiry before all the limits', E.expired, () => {
+    delete keyCfg('multi').expires_at;
+  });
+  await step('1. billing eligibility', E.billing, () => {
+    user('multi').balance = 10;
+  });
+  await step('2. key quota', E.quota, () => {
+    keyCfg('multi').quota = 0;
+  });
+  await step('3. key window', E.window5h, () => {
+    keyCfg('multi').windows = {};
+  });
+  await step('4. account spend cap', E.cap, () => {
+    user('multi').spend_caps = {};
+  });
+  await step('5. group RPM', E.rpmGroup, () => {
+    cfg.groups.ordered.rpm = 0;
+  });
+  await step('6. user RPM', E.rpmUser, () => {
+    user('multi').rpm = 0;
+  });
+  await step('7. concurrency queue', E.queue, () => {
+    user('multi').concurrency = 0;
+  });
   t.equal((await modelCall(g, K.multi, 'messages', 'claude-model', COST)).status, 200, 'nothing left failing');
   ac.abort();
   t.equal(await holder, 'aborted');
@@ -110,11 +131,21 @@ t.test('plan group: subscription → key quota → key window → plan limits �
     loosen();
     await reload();
   };
-  await step('1. plan eligibility', E.subInvalid, () => { user('pmulti').subscriptions[0].status = 'active'; });
-  await step('2. key quota', E.quota, () => { keyCfg('plan-multi').quota = 0; });
-  await step('3. key window', E.window1d, () => { keyCfg('plan-multi').windows = {}; });
-  await step('4. plan limits', E.plan, () => { cfg.groups['ordered-plan'].plan = {}; });
-  await step('5. group RPM', E.rpmGroup, () => { cfg.groups['ordered-plan'].rpm = 0; });
+  await step('1. plan eligibility', E.subInvalid, () => {
+    user('pmulti').subscriptions[0].status = 'active';
+  });
+  await step('2. key quota', E.quota, () => {
+    keyCfg('plan-multi').quota = 0;
+  });
+  await step('3. key window', E.window1d, () => {
+    keyCfg('plan-multi').windows = {};
+  });
+  await step('4. plan limits', E.plan, () => {
+    cfg.groups['ordered-plan'].plan = {};
+  });
+  await step('5. group RPM', E.rpmGroup, () => {
+    cfg.groups['ordered-plan'].rpm = 0;
+  });
   t.equal((await modelCall(g, K.plan, 'messages', 'claude-model', COST)).status, 200, 'nothing left failing');
 });
 
@@ -126,6 +157,11 @@ t.test('a $0 model at zero balance: the free-model RPM is part of billing eligib
   t.equal((await modelCall(g, K.multi, 'messages', 'free-model')).status, 200, 'the free call of the minute');
   keyCfg('multi').quota = 0.01;
   await reload();
-  assertError(t, await modelCall(g, K.multi, 'messages', 'free-model'), { status: 429, type: 'rate_limit_exceeded', retryAfter: '30' }, 'free RPM first');
+  assertError(
+    t,
+    await modelCall(g, K.multi, 'messages', 'free-model'),
+    { status: 429, type: 'rate_limit_exceeded', retryAfter: '30' },
+    'free RPM first',
+  );
   assertError(t, await modelCall(g, K.multi, 'messages', 'claude-model', COST), E.billing, 'a priced model: billing_error');
 });

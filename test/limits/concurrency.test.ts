@@ -27,7 +27,9 @@ let gate: { promise: Promise<void>; open: () => void };
 
 function newGate() {
   let openFn!: () => void;
-  const promise = new Promise<void>((r) => { openFn = r; });
+  const promise = new Promise<void>((r) => {
+    openFn = r;
+  });
   gate = { promise, open: openFn };
 }
 
@@ -38,17 +40,24 @@ async function slowStream(_req: http.IncomingMessage, res: http.ServerResponse, 
   open++;
   maxOpen = Math.max(maxOpen, open);
   arrivals.push(Date.now());
-  res.on('close', () => { open--; });
+  res.on('close', () => {
+    open--;
+  });
   const stream = JSON.parse(body).stream === true;
   const wait = gate.promise;
   if (!stream) {
     await wait;
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({
-      id: 'chatcmpl-slow', object: 'chat.completion', created: 1, model: 'slow',
-      choices: [{ index: 0, message: { role: 'assistant', content: 'done' }, finish_reason: 'stop' }],
-      usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 },
-    }));
+    res.end(
+      JSON.stringify({
+        id: 'chatcmpl-slow',
+        object: 'chat.completion',
+        created: 1,
+        model: 'slow',
+        choices: [{ index: 0, message: { role: 'assistant', content: 'done' }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 },
+      }),
+    );
     return;
   }
   res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -61,7 +70,9 @@ async function slowStream(_req: http.IncomingMessage, res: http.ServerResponse, 
     await sleep(5);
   }
   res.write(frame({}, 'stop'));
-  res.write(`data: ${JSON.stringify({ id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: 'slow', choices: [], usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 } })}\n\n`);
+  res.write(
+    `data: ${JSON.stringify({ id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: 'slow', choices: [], usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 } })}\n\n`,
+  );
   res.end('data: [DONE]\n\n');
 }
 
@@ -95,32 +106,61 @@ const body = (stream = true) => JSON.stringify({ model: 'slow', stream, messages
 
 async function send(k: string, opts: { stream?: boolean; signal?: AbortSignal } = {}): Promise<Reply> {
   const res = await fetch(g.url + '/v1/chat/completions', {
-    method: 'POST', signal: opts.signal, headers: { ...bearer(k), 'content-type': 'application/json' }, body: body(opts.stream ?? true),
+    method: 'POST',
+    signal: opts.signal,
+    headers: { ...bearer(k), 'content-type': 'application/json' },
+    body: body(opts.stream ?? true),
   });
   const text = await res.text();
   let json: any;
-  try { json = JSON.parse(text); } catch { json = undefined; }
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
   return { status: res.status, headers: res.headers, text, json };
 }
 
 const waiting = async () => (await g.gw.metrics.queueWaiting.get()).values[0]?.value ?? 0;
 
-const QUEUE_FULL = { status: 429, type: 'rate_limit_error', message: 'Too many pending requests, please retry later', retryAfter: null, shouldRetryFalse: false };
-const QUEUE_TIMEOUT = { status: 429, type: 'rate_limit_error', message: 'Concurrency limit exceeded for user, please retry later', retryAfter: null, shouldRetryFalse: false };
+const QUEUE_FULL = {
+  status: 429,
+  type: 'rate_limit_error',
+  message: 'Too many pending requests, please retry later',
+  retryAfter: null,
+  shouldRetryFalse: false,
+};
+const QUEUE_TIMEOUT = {
+  status: 429,
+  type: 'rate_limit_error',
+  message: 'Concurrency limit exceeded for user, please retry later',
+  retryAfter: null,
+  shouldRetryFalse: false,
+};
 
 t.test(`${3 * (C + Q)} simultaneous streams with ${C} slots and a queue of ${Q}`, async (t) => {
   newGate();
   maxOpen = 0;
   const N = 3 * (C + Q);
   const replies: Reply[] = [];
-  const all = Array.from({ length: N }, () => send(K.burst).then((r) => { replies.push(r); return r; }));
-  t.ok(await until(() => open === C && replies.length === 2 * (C + Q), 10_000), 'C in flight upstream, the rest of the queue overflow answered');
+  const all = Array.from({ length: N }, () =>
+    send(K.burst).then((r) => {
+      replies.push(r);
+      return r;
+    }),
+  );
+  t.ok(
+    await until(() => open === C && replies.length === 2 * (C + Q), 10_000),
+    'C in flight upstream, the rest of the queue overflow answered',
+  );
   t.ok(await until(async () => (await waiting()) === Q), `${Q} waiting in the queue`);
   await sleep(50);
   t.equal(open, C, 'still exactly C upstream');
   t.equal(replies.length, 2 * (C + Q), 'nobody else answered meanwhile');
   for (const r of replies) assertError(t, r, QUEUE_FULL);
-  t.same(replies[0].json, { error: { type: 'rate_limit_error', code: 'rate_limit_error', message: 'Too many pending requests, please retry later', param: null } });
+  t.same(replies[0].json, {
+    error: { type: 'rate_limit_error', code: 'rate_limit_error', message: 'Too many pending requests, please retry later', param: null },
+  });
   gate.open();
   const done = await Promise.all(all);
   t.equal(maxOpen, C, `never more than ${C} upstream at once`);
@@ -133,11 +173,19 @@ t.test(`${3 * (C + Q)} simultaneous streams with ${C} slots and a queue of ${Q}`
   newGate();
   maxOpen = 0;
   const again: Reply[] = [];
-  const second = Array.from({ length: C + Q }, () => send(K.burst).then((r) => { again.push(r); return r; }));
+  const second = Array.from({ length: C + Q }, () =>
+    send(K.burst).then((r) => {
+      again.push(r);
+      return r;
+    }),
+  );
   t.ok(await until(async () => open === C && (await waiting()) === Q), 'C in flight and Q queued again');
   t.equal(again.length, 0, 'nothing refused');
   gate.open();
-  t.same((await Promise.all(second)).map((r) => r.status), Array(C + Q).fill(200));
+  t.same(
+    (await Promise.all(second)).map((r) => r.status),
+    Array(C + Q).fill(200),
+  );
   t.equal(maxOpen, C);
   t.ok(await until(async () => open === 0 && (await waiting()) === 0), 'all released');
 });
@@ -160,8 +208,15 @@ t.test('a client that disconnects frees its slot at once: the queued request get
     arrivals = [];
     const ac = new AbortController();
     const holder = fetch(g.url + '/v1/chat/completions', {
-      method: 'POST', signal: ac.signal, headers: { ...bearer(K.gone), 'content-type': 'application/json' }, body: body(stream),
-    }).then(async (r) => { await r.text(); }).catch(() => 'aborted');
+      method: 'POST',
+      signal: ac.signal,
+      headers: { ...bearer(K.gone), 'content-type': 'application/json' },
+      body: body(stream),
+    })
+      .then(async (r) => {
+        await r.text();
+      })
+      .catch(() => 'aborted');
     t.ok(await until(() => open === 1), `${stream ? 'stream' : 'non-stream'}: the slot is taken`);
     const next = send(K.gone, { stream });
     t.ok(await until(async () => (await waiting()) === 1), 'the next one waits in the queue');
@@ -198,10 +253,12 @@ t.test('a client that disconnects while queued frees its queue place at once', a
 });
 
 t.test('every way a request can fail releases its slot', async (t) => {
-  const ask = (text: string, stream = false) => fetch(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(K.failing), 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'chat-model', stream, messages: [{ role: 'user', content: text }] }),
-  }).then(async (r) => ({ status: r.status, text: await r.text() }));
+  const ask = (text: string, stream = false) =>
+    fetch(g.url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { ...bearer(K.failing), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-model', stream, messages: [{ role: 'user', content: text }] }),
+    }).then(async (r) => ({ status: r.status, text: await r.text() }));
   const cases: [string, string, boolean, number][] = [
     ['upstream 500', '[[mock: status=500]]', false, 502],
     ['upstream 400', '[[mock: status=400]]', false, 400],

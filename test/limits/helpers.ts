@@ -43,7 +43,14 @@ export interface Gw {
 }
 
 /** POSTs a model call with `usage` picked by directive; returns the reply. */
-export function modelCall(g: Gw, apiKey: string, proto: Proto, model: string, u: Partial<Usage> & { extra?: string } = {}, extra: Record<string, unknown> = {}): Promise<Reply> {
+export function modelCall(
+  g: Gw,
+  apiKey: string,
+  proto: Proto,
+  model: string,
+  u: Partial<Usage> & { extra?: string } = {},
+  extra: Record<string, unknown> = {},
+): Promise<Reply> {
   return call(g.url + PATHS[proto], { headers: bearer(apiKey), json: bodyFor(proto, model, directive(u), extra) });
 }
 
@@ -63,7 +70,11 @@ export function priceOf(p: { input: number; output: number; cache_read?: number;
 }
 
 /** The charge of a usage: list cost and actual (after the multiplier / rate, as a decimal). */
-export function charge(u: Partial<Usage>, price: { input: number; output: number; cache_read?: number; cache_write?: number }, multiplier = 1): { cost: number; actual: number } {
+export function charge(
+  u: Partial<Usage>,
+  price: { input: number; output: number; cache_read?: number; cache_write?: number },
+  multiplier = 1,
+): { cost: number; actual: number } {
   const usage: Usage = { input: u.input ?? 10, output: u.output ?? 20, cacheRead: u.cacheRead ?? 0, cacheWrite: u.cacheWrite ?? 0 };
   return priceUsage(usage, priceOf(price), Math.round(multiplier * 1e6));
 }
@@ -85,7 +96,11 @@ export function assertError(t: TapTest, r: Reply, e: ErrorExpectation, label = '
   if (e.code !== undefined) {
     t.equal(r.json?.code, e.code, `${p}flat code ${e.code}`);
     t.same(Object.keys(r.json ?? {}).sort(), ['code', 'error', 'message'], `${p}flat body`);
-    t.same(r.json?.error, { type: r.json?.error?.type, code: e.code, message: r.json?.message }, `${p}flat body's error object says the same`);
+    t.same(
+      r.json?.error,
+      { type: r.json?.error?.type, code: e.code, message: r.json?.message },
+      `${p}flat body's error object says the same`,
+    );
   }
   if (e.type !== undefined) {
     const type = r.json?.error?.type;

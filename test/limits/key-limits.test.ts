@@ -19,8 +19,15 @@ import { assertError, key, modelCall, usageOf } from './helpers.js';
 const COST = { input: 1000, output: 800 };
 const ADMIN = 'admin-token-for-tests-0123456789';
 const K = {
-  quota: key(0x300), unlimited: key(0x301), w5h: key(0x302), w1d: key(0x303), w7d: key(0x304), all: key(0x305),
-  chatW: key(0x306), respW: key(0x307), cli: key(0x308),
+  quota: key(0x300),
+  unlimited: key(0x301),
+  w5h: key(0x302),
+  w1d: key(0x303),
+  w7d: key(0x304),
+  all: key(0x305),
+  chatW: key(0x306),
+  respW: key(0x307),
+  cli: key(0x308),
 };
 const H = 3_600_000;
 const D = 24 * H;
@@ -63,7 +70,12 @@ t.test('key quota: exhausted → 429 API_KEY_QUOTA_EXHAUSTED; raising it in gate
   assertError(t, await modelCall(g, K.quota, 'chat', 'claude-model', COST), exhausted, 'chat (converted): flat too');
   assertError(t, await modelCall(g, K.quota, 'messages', 'free-model'), exhausted, 'even a $0 model');
   let u = await usageOf(g, K.quota);
-  t.match(u, { mode: 'quota_limited', status: 'quota_exhausted', remaining: 0, quota: { limit: 0.03, used: 0.03, remaining: 0, unit: 'USD' } });
+  t.match(u, {
+    mode: 'quota_limited',
+    status: 'quota_exhausted',
+    remaining: 0,
+    quota: { limit: 0.03, used: 0.03, remaining: 0, unit: 'USD' },
+  });
 
   cfg.keys.find((k: any) => k.name === 'quota').quota = 0.045;
   await reload();
@@ -98,8 +110,12 @@ function runCli(args: string[]): Promise<{ code: number | null; out: string; err
     const p = spawn(process.execPath, [path.join(ROOT, 'bin/gateway.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
+    p.stdout.on('data', (d) => {
+      out += d;
+    });
+    p.stderr.on('data', (d) => {
+      err += d;
+    });
     p.on('close', (code) => resolve({ code, out, err }));
   });
 }
@@ -128,7 +144,11 @@ for (const c of windowCases) {
   t.test(`${c.w} window: fixed from first use, 429 with its message, resets once ${c.w} has passed`, async (t) => {
     clock.set(Date.UTC(2026, 0, 5, 12, 0, 0));
     let u = await usageOf(g, c.k);
-    t.same(u.rate_limits, [{ window: c.w, limit: 0.02, used: 0, remaining: 0.02, window_start: null, reset_at: null }], 'not used yet: nulls');
+    t.same(
+      u.rate_limits,
+      [{ window: c.w, limit: 0.02, used: 0, remaining: 0.02, window_start: null, reset_at: null }],
+      'not used yet: nulls',
+    );
     clock.advance(17 * 60_000 + 250); // the window starts at first use, not at config time
     const t0 = clock.now();
     await ok(t, c.k, 'first use');
@@ -139,10 +159,16 @@ for (const c of windowCases) {
     assertError(t, r, err, 'messages');
     t.same(r.json, { type: 'error', error: { type: 'rate_limit_exceeded', message: c.message } });
     u = await usageOf(g, c.k);
-    t.same(u.rate_limits, [{
-      window: c.w, limit: 0.02, used: 0.03, remaining: 0,
-      window_start: new Date(t0).toISOString(), reset_at: new Date(t0 + c.ms).toISOString(),
-    }]);
+    t.same(u.rate_limits, [
+      {
+        window: c.w,
+        limit: 0.02,
+        used: 0.03,
+        remaining: 0,
+        window_start: new Date(t0).toISOString(),
+        reset_at: new Date(t0 + c.ms).toISOString(),
+      },
+    ]);
     t.equal(u.status, 'active', 'a window does not change status');
     t.equal(u.remaining, -1, 'no quota: unlimited');
 
@@ -152,13 +178,27 @@ for (const c of windowCases) {
     await ok(t, c.k, 'at reset_at: a new window');
     const t1 = clock.now();
     u = await usageOf(g, c.k);
-    t.same(u.rate_limits, [{
-      window: c.w, limit: 0.02, used: 0.015, remaining: 0.005,
-      window_start: new Date(t1).toISOString(), reset_at: new Date(t1 + c.ms).toISOString(),
-    }], 'restarted at this use, only this use counted');
+    t.same(
+      u.rate_limits,
+      [
+        {
+          window: c.w,
+          limit: 0.02,
+          used: 0.015,
+          remaining: 0.005,
+          window_start: new Date(t1).toISOString(),
+          reset_at: new Date(t1 + c.ms).toISOString(),
+        },
+      ],
+      'restarted at this use, only this use counted',
+    );
     clock.advance(c.ms + 1);
     u = await usageOf(g, c.k);
-    t.same(u.rate_limits, [{ window: c.w, limit: 0.02, used: 0, remaining: 0.02, window_start: null, reset_at: null }], 'expired and unused: nulls again');
+    t.same(
+      u.rate_limits,
+      [{ window: c.w, limit: 0.02, used: 0, remaining: 0.02, window_start: null, reset_at: null }],
+      'expired and unused: nulls again',
+    );
   });
 }
 
@@ -166,28 +206,62 @@ t.test('window errors in the Chat and Responses formats', async (t) => {
   clock.set(Date.UTC(2026, 1, 1, 0, 0, 0));
   t.equal((await modelCall(g, K.chatW, 'chat', 'chat-model')).status, 200);
   const chat = await modelCall(g, K.chatW, 'chat', 'chat-model');
-  assertError(t, chat, { status: 429, type: 'rate_limit_exceeded', message: 'api key 5小时限额已用完', retryAfter: null, shouldRetryFalse: true });
+  assertError(t, chat, {
+    status: 429,
+    type: 'rate_limit_exceeded',
+    message: 'api key 5小时限额已用完',
+    retryAfter: null,
+    shouldRetryFalse: true,
+  });
   t.equal(chat.json.error.code, 'rate_limit_exceeded');
   t.equal((await modelCall(g, K.respW, 'responses', 'gpt-model', { input: 100, output: 100 })).status, 200);
   const resp = await modelCall(g, K.respW, 'responses', 'gpt-model');
-  assertError(t, resp, { status: 429, type: 'rate_limit_exceeded', message: 'api key 日限额已用完', retryAfter: null, shouldRetryFalse: true });
+  assertError(t, resp, {
+    status: 429,
+    type: 'rate_limit_exceeded',
+    message: 'api key 日限额已用完',
+    retryAfter: null,
+    shouldRetryFalse: true,
+  });
 });
 
 t.test('reset-quota also forgets the windows; a lowered window applies at once', async (t) => {
   clock.set(Date.UTC(2026, 2, 1, 0, 0, 0));
   await ok(t, K.all, 'first');
   await ok(t, K.all, 'second');
-  assertError(t, await modelCall(g, K.all, 'messages', 'claude-model', COST), { status: 429, type: 'rate_limit_exceeded', message: 'api key 5小时限额已用完' });
+  assertError(t, await modelCall(g, K.all, 'messages', 'claude-model', COST), {
+    status: 429,
+    type: 'rate_limit_exceeded',
+    message: 'api key 5小时限额已用完',
+  });
   let u = await usageOf(g, K.all);
   t.equal(u.quota.used, 0.03);
-  t.same(u.rate_limits.map((r: any) => [r.window, r.used]), [['5h', 0.03], ['1d', 0.03], ['7d', 0.03]]);
+  t.same(
+    u.rate_limits.map((r: any) => [r.window, r.used]),
+    [
+      ['5h', 0.03],
+      ['1d', 0.03],
+      ['7d', 0.03],
+    ],
+  );
   const r = await call(`${g.url}/admin/keys/all/reset-quota`, { method: 'POST', headers: bearer(ADMIN) });
   t.equal(r.status, 200);
   u = await usageOf(g, K.all);
   t.equal(u.quota.used, 0);
-  t.same(u.rate_limits.map((r: any) => [r.window, r.used, r.window_start]), [['5h', 0, null], ['1d', 0, null], ['7d', 0, null]]);
+  t.same(
+    u.rate_limits.map((r: any) => [r.window, r.used, r.window_start]),
+    [
+      ['5h', 0, null],
+      ['1d', 0, null],
+      ['7d', 0, null],
+    ],
+  );
   await ok(t, K.all, 'usable again');
   cfg.keys.find((k: any) => k.name === 'all').windows['7d'] = 0.01;
   await reload();
-  assertError(t, await modelCall(g, K.all, 'messages', 'claude-model', COST), { status: 429, type: 'rate_limit_exceeded', message: 'api key 7天限额已用完' });
+  assertError(t, await modelCall(g, K.all, 'messages', 'claude-model', COST), {
+    status: 429,
+    type: 'rate_limit_exceeded',
+    message: 'api key 7天限额已用完',
+  });
 });

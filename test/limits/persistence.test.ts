@@ -60,10 +60,30 @@ async function snapshot(g: { url: string }): Promise<Record<string, any>> {
 }
 
 async function expectLimited(t: any, g: { url: string }, label: string) {
-  assertError(t, await modelCall(g, K.quota, 'messages', 'claude-model', COST), { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED' }, `${label}: quota`);
-  assertError(t, await modelCall(g, K.windows, 'messages', 'claude-model', COST), { status: 429, type: 'rate_limit_exceeded', message: 'api key 5小时限额已用完' }, `${label}: window`);
-  assertError(t, await modelCall(g, K.plan, 'messages', 'claude-model', COST), { status: 429, code: 'USAGE_LIMIT_EXCEEDED' }, `${label}: plan`);
-  assertError(t, await modelCall(g, K.capped, 'messages', 'claude-model', COST), { status: 402, type: 'spend_cap_reached' }, `${label}: spend cap`);
+  assertError(
+    t,
+    await modelCall(g, K.quota, 'messages', 'claude-model', COST),
+    { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED' },
+    `${label}: quota`,
+  );
+  assertError(
+    t,
+    await modelCall(g, K.windows, 'messages', 'claude-model', COST),
+    { status: 429, type: 'rate_limit_exceeded', message: 'api key 5小时限额已用完' },
+    `${label}: window`,
+  );
+  assertError(
+    t,
+    await modelCall(g, K.plan, 'messages', 'claude-model', COST),
+    { status: 429, code: 'USAGE_LIMIT_EXCEEDED' },
+    `${label}: plan`,
+  );
+  assertError(
+    t,
+    await modelCall(g, K.capped, 'messages', 'claude-model', COST),
+    { status: 402, type: 'spend_cap_reached' },
+    `${label}: spend cap`,
+  );
 }
 
 t.test('graceful restart on the same store.path, and a reload, keep every counter', async (t) => {

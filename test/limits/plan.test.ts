@@ -20,7 +20,12 @@ let g: TestGateway;
 
 t.before(async () => {
   const cfg = baseConfig();
-  cfg.groups['tiny-plan'] = { kind: 'messages', billing: 'plan', models: ['claude-model'], plan: { daily: 0.02, weekly: 0.05, monthly: 0.08 } };
+  cfg.groups['tiny-plan'] = {
+    kind: 'messages',
+    billing: 'plan',
+    models: ['claude-model'],
+    plan: { daily: 0.02, weekly: 0.05, monthly: 0.08 },
+  };
   cfg.users.planner = {
     balance: 10,
     subscriptions: [
@@ -43,10 +48,18 @@ t.before(async () => {
 });
 t.teardown(() => g.close());
 
-const ct = (k: string) => call(g.url + '/v1/messages/count_tokens', { headers: bearer(k), json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] } });
+const ct = (k: string) =>
+  call(g.url + '/v1/messages/count_tokens', {
+    headers: bearer(k),
+    json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] },
+  });
 
 t.test('no subscription, an expired one, a suspended one: flat 403 on every endpoint that needs the plan', async (t) => {
-  for (const [k, code] of [[K.nosub, 'SUBSCRIPTION_NOT_FOUND'], [K.expired, 'SUBSCRIPTION_NOT_FOUND'], [K.suspended, 'SUBSCRIPTION_INVALID']] as const) {
+  for (const [k, code] of [
+    [K.nosub, 'SUBSCRIPTION_NOT_FOUND'],
+    [K.expired, 'SUBSCRIPTION_NOT_FOUND'],
+    [K.suspended, 'SUBSCRIPTION_INVALID'],
+  ] as const) {
     assertError(t, await modelCall(g, k, 'messages', 'claude-model'), { status: 403, code, retryAfter: null }, `${code} messages`);
     assertError(t, await modelCall(g, k, 'chat', 'claude-model'), { status: 403, code }, `${code} chat`);
     assertError(t, await call(g.url + '/v1/models', { headers: bearer(k) }), { status: 403, code }, `${code} models`);
@@ -81,7 +94,14 @@ t.test('daily, weekly and monthly allowances on the UTC calendar', async (t) => 
   assertError(t, await modelCall(g, K.tiny, 'messages', 'claude-model', COST), limited, 'daily 0.03 ≥ 0.02');
   assertError(t, await modelCall(g, K.tiny, 'chat', 'claude-model', COST), limited, 'daily, Chat endpoint: still flat');
   let u = await usageOf(g, K.tiny);
-  t.match(u.subscription, { daily_usage_usd: 0.03, weekly_usage_usd: 0.03, monthly_usage_usd: 0.03, daily_limit_usd: 0.02, weekly_limit_usd: 0.05, monthly_limit_usd: 0.08 });
+  t.match(u.subscription, {
+    daily_usage_usd: 0.03,
+    weekly_usage_usd: 0.03,
+    monthly_usage_usd: 0.03,
+    daily_limit_usd: 0.02,
+    weekly_limit_usd: 0.05,
+    monthly_limit_usd: 0.08,
+  });
   t.equal(u.remaining, 0);
 
   clock.set(Date.UTC(2026, 0, 5, 23, 59, 59));

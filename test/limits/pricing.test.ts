@@ -40,8 +40,16 @@ t.teardown(() => g.close());
 const micros = (usd: number) => Math.round(usd * 1e6);
 
 interface Snap {
-  requests: number; input: number; output: number; cacheRead: number; cacheWrite: number; total: number;
-  cost: number; actual: number; balance: number; models: Record<string, { requests: number; cost: number; actual: number }>;
+  requests: number;
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+  total: number;
+  cost: number;
+  actual: number;
+  balance: number;
+  models: Record<string, { requests: number; cost: number; actual: number }>;
 }
 
 async function snap(apiKey: string): Promise<Snap> {
@@ -50,25 +58,44 @@ async function snap(apiKey: string): Promise<Snap> {
   const models: Snap['models'] = {};
   for (const m of u.model_stats) models[m.model] = { requests: m.requests, cost: micros(m.cost), actual: micros(m.actual_cost) };
   return {
-    requests: tot.requests, input: tot.input_tokens, output: tot.output_tokens, cacheRead: tot.cache_read_tokens,
-    cacheWrite: tot.cache_creation_tokens, total: tot.total_tokens, cost: micros(tot.cost), actual: micros(tot.actual_cost),
-    balance: micros(u.balance), models,
+    requests: tot.requests,
+    input: tot.input_tokens,
+    output: tot.output_tokens,
+    cacheRead: tot.cache_read_tokens,
+    cacheWrite: tot.cache_creation_tokens,
+    total: tot.total_tokens,
+    cost: micros(tot.cost),
+    actual: micros(tot.actual_cost),
+    balance: micros(u.balance),
+    models,
   };
 }
 
 function diff(a: Snap, b: Snap) {
   return {
-    requests: b.requests - a.requests, input: b.input - a.input, output: b.output - a.output,
-    cacheRead: b.cacheRead - a.cacheRead, cacheWrite: b.cacheWrite - a.cacheWrite, total: b.total - a.total,
-    cost: b.cost - a.cost, actual: b.actual - a.actual, spent: a.balance - b.balance,
+    requests: b.requests - a.requests,
+    input: b.input - a.input,
+    output: b.output - a.output,
+    cacheRead: b.cacheRead - a.cacheRead,
+    cacheWrite: b.cacheWrite - a.cacheWrite,
+    total: b.total - a.total,
+    cost: b.cost - a.cost,
+    actual: b.actual - a.actual,
+    spent: a.balance - b.balance,
   };
 }
 
 const U: Usage = { input: 1000, output: 500, cacheRead: 2000, cacheWrite: 400 };
 
-async function streamCall(apiKey: string, proto: Proto, model: string, u: Partial<Usage> & { extra?: string }): Promise<{ status: number; text: string }> {
+async function streamCall(
+  apiKey: string,
+  proto: Proto,
+  model: string,
+  u: Partial<Usage> & { extra?: string },
+): Promise<{ status: number; text: string }> {
   const res = await fetch(g.url + PATHS[proto], {
-    method: 'POST', headers: { ...bearer(apiKey), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(apiKey), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor(proto, model, directive(u), { stream: true })),
   });
   return { status: res.status, text: await res.text() };
@@ -76,7 +103,12 @@ async function streamCall(apiKey: string, proto: Proto, model: string, u: Partia
 
 const cases: Array<{ name: string; key: string; proto: Proto; multiplier: number }> = [
   { name: 'Chat on a passthrough chat group (OpenAI-style usage, prompt includes cache)', key: KEYS.chat, proto: 'chat', multiplier: 1 },
-  { name: 'Messages on a messages group (Anthropic-style usage, input excludes cache)', key: KEYS.messages, proto: 'messages', multiplier: 1.2 },
+  {
+    name: 'Messages on a messages group (Anthropic-style usage, input excludes cache)',
+    key: KEYS.messages,
+    proto: 'messages',
+    multiplier: 1.2,
+  },
   { name: 'Responses on a responses group (OpenAI Responses usage)', key: KEYS.responses, proto: 'responses', multiplier: 1.5 },
   { name: 'Chat converted to an Anthropic upstream (messages group)', key: KEYS.messages, proto: 'chat', multiplier: 1.2 },
   { name: 'Messages converted to an OpenAI upstream (responses group)', key: KEYS.responses, proto: 'messages', multiplier: 1.5 },
@@ -92,10 +124,21 @@ for (const c of cases) {
       const after = await snap(c.key);
       const expected = charge(U, CLAUDE, c.multiplier);
       t.equal(expected.cost, 12_600, 'list price: 1000×3 + 500×15 + 2000×0.3 + 400×3.75 micro-USD');
-      t.same(diff(before, after), {
-        requests: 1, input: 1000, output: 500, cacheRead: 2000, cacheWrite: 400, total: 3900,
-        cost: expected.cost, actual: expected.actual, spent: expected.actual,
-      }, 'one record, disjoint buckets, cost at list price, actual after the multiplier, balance charged actual');
+      t.same(
+        diff(before, after),
+        {
+          requests: 1,
+          input: 1000,
+          output: 500,
+          cacheRead: 2000,
+          cacheWrite: 400,
+          total: 3900,
+          cost: expected.cost,
+          actual: expected.actual,
+          spent: expected.actual,
+        },
+        'one record, disjoint buckets, cost at list price, actual after the multiplier, balance charged actual',
+      );
     });
   }
 }
@@ -155,7 +198,8 @@ t.test('$0 models: recorded with their tokens, cost and charge 0', async (t) => 
 t.test('count_tokens is never billed nor recorded', async (t) => {
   const b = await snap(KEYS.messages);
   const r = await call(g.url + '/v1/messages/count_tokens', {
-    headers: bearer(KEYS.messages), json: { model: 'p-claude', messages: [{ role: 'user', content: 'count me [[mock: input_tokens=1234]]' }] },
+    headers: bearer(KEYS.messages),
+    json: { model: 'p-claude', messages: [{ role: 'user', content: 'count me [[mock: input_tokens=1234]]' }] },
   });
   t.equal(r.status, 200);
   t.equal(r.json.input_tokens, 1234);
@@ -173,7 +217,17 @@ for (const proto of ['chat', 'messages', 'responses'] as const) {
     const a = await snap(k);
     const d = diff(b, a);
     const expected = charge(U, CLAUDE, mult);
-    t.same(d, { requests: 1, input: 1000, output: 500, cacheRead: 2000, cacheWrite: 400, total: 3900, cost: expected.cost, actual: expected.actual, spent: expected.actual });
+    t.same(d, {
+      requests: 1,
+      input: 1000,
+      output: 500,
+      cacheRead: 2000,
+      cacheWrite: 400,
+      total: 3900,
+      cost: expected.cost,
+      actual: expected.actual,
+      spent: expected.actual,
+    });
     t.equal((a.models['p-claude']?.requests ?? 0) - (b.models['p-claude']?.requests ?? 0), 1);
     t.notOk(a.models['p-fail'], 'nothing recorded for the model that failed');
   });
@@ -185,7 +239,9 @@ const DELTA: Record<Proto, string> = { chat: '"content":', messages: 'text_delta
 async function abortMidStream(apiKey: string, proto: Proto, model: string, text: string, deltas: number): Promise<string> {
   const ac = new AbortController();
   const res = await fetch(g.url + PATHS[proto], {
-    method: 'POST', signal: ac.signal, headers: { ...bearer(apiKey), 'content-type': 'application/json' },
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...bearer(apiKey), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor(proto, model, text, { stream: true })),
   });
   const reader = res.body!.getReader();
@@ -201,21 +257,29 @@ async function abortMidStream(apiKey: string, proto: Proto, model: string, text:
   return got;
 }
 
-for (const [proto, k] of [['chat', KEYS.chat], ['messages', KEYS.messages], ['responses', KEYS.responses], ['chat', KEYS.messages]] as const) {
-  t.test(`a client that disconnects mid-stream (${proto}${k === KEYS.messages && proto === 'chat' ? ', converted' : ''}) is billed for what was generated, never zero`, async (t) => {
-    const b = await snap(k);
-    const got = await abortMidStream(k, proto, 'p-claude', '[[mock: words=400 chunk_delay=10 input_tokens=1000]]', 10);
-    t.ok(got.split(DELTA[proto]).length > 10, 'part of the reply arrived');
-    t.ok(await until(async () => (await snap(k)).requests === b.requests + 1), 'one usage record');
-    const d = diff(b, await snap(k));
-    t.equal(d.requests, 1);
-    t.ok(d.output > 0, `output billed (${d.output} tokens)`);
-    t.ok(d.output < 400, 'not the whole reply: the upstream was aborted');
-    t.ok(d.input > 0, 'input billed');
-    if (k === KEYS.messages) t.equal(d.input, 1000, 'the input the upstream reported in message_start');
-    t.ok(d.actual > 0, 'charged');
-    t.equal(d.spent, d.actual);
-  });
+for (const [proto, k] of [
+  ['chat', KEYS.chat],
+  ['messages', KEYS.messages],
+  ['responses', KEYS.responses],
+  ['chat', KEYS.messages],
+] as const) {
+  t.test(
+    `a client that disconnects mid-stream (${proto}${k === KEYS.messages && proto === 'chat' ? ', converted' : ''}) is billed for what was generated, never zero`,
+    async (t) => {
+      const b = await snap(k);
+      const got = await abortMidStream(k, proto, 'p-claude', '[[mock: words=400 chunk_delay=10 input_tokens=1000]]', 10);
+      t.ok(got.split(DELTA[proto]).length > 10, 'part of the reply arrived');
+      t.ok(await until(async () => (await snap(k)).requests === b.requests + 1), 'one usage record');
+      const d = diff(b, await snap(k));
+      t.equal(d.requests, 1);
+      t.ok(d.output > 0, `output billed (${d.output} tokens)`);
+      t.ok(d.output < 400, 'not the whole reply: the upstream was aborted');
+      t.ok(d.input > 0, 'input billed');
+      if (k === KEYS.messages) t.equal(d.input, 1000, 'the input the upstream reported in message_start');
+      t.ok(d.actual > 0, 'charged');
+      t.equal(d.spent, d.actual);
+    },
+  );
 }
 
 t.test('a client that leaves inside the preamble hold (nothing reached it yet) is billed the input the upstream reported', async (t) => {
@@ -225,9 +289,14 @@ t.test('a client that leaves inside the preamble hold (nothing reached it yet) i
   const b = await snap(k);
   const ac = new AbortController();
   const pending = fetch(g.url + PATHS.messages, {
-    method: 'POST', signal: ac.signal, headers: { ...bearer(k), 'content-type': 'application/json' },
+    method: 'POST',
+    signal: ac.signal,
+    headers: { ...bearer(k), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor('messages', 'p-claude', '[[mock: input_tokens=5000 output_tokens=1 hang_after=1]]', { stream: true })),
-  }).then(() => 'headers', () => 'aborted');
+  }).then(
+    () => 'headers',
+    () => 'aborted',
+  );
   await sleep(300);
   ac.abort();
   t.equal(await pending, 'aborted', 'no response headers had been sent');
@@ -239,12 +308,16 @@ t.test('a client that leaves inside the preamble hold (nothing reached it yet) i
   t.equal(d.spent, d.actual);
 });
 
-for (const [proto, k] of [['chat', KEYS.chat], ['messages', KEYS.messages], ['responses', KEYS.responses]] as const) {
+for (const [proto, k] of [
+  ['chat', KEYS.chat],
+  ['messages', KEYS.messages],
+  ['responses', KEYS.responses],
+] as const) {
   t.test(`an upstream that dies mid-stream (${proto}): billed for what was generated, the client gets an error event`, async (t) => {
     const b = await snap(k);
     const r = await streamCall(k, proto, 'p-claude', { input: 1000, output: 300, extra: 'words=300 cut_after=40' });
     t.equal(r.status, 200, 'the stream had started');
-    t.match(r.text, /event: error/, 'the protocol\'s error event');
+    t.match(r.text, /event: error/, "the protocol's error event");
     t.ok(await until(async () => (await snap(k)).requests === b.requests + 1), 'one usage record');
     const d = diff(b, await snap(k));
     t.ok(d.output > 0 && d.output < 300, `output billed for the part streamed (${d.output})`);

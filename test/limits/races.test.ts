@@ -44,10 +44,17 @@ t.before(async () => {
 });
 t.teardown(() => g.close());
 
-const requestBody = JSON.stringify({ model: 'race-model', max_tokens: USAGE.output, messages: [{ role: 'user', content: `Hello ${directive(USAGE)}` }] });
+const requestBody = JSON.stringify({
+  model: 'race-model',
+  max_tokens: USAGE.output,
+  messages: [{ role: 'user', content: `Hello ${directive(USAGE)}` }],
+});
 
 /** A request that sets no output cap, in CJK text (3 UTF-8 bytes a character). */
-const uncappedCjkBody = JSON.stringify({ model: 'race-small', messages: [{ role: 'user', content: `你好，请用中文回答这个问题。${directive(USAGE)}` }] });
+const uncappedCjkBody = JSON.stringify({
+  model: 'race-small',
+  messages: [{ role: 'user', content: `你好，请用中文回答这个问题。${directive(USAGE)}` }],
+});
 
 /** The reservation each request makes (its worst case): input ≈ UTF-8 bytes / 2, output = the cap. */
 function reserve(text = requestBody): number {
@@ -57,19 +64,36 @@ function reserve(text = requestBody): number {
 }
 
 async function storm(k: string, headers: Record<string, string>, body: string): Promise<Reply[]> {
-  return Promise.all(Array.from({ length: N }, () => call(g.url + '/v1/chat/completions', {
-    method: 'POST', headers: { ...bearer(k), 'content-type': 'application/json', ...headers }, body,
-  })));
+  return Promise.all(
+    Array.from({ length: N }, () =>
+      call(g.url + '/v1/chat/completions', {
+        method: 'POST',
+        headers: { ...bearer(k), 'content-type': 'application/json', ...headers },
+        body,
+      }),
+    ),
+  );
 }
 
 /** The refusal of a request whose limit is filled only by reservations in flight: retryable. */
 const HELD: ErrorExpectation = {
-  status: 429, type: 'rate_limit_error', message: 'The rest of this limit is held by requests in flight, please retry shortly',
-  retryAfter: '1', shouldRetryFalse: false,
+  status: 429,
+  type: 'rate_limit_error',
+  message: 'The rest of this limit is held by requests in flight, please retry shortly',
+  retryAfter: '1',
+  shouldRetryFalse: false,
 };
 const signature = (x: Reply) => `${x.status} ${x.json?.code ?? x.json?.error?.type} ${x.json?.message ?? x.json?.error?.message}`;
 
-async function check(t: any, k: string, name: string, err: ErrorExpectation, spent: () => Promise<number>, headers: Record<string, string> = {}, body = requestBody) {
+async function check(
+  t: any,
+  k: string,
+  name: string,
+  err: ErrorExpectation,
+  spent: () => Promise<number>,
+  headers: Record<string, string> = {},
+  body = requestBody,
+) {
   const r = reserve(body);
   t.ok(r >= EACH, `the reservation (${r}) covers the actual charge (${EACH})`);
   // Storms until one admits nothing. While requests are in flight their reservations refuse others
@@ -85,7 +109,11 @@ async function check(t: any, k: string, name: string, err: ErrorExpectation, spe
     const ok = replies.filter((x) => x.status === 200);
     last = replies.filter((x) => x.status !== 200);
     for (const x of ok) t.equal(x.json.usage.total_tokens, USAGE.input + USAGE.output);
-    if (headers['x-request-id']) t.ok(replies.every((x) => x.headers.get('x-request-id') === headers['x-request-id']), 'the client\'s X-Request-ID is echoed');
+    if (headers['x-request-id'])
+      t.ok(
+        replies.every((x) => x.headers.get('x-request-id') === headers['x-request-id']),
+        "the client's X-Request-ID is echoed",
+      );
     admitted += ok.length;
     if (ok.length === 0 || storms === 20) break;
     // The held 429 is a protocol-format error; flat limit errors carry a top-level `code`.
@@ -108,27 +136,43 @@ async function check(t: any, k: string, name: string, err: ErrorExpectation, spe
   const u = await usageOf(g, k);
   t.equal(u.usage.total.requests, admitted, 'one usage record per answered request');
   t.equal(Math.round(u.usage.total.actual_cost * 1e6), admitted * EACH, '/v1/usage spend = sum of the charges');
-  t.equal(await spent(), admitted * EACH, 'the store\'s counter = sum of the charges');
+  t.equal(await spent(), admitted * EACH, "the store's counter = sum of the charges");
   return { ok: admitted, u };
 }
 
 t.test('key quota', async (t) => {
-  const res = await check(t, K.quota, 'quota', { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true }, async () => (await g.gw.store.keyState('race-quota')).used);
+  const res = await check(
+    t,
+    K.quota,
+    'quota',
+    { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-quota')).used,
+  );
   const st = await g.gw.store.keyState('race-quota');
   t.equal(st.reserved, 0, 'no reservation left behind');
-  t.equal(res.u.quota.used, res.ok * EACH / 1e6);
+  t.equal(res.u.quota.used, (res.ok * EACH) / 1e6);
 });
 
 t.test('key window', async (t) => {
-  await check(t, K.window, 'window', { status: 429, type: 'rate_limit_exceeded', message: 'api key 日限额已用完', shouldRetryFalse: true },
-    async () => (await g.gw.store.keyState('race-window')).windows['1d'].used);
+  await check(
+    t,
+    K.window,
+    'window',
+    { status: 429, type: 'rate_limit_exceeded', message: 'api key 日限额已用完', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-window')).windows['1d'].used,
+  );
   const st = await g.gw.store.keyState('race-window');
   t.equal(st.windows['1d'].reserved, 0, 'no reservation left behind');
 });
 
 t.test('plan allowance', async (t) => {
-  await check(t, K.plan, 'plan', { status: 429, code: 'USAGE_LIMIT_EXCEEDED', shouldRetryFalse: true },
-    async () => (await g.gw.store.planUsage('rich', 'race-plan')).daily);
+  await check(
+    t,
+    K.plan,
+    'plan',
+    { status: 429, code: 'USAGE_LIMIT_EXCEEDED', shouldRetryFalse: true },
+    async () => (await g.gw.store.planUsage('rich', 'race-plan')).daily,
+  );
 });
 
 t.test('wallet balance', async (t) => {
@@ -139,15 +183,31 @@ t.test('wallet balance', async (t) => {
 
 t.test('every request carries the same client X-Request-ID: each is still admitted and billed on its own', async (t) => {
   // The client's id is echoed, never used as the ledger id: reusing it cannot skip a claim or a charge.
-  const res = await check(t, K.sameId, 'quota, shared X-Request-ID', { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
-    async () => (await g.gw.store.keyState('race-same-id')).used, { 'x-request-id': 'my-fixed-request-id' });
+  const res = await check(
+    t,
+    K.sameId,
+    'quota, shared X-Request-ID',
+    { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-same-id')).used,
+    { 'x-request-id': 'my-fixed-request-id' },
+  );
   t.equal((await g.gw.store.keyState('race-same-id')).reserved, 0, 'no reservation left behind');
-  t.equal(res.u.quota.used, res.ok * EACH / 1e6);
+  t.equal(res.u.quota.used, (res.ok * EACH) / 1e6);
 });
 
-t.test('requests without max_tokens, in CJK text: the reservation is the model\'s output ceiling, the bound holds', async (t) => {
+t.test("requests without max_tokens, in CJK text: the reservation is the model's output ceiling, the bound holds", async (t) => {
   const r = reserve(uncappedCjkBody);
-  t.ok(r >= 50 * PRICE.output + Buffer.byteLength(uncappedCjkBody) / 2 * PRICE.input, `the output ceiling and the bytes are reserved (${r})`);
-  await check(t, K.uncapped, 'quota, uncapped', { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
-    async () => (await g.gw.store.keyState('race-uncapped')).used, {}, uncappedCjkBody);
+  t.ok(
+    r >= 50 * PRICE.output + (Buffer.byteLength(uncappedCjkBody) / 2) * PRICE.input,
+    `the output ceiling and the bytes are reserved (${r})`,
+  );
+  await check(
+    t,
+    K.uncapped,
+    'quota, uncapped',
+    { status: 429, code: 'API_KEY_QUOTA_EXHAUSTED', shouldRetryFalse: true },
+    async () => (await g.gw.store.keyState('race-uncapped')).used,
+    {},
+    uncappedCjkBody,
+  );
 });

@@ -34,9 +34,14 @@ t.before(async () => {
 });
 t.teardown(() => g.close());
 
-const rpm = (retryAfter: string, scope: 'group' | 'user') => ({ status: 429, type: 'rate_limit_exceeded', retryAfter, message: new RegExp(scope) });
+const rpm = (retryAfter: string, scope: 'group' | 'user') => ({
+  status: 429,
+  type: 'rate_limit_exceeded',
+  retryAfter,
+  message: new RegExp(scope),
+});
 
-t.test('user RPM across the user\'s keys and groups, then group RPM across users; Retry-After = rest of the minute', async (t) => {
+t.test("user RPM across the user's keys and groups, then group RPM across users; Retry-After = rest of the minute", async (t) => {
   t.equal((await modelCall(g, K.a1, 'chat', 'chat-model')).status, 200);
   t.equal((await modelCall(g, K.a2, 'chat', 'chat-model')).status, 200, 'another key of the same user');
   const r = await modelCall(g, K.a1, 'chat', 'chat-model');
@@ -64,7 +69,11 @@ t.test('user RPM across the user\'s keys and groups, then group RPM across users
 
 t.test('count_tokens takes no RPM and is not limited by it', async (t) => {
   clock.set(Date.UTC(2026, 0, 5, 11, 0, 0));
-  const ct = () => call(g.url + '/v1/messages/count_tokens', { headers: bearer(K.c), json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] } });
+  const ct = () =>
+    call(g.url + '/v1/messages/count_tokens', {
+      headers: bearer(K.c),
+      json: { model: 'claude-model', messages: [{ role: 'user', content: 'hi' }] },
+    });
   for (let i = 0; i < 4; i++) t.equal((await ct()).status, 200, `count_tokens ${i + 1}`);
   t.equal((await modelCall(g, K.c, 'messages', 'claude-model')).status, 200, 'the one request of the minute');
   assertError(t, await modelCall(g, K.c, 'messages', 'claude-model'), rpm('60', 'user'));
@@ -84,7 +93,10 @@ t.test('a request that reached a failing upstream counts; one refused before the
   clock.set(Date.UTC(2026, 0, 5, 13, 0, 10));
   const failed = await modelCall(g, K.fb, 'chat', 'rpm-fail');
   t.equal(failed.status, 502, 'the upstream failed (503 → 502)');
-  const bad = await call(g.url + '/v1/chat/completions', { headers: bearer(K.fb), json: { model: 'chat-model', messages: 'not an array' } });
+  const bad = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(K.fb),
+    json: { model: 'chat-model', messages: 'not an array' },
+  });
   t.equal(bad.status, 400, 'refused before admission: never counted');
   t.equal((await modelCall(g, K.fb, 'chat', 'chat-model')).status, 200, 'second request of the minute');
   assertError(t, await modelCall(g, K.fb, 'chat', 'chat-model'), rpm('50', 'user'), 'the failed one counted');

@@ -17,11 +17,18 @@ t.teardown(() => g.close());
 t.test('admission that cannot reach the store: 503 billing_service_error, retryable, in the protocol format', async (t) => {
   const store = (g.gw.store as InstrumentedStore).inner as unknown as { admit: (...a: unknown[]) => Promise<unknown> };
   const admit = store.admit;
-  store.admit = async () => { throw new Error('store unavailable'); };
+  store.admit = async () => {
+    throw new Error('store unavailable');
+  };
   try {
     const before = (await usageOf(g, KEYS.chat)).usage.total.requests;
     const chat = await modelCall(g, KEYS.chat, 'chat', 'chat-model');
-    assertError(t, chat, { status: 503, type: 'billing_service_error', message: 'Billing check failed, please retry later', shouldRetryFalse: false }, 'chat');
+    assertError(
+      t,
+      chat,
+      { status: 503, type: 'billing_service_error', message: 'Billing check failed, please retry later', shouldRetryFalse: false },
+      'chat',
+    );
     t.equal(chat.json.error.code, 'billing_service_error');
     const msg = await modelCall(g, KEYS.messages, 'messages', 'claude-model');
     assertError(t, msg, { status: 503, type: 'billing_service_error' }, 'messages');

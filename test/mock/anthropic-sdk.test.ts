@@ -12,14 +12,28 @@ t.before(async () => {
 t.teardown(() => mock.close());
 
 const tools = [
-  { name: 'get_weather', description: 'Weather', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] } },
+  {
+    name: 'get_weather',
+    description: 'Weather',
+    input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] },
+  },
   { name: 'get_time', input_schema: { type: 'object' as const, properties: {} } },
 ];
 
 type AnyClient = any;
 const sdks: { name: string; make: () => AnyClient; E: any; v1: boolean }[] = [
-  { name: '@anthropic-ai/sdk@1', make: () => new Anthropic({ apiKey: 'sk-ant-up', baseURL: mock.url, maxRetries: 0, timeout: 10_000 }), E: Anthropic, v1: true },
-  { name: 'anthropic0', make: () => new Anthropic0({ apiKey: 'sk-ant-up', baseURL: mock.url, maxRetries: 0, timeout: 10_000 }), E: Anthropic0, v1: false },
+  {
+    name: '@anthropic-ai/sdk@1',
+    make: () => new Anthropic({ apiKey: 'sk-ant-up', baseURL: mock.url, maxRetries: 0, timeout: 10_000 }),
+    E: Anthropic,
+    v1: true,
+  },
+  {
+    name: 'anthropic0',
+    make: () => new Anthropic0({ apiKey: 'sk-ant-up', baseURL: mock.url, maxRetries: 0, timeout: 10_000 }),
+    E: Anthropic0,
+    v1: false,
+  },
 ];
 
 for (const sdk of sdks) {
@@ -27,7 +41,12 @@ for (const sdk of sdks) {
     const client = sdk.make();
 
     t.test('messages.create (text) and the headers the SDK sent', async (t) => {
-      const m = await client.messages.create({ model: 'claude-model', max_tokens: 512, system: 'Be brief.', messages: [{ role: 'user', content: 'Hello claude' }] });
+      const m = await client.messages.create({
+        model: 'claude-model',
+        max_tokens: 512,
+        system: 'Be brief.',
+        messages: [{ role: 'user', content: 'Hello claude' }],
+      });
       t.equal(m.type, 'message');
       t.equal(m.model, 'claude-model');
       t.match(m.id, /^msg_/);
@@ -61,7 +80,12 @@ for (const sdk of sdks) {
 
     t.test('tool use: stream and create', async (t) => {
       const m = await client.messages
-        .stream({ model: 'claude-model', max_tokens: 512, tools, messages: [{ role: 'user', content: 'Weather and time [[mock: tool_calls=2]]' }] })
+        .stream({
+          model: 'claude-model',
+          max_tokens: 512,
+          tools,
+          messages: [{ role: 'user', content: 'Weather and time [[mock: tool_calls=2]]' }],
+        })
         .finalMessage();
       t.equal(m.stop_reason, 'tool_use');
       t.same(
@@ -86,12 +110,23 @@ for (const sdk of sdks) {
       t.equal(next.stop_reason, 'end_turn');
       t.equal(next.content[0].text, 'This is a mock reply. You said: Weather?');
       // tool_choice none: text even on a user turn.
-      const none = await client.messages.create({ model: 'claude-model', max_tokens: 64, tools, tool_choice: { type: 'none' }, messages: [{ role: 'user', content: 'x' }] });
+      const none = await client.messages.create({
+        model: 'claude-model',
+        max_tokens: 64,
+        tools,
+        tool_choice: { type: 'none' },
+        messages: [{ role: 'user', content: 'x' }],
+      });
       t.equal(none.content[0].type, 'text');
     });
 
     t.test('thinking with signature', async (t) => {
-      const req = { model: 'claude-model', max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 }, messages: [{ role: 'user', content: 'Ponder' }] };
+      const req = {
+        model: 'claude-model',
+        max_tokens: 2048,
+        thinking: { type: 'enabled', budget_tokens: 1024 },
+        messages: [{ role: 'user', content: 'Ponder' }],
+      };
       const m = await client.messages.stream(req).finalMessage();
       t.equal(m.content[0].type, 'thinking');
       t.equal(m.content[0].thinking, 'Thinking about the request: Ponder. A short deterministic answer will do.');
@@ -103,7 +138,11 @@ for (const sdk of sdks) {
     });
 
     t.test('countTokens', async (t) => {
-      const c = await client.messages.countTokens({ model: 'claude-model', system: 'Be brief.', messages: [{ role: 'user', content: 'one two three' }] });
+      const c = await client.messages.countTokens({
+        model: 'claude-model',
+        system: 'Be brief.',
+        messages: [{ role: 'user', content: 'one two three' }],
+      });
       t.same(c, { input_tokens: 5 });
       t.equal(mock.requests[mock.requests.length - 1].path, '/v1/messages/count_tokens');
     });
@@ -118,7 +157,9 @@ for (const sdk of sdks) {
       ];
       if (sdk.v1) cases.push([413, sdk.E.ContentTooLargeError], [503, sdk.E.ServiceUnavailableError]);
       for (const [status, cls] of cases) {
-        const err = await client.messages.create({ model: `claude-model#status=${status}`, max_tokens: 64, messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e);
+        const err = await client.messages
+          .create({ model: `claude-model#status=${status}`, max_tokens: 64, messages: [{ role: 'user', content: 'x' }] })
+          .catch((e: unknown) => e);
         t.ok(cls && err instanceof cls, `create ${status} → ${cls?.name}`);
         t.equal(err.status, status);
         t.match(err.requestID, /^req_/);
@@ -128,7 +169,9 @@ for (const sdk of sdks) {
           .catch((e: unknown) => e);
         t.ok(serr instanceof cls, `stream ${status} → ${cls?.name}`);
       }
-      const rl = await client.messages.create({ model: 'claude-model#status=429,retry_after=4', max_tokens: 64, messages: [{ role: 'user', content: 'x' }] }).catch((e: any) => e);
+      const rl = await client.messages
+        .create({ model: 'claude-model#status=429,retry_after=4', max_tokens: 64, messages: [{ role: 'user', content: 'x' }] })
+        .catch((e: any) => e);
       t.equal(rl.error.error.type, 'rate_limit_error');
       t.equal(rl.headers.get('retry-after'), '4');
       t.equal(rl.headers.get('anthropic-ratelimit-requests-remaining'), '0');
@@ -138,17 +181,26 @@ for (const sdk of sdks) {
       const se = await client.messages
         .stream({ model: 'claude-model#stream_error=4', max_tokens: 64, messages: [{ role: 'user', content: 'x' }] })
         .finalMessage()
-        .then(() => 'resolved', (e: unknown) => e);
+        .then(
+          () => 'resolved',
+          (e: unknown) => e,
+        );
       t.ok(se instanceof sdk.E.APIError, 'stream_error → APIError');
       t.match(String((se as Error).message), /overloaded_error/);
       const cut = await client.messages
         .stream({ model: 'claude-model#cut_after=5', max_tokens: 64, messages: [{ role: 'user', content: 'x' }] })
         .finalMessage()
-        .then(() => 'resolved', (e: unknown) => e);
+        .then(
+          () => 'resolved',
+          (e: unknown) => e,
+        );
       t.ok(cut instanceof Error, 'cut_after → thrown');
       const cutBody = await client.messages
         .create({ model: 'claude-model#cut_after=30', max_tokens: 64, messages: [{ role: 'user', content: 'x' }] })
-        .then(() => 'resolved', (e: unknown) => e);
+        .then(
+          () => 'resolved',
+          (e: unknown) => e,
+        );
       t.ok(cutBody instanceof Error, 'non-stream cut_after → thrown');
     });
 
@@ -157,7 +209,12 @@ for (const sdk of sdks) {
         .stream({
           model: 'x',
           max_tokens: 64,
-          messages: [{ role: 'user', content: '[[mock: replay=sse/anthropic/prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse chunk_delay=0]]' }],
+          messages: [
+            {
+              role: 'user',
+              content: '[[mock: replay=sse/anthropic/prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse chunk_delay=0]]',
+            },
+          ],
         })
         .finalMessage();
       t.equal(m.content[0].type, 'thinking');

@@ -10,9 +10,12 @@ const body = (text: string) => JSON.stringify({ model: 'm', messages: [{ role: '
 t.test('per-credential stats and scripts', async (t) => {
   const mock = await startMockServer();
   t.teardown(() => mock.close());
-  const post = (headers: Record<string, string>, text = 'hi') => fetch(mock.url + '/v1/chat/completions', {
-    method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: body(text),
-  });
+  const post = (headers: Record<string, string>, text = 'hi') =>
+    fetch(mock.url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: body(text),
+    });
 
   mock.script('key-a', { always: 'delay=150', next: ['status=429 retry_after=2', 'status=503'] });
   const r1 = await post({ authorization: 'Bearer key-a' });
@@ -34,6 +37,9 @@ t.test('per-credential stats and scripts', async (t) => {
   t.equal(a.arrivals.length, 6);
   t.equal(mock.credential('key-b').requests, 1, 'x-api-key counts as the credential');
   t.equal(mock.credential('').requests, 1, 'no credential: the empty one');
-  t.same(mock.requests.slice(0, 5).map((r) => r.credential), ['key-a', 'key-a', 'key-a', 'key-b', '']);
+  t.same(
+    mock.requests.slice(0, 5).map((r) => r.credential),
+    ['key-a', 'key-a', 'key-a', 'key-b', ''],
+  );
   t.same([...mock.credentials.keys()].sort(), ['', 'key-a', 'key-b']);
 });

@@ -29,7 +29,10 @@ t.test('body directives, several blocks, flags, later wins, body beats model', a
 });
 
 t.test('typed values and ignored garbage', async (t) => {
-  const d = parseDirectives(undefined, '[[mock: status=abc delay=-5 chunk_delay=10 tool_calls=3 thinking=5 replay=a\\/b.sse unknown=1 should_retry=false]]');
+  const d = parseDirectives(
+    undefined,
+    '[[mock: status=abc delay=-5 chunk_delay=10 tool_calls=3 thinking=5 replay=a\\/b.sse unknown=1 should_retry=false]]',
+  );
   t.equal(d.status, undefined, 'non-numeric status ignored');
   t.equal(d.delay, undefined, 'negative delay ignored');
   t.equal(d.chunkDelay, 10);

@@ -17,7 +17,11 @@ const weather = {
   function: {
     name: 'get_weather',
     description: 'Weather for a city',
-    parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city', 'unit'] },
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } },
+      required: ['city', 'unit'],
+    },
   },
 };
 const clock = { type: 'function' as const, function: { name: 'get_time', parameters: { type: 'object', properties: {} } } };
@@ -28,7 +32,13 @@ t.test('chat.completions.create (text)', async (t) => {
   t.equal(c.model, 'chat-model');
   t.equal(c.choices[0].message.content, 'This is a mock reply. You said: Hello mock');
   t.equal(c.choices[0].finish_reason, 'stop');
-  t.match(c.usage, { prompt_tokens: 2, completion_tokens: 9, total_tokens: 11, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } });
+  t.match(c.usage, {
+    prompt_tokens: 2,
+    completion_tokens: 9,
+    total_tokens: 11,
+    prompt_tokens_details: { cached_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: 0 },
+  });
   const rec = mock.requests[mock.requests.length - 1];
   t.equal(rec.headers.authorization, 'Bearer sk-test-upstream');
   t.equal(rec.path, '/v1/chat/completions');
@@ -65,9 +75,16 @@ t.test('chat stream with tools: finalChatCompletion has the calls', async (t) =>
   t.match(calls[0].id, /^call_/);
   t.not(calls[0].id, calls[1].id);
   // Non-streaming tool call too.
-  const n = await client.chat.completions.create({ model: 'chat-model', messages: [{ role: 'user', content: 'Weather?' }], tools: [weather] });
+  const n = await client.chat.completions.create({
+    model: 'chat-model',
+    messages: [{ role: 'user', content: 'Weather?' }],
+    tools: [weather],
+  });
   t.equal(n.choices[0].message.content, null);
-  t.equal(n.choices[0].message.tool_calls?.[0].type === 'function' && n.choices[0].message.tool_calls[0].function.arguments, '{"city":"mock","unit":"c"}');
+  t.equal(
+    n.choices[0].message.tool_calls?.[0].type === 'function' && n.choices[0].message.tool_calls[0].function.arguments,
+    '{"city":"mock","unit":"c"}',
+  );
 });
 
 t.test('chat stream with thinking: reasoning_content deltas', async (t) => {
@@ -98,7 +115,13 @@ t.test('responses.create (text, function call)', async (t) => {
   t.equal(r.status, 'completed');
   t.equal(r.model, 'gpt-model');
   t.equal(r.output_text, 'This is a mock reply. You said: Hello responses');
-  t.match(r.usage, { input_tokens: 4, output_tokens: 9, total_tokens: 13, input_tokens_details: { cached_tokens: 0 }, output_tokens_details: { reasoning_tokens: 0 } });
+  t.match(r.usage, {
+    input_tokens: 4,
+    output_tokens: 9,
+    total_tokens: 13,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: 0 },
+  });
   const f = await client.responses.create({
     model: 'gpt-model',
     input: [{ role: 'user', content: 'Weather?' }],
@@ -167,15 +190,22 @@ t.test('HTTP errors surface as the proper error classes', async (t) => {
     [529, OpenAI.InternalServerError],
   ];
   for (const [status, cls] of cases) {
-    const err = await client.chat.completions.create({ model: `chat-model#status=${status}`, messages: [{ role: 'user', content: 'x' }] }).catch((e) => e);
+    const err = await client.chat.completions
+      .create({ model: `chat-model#status=${status}`, messages: [{ role: 'user', content: 'x' }] })
+      .catch((e) => e);
     t.ok(err instanceof cls, `chat ${status} → ${cls.name}`);
     t.equal(err.status, status);
     t.match(err.requestID, /^req_/);
-    const rerr = await client.responses.stream({ model: 'gpt-model', input: `x [[mock: status=${status}]]` }).finalResponse().catch((e) => e);
+    const rerr = await client.responses
+      .stream({ model: 'gpt-model', input: `x [[mock: status=${status}]]` })
+      .finalResponse()
+      .catch((e) => e);
     t.ok(rerr instanceof cls, `responses stream ${status} → ${cls.name}`);
     t.equal(rerr.status, status);
   }
-  const rl = await client.chat.completions.create({ model: 'chat-model#status=429', messages: [{ role: 'user', content: 'x' }] }).catch((e) => e);
+  const rl = await client.chat.completions
+    .create({ model: 'chat-model#status=429', messages: [{ role: 'user', content: 'x' }] })
+    .catch((e) => e);
   t.equal(rl.type, 'requests');
   t.equal(rl.code, 'rate_limit_exceeded');
   t.equal(rl.headers.get('retry-after'), '1');
@@ -192,25 +222,42 @@ t.test('in-stream errors and cut streams throw', async (t) => {
   const chatCut = await client.chat.completions
     .stream({ model: 'chat-model#cut_after=3', messages: [{ role: 'user', content: 'x' }] })
     .finalChatCompletion()
-    .then(() => 'resolved', (e) => e);
+    .then(
+      () => 'resolved',
+      (e) => e,
+    );
   t.ok(chatCut instanceof Error, 'chat cut_after → thrown');
 
-  const respErr = await client.responses.stream({ model: 'gpt-model#stream_error=4', input: 'x' }).finalResponse().catch((e) => e);
+  const respErr = await client.responses
+    .stream({ model: 'gpt-model#stream_error=4', input: 'x' })
+    .finalResponse()
+    .catch((e) => e);
   t.ok(respErr instanceof OpenAI.APIError, 'responses stream_error → APIError');
 
   const respCut = await client.responses
     .stream({ model: 'gpt-model#cut_after=4', input: 'x' })
     .finalResponse()
-    .then(() => 'resolved', (e) => e);
+    .then(
+      () => 'resolved',
+      (e) => e,
+    );
   t.ok(respCut instanceof Error, 'responses cut_after → thrown');
 
-  const createCut = await client.chat.completions.create({ model: 'chat-model#cut_after=20', messages: [{ role: 'user', content: 'x' }] }).then(() => 'resolved', (e) => e);
+  const createCut = await client.chat.completions
+    .create({ model: 'chat-model#cut_after=20', messages: [{ role: 'user', content: 'x' }] })
+    .then(
+      () => 'resolved',
+      (e) => e,
+    );
   t.ok(createCut instanceof Error, 'non-stream cut_after → thrown');
 });
 
 t.test('replayed transcripts go through the SDK', async (t) => {
   const c = await client.chat.completions
-    .stream({ model: 'x#replay=sse/openai-chat/dotnet-extensions.OpenAIChatClientTests.FunctionCallContent_Streaming.sse', messages: [{ role: 'user', content: 'x' }] })
+    .stream({
+      model: 'x#replay=sse/openai-chat/dotnet-extensions.OpenAIChatClientTests.FunctionCallContent_Streaming.sse',
+      messages: [{ role: 'user', content: 'x' }],
+    })
     .finalChatCompletion();
   const tc = c.choices[0].message.tool_calls?.[0];
   t.equal(tc?.type === 'function' && tc.function.name, 'GetPersonAge');

@@ -12,8 +12,17 @@ t.before(async () => {
 });
 t.teardown(() => mock.close());
 
-const chatReq = (extra: Record<string, unknown> = {}) => ({ model: 'chat-model', messages: [{ role: 'user', content: 'Hello there' }], ...extra });
-const msgReq = (extra: Record<string, unknown> = {}) => ({ model: 'claude-model', max_tokens: 256, messages: [{ role: 'user', content: 'Hello there' }], ...extra });
+const chatReq = (extra: Record<string, unknown> = {}) => ({
+  model: 'chat-model',
+  messages: [{ role: 'user', content: 'Hello there' }],
+  ...extra,
+});
+const msgReq = (extra: Record<string, unknown> = {}) => ({
+  model: 'claude-model',
+  max_tokens: 256,
+  messages: [{ role: 'user', content: 'Hello there' }],
+  ...extra,
+});
 const respReq = (extra: Record<string, unknown> = {}) => ({ model: 'gpt-model', input: 'Hello there', ...extra });
 
 t.test('url, port, health', async (t) => {
@@ -47,12 +56,21 @@ t.test('chat stream framing: no event lines, role first, usage chunk, [DONE]', a
   t.equal(r.status, 200, 'path without /v1 works');
   t.match(r.headers.get('content-type'), /^text\/event-stream/);
   const bs = blocks(r.text);
-  t.ok(bs.every((b) => b.event === undefined), 'no event: lines');
+  t.ok(
+    bs.every((b) => b.event === undefined),
+    'no event: lines',
+  );
   t.equal(bs[bs.length - 1].data, '[DONE]');
   const chunks = bs.slice(0, -1).map((b) => JSON.parse(b.data as string));
   t.same(chunks[0].choices[0].delta, { role: 'assistant', content: '', refusal: null });
-  t.ok(chunks.every((c) => 'usage' in c), 'every chunk carries usage');
-  t.ok(chunks.slice(0, -1).every((c) => c.usage === null), 'usage null until the last chunk');
+  t.ok(
+    chunks.every((c) => 'usage' in c),
+    'every chunk carries usage',
+  );
+  t.ok(
+    chunks.slice(0, -1).every((c) => c.usage === null),
+    'usage null until the last chunk',
+  );
   const last = chunks[chunks.length - 1];
   t.same(last.choices, []);
   t.same(last.usage.prompt_tokens, 2);
@@ -69,9 +87,19 @@ t.test('chat stream without include_usage has no usage key; no_usage and no_done
   let bs = blocks((await post(`${mock.url}/v1/chat/completions`, chatReq({ stream: true }))).text);
   t.equal(bs[bs.length - 1].data, '[DONE]');
   t.notOk(bs.slice(0, -1).some((b) => 'usage' in JSON.parse(b.data as string)));
-  bs = blocks((await post(`${mock.url}/v1/chat/completions`, chatReq({ stream: true, stream_options: { include_usage: true }, model: 'm#no_usage,no_done' }))).text);
+  bs = blocks(
+    (
+      await post(
+        `${mock.url}/v1/chat/completions`,
+        chatReq({ stream: true, stream_options: { include_usage: true }, model: 'm#no_usage,no_done' }),
+      )
+    ).text,
+  );
   t.not(bs[bs.length - 1].data, '[DONE]');
-  t.notOk(bs.some((b) => b.data !== '[DONE]' && JSON.parse(b.data as string).choices.length === 0), 'no usage chunk');
+  t.notOk(
+    bs.some((b) => b.data !== '[DONE]' && JSON.parse(b.data as string).choices.length === 0),
+    'no usage chunk',
+  );
 });
 
 t.test('chat tool calls stream: first delta carries id/type/name/"" then fragments', async (t) => {
@@ -79,7 +107,10 @@ t.test('chat tool calls stream: first delta carries id/type/name/"" then fragmen
     { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
     { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } },
   ];
-  const r = await post(`${mock.url}/v1/chat/completions`, chatReq({ stream: true, tools, messages: [{ role: 'user', content: 'weather? [[mock: tool_calls=3]]' }] }));
+  const r = await post(
+    `${mock.url}/v1/chat/completions`,
+    chatReq({ stream: true, tools, messages: [{ role: 'user', content: 'weather? [[mock: tool_calls=3]]' }] }),
+  );
   const chunks = jsonBlocks(r.text).map((b) => b.data);
   const first = chunks[0].choices[0].delta;
   t.equal(first.role, 'assistant');
@@ -106,7 +137,11 @@ t.test('chat tool calls stream: first delta carries id/type/name/"" then fragmen
           tools,
           messages: [
             { role: 'user', content: 'weather?' },
-            { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"x"}' } }] },
+            {
+              role: 'assistant',
+              content: null,
+              tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"x"}' } }],
+            },
             { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
           ],
         }),
@@ -118,16 +153,34 @@ t.test('chat tool calls stream: first delta carries id/type/name/"" then fragmen
 });
 
 t.test('anthropic stream framing: event lines everywhere, ping, dense indices, usage in start and delta', async (t) => {
-  const r = await post(`${mock.url}/v1/messages`, msgReq({ stream: true, model: 'claude-model#thinking,cache_read=10,cache_write=4,input_tokens=7' }), {
-    'anthropic-version': '2023-06-01',
-  });
+  const r = await post(
+    `${mock.url}/v1/messages`,
+    msgReq({ stream: true, model: 'claude-model#thinking,cache_read=10,cache_write=4,input_tokens=7' }),
+    {
+      'anthropic-version': '2023-06-01',
+    },
+  );
   t.equal(r.status, 200);
   t.match(r.headers.get('request-id'), /^req_/);
   const bs = jsonBlocks(r.text);
-  t.ok(bs.every((b) => b.event === b.data.type), 'every frame named after its type');
+  t.ok(
+    bs.every((b) => b.event === b.data.type),
+    'every frame named after its type',
+  );
   t.same(
     bs.map((b) => b.event).filter((e, i, a) => e !== 'content_block_delta' || a[i - 1] !== 'content_block_delta'),
-    ['message_start', 'content_block_start', 'ping', 'content_block_delta', 'content_block_stop', 'content_block_start', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop'],
+    [
+      'message_start',
+      'content_block_start',
+      'ping',
+      'content_block_delta',
+      'content_block_stop',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
+    ],
   );
   const start = bs[0].data.message;
   t.equal(start.model, 'claude-model');
@@ -202,9 +255,15 @@ t.test('responses stream framing: events, sequence numbers, no [DONE]', async (t
 });
 
 t.test('count_tokens and input_tokens', async (t) => {
-  const body = { model: 'claude-model', system: 'Be brief.', messages: [{ role: 'user', content: [{ type: 'text', text: 'one two three' }] }] };
+  const body = {
+    model: 'claude-model',
+    system: 'Be brief.',
+    messages: [{ role: 'user', content: [{ type: 'text', text: 'one two three' }] }],
+  };
   t.same(JSON.parse((await post(`${mock.url}/v1/messages/count_tokens`, body)).text), { input_tokens: 5 });
-  t.same(JSON.parse((await post(`${mock.url}/v1/messages/count_tokens`, { ...body, model: 'c#input_tokens=99' })).text), { input_tokens: 99 });
+  t.same(JSON.parse((await post(`${mock.url}/v1/messages/count_tokens`, { ...body, model: 'c#input_tokens=99' })).text), {
+    input_tokens: 99,
+  });
   // The same function as /v1/messages.
   const m = JSON.parse((await post(`${mock.url}/v1/messages`, { ...body, max_tokens: 100 })).text);
   t.equal(m.usage.input_tokens, 5);
@@ -279,7 +338,10 @@ t.test('malformed input never crashes: 400 in the protocol shape', async (t) => 
   t.match(JSON.parse(r.text).error.message, /max_tokens/);
   r = await post(`${mock.url}/v1/chat/completions`, { model: 'c', messages: 'nope' });
   t.equal(r.status, 400);
-  r = await post(`${mock.url}/v1/chat/completions`, { model: 'c', messages: [null, 5, { role: 'user', content: [{ type: 'image_url' }, 7] }] });
+  r = await post(`${mock.url}/v1/chat/completions`, {
+    model: 'c',
+    messages: [null, 5, { role: 'user', content: [{ type: 'image_url' }, 7] }],
+  });
   t.equal(r.status, 200, 'odd message entries tolerated');
   r = await post(`${mock.url}/v1/nowhere`, {});
   t.equal(r.status, 404);
@@ -303,7 +365,11 @@ t.test('malformed input never crashes: 400 in the protocol shape', async (t) => 
 
 t.test('requests records method, path, headers, body (last keepRequests)', async (t) => {
   const body = JSON.stringify(chatReq({ user: 'record-me' }));
-  await post(`${mock.url}/v1/chat/completions?x=1`, body, { 'x-api-key': 'sk-up', 'anthropic-version': '2023-06-01', authorization: 'Bearer up' });
+  await post(`${mock.url}/v1/chat/completions?x=1`, body, {
+    'x-api-key': 'sk-up',
+    'anthropic-version': '2023-06-01',
+    authorization: 'Bearer up',
+  });
   const last = mock.requests[mock.requests.length - 1];
   t.equal(last.method, 'POST');
   t.equal(last.path, '/v1/chat/completions?x=1');
@@ -318,7 +384,10 @@ t.test('requests records method, path, headers, body (last keepRequests)', async
 t.test('replay serves the file bytes exactly; path rules', async (t) => {
   const rel = 'sse/anthropic/prism.tests-Fixtures-anthropic.stream-with-tools-1.sse';
   const file = readFileSync(path.join(CONFORMANCE, rel));
-  const r = await fetch(`${mock.url}/v1/messages`, { method: 'POST', body: JSON.stringify(msgReq({ stream: true, messages: [{ role: 'user', content: `[[mock: replay=${rel}]]` }] })) });
+  const r = await fetch(`${mock.url}/v1/messages`, {
+    method: 'POST',
+    body: JSON.stringify(msgReq({ stream: true, messages: [{ role: 'user', content: `[[mock: replay=${rel}]]` }] })),
+  });
   t.equal(r.status, 200);
   t.match(r.headers.get('content-type'), /^text\/event-stream/);
   t.ok(Buffer.from(await r.arrayBuffer()).equals(file), 'byte for byte');
@@ -327,11 +396,21 @@ t.test('replay serves the file bytes exactly; path rules', async (t) => {
     body: JSON.stringify(chatReq({ model: 'x#replay=json/openai-openapi.createChatCompletion.x-oaiMeta.Default.response.json' })),
   });
   t.equal(j.headers.get('content-type'), 'application/json');
-  t.ok(Buffer.from(await j.arrayBuffer()).equals(readFileSync(path.join(CONFORMANCE, 'json/openai-openapi.createChatCompletion.x-oaiMeta.Default.response.json'))));
+  t.ok(
+    Buffer.from(await j.arrayBuffer()).equals(
+      readFileSync(path.join(CONFORMANCE, 'json/openai-openapi.createChatCompletion.x-oaiMeta.Default.response.json')),
+    ),
+  );
   // chunk_delay / cut_after on a replay: frame by frame, same bytes up to the cut.
-  const frames = await readRaw(`${mock.url}/v1/messages`, msgReq({ messages: [{ role: 'user', content: `[[mock: replay=${rel} chunk_delay=1]]` }] }));
+  const frames = await readRaw(
+    `${mock.url}/v1/messages`,
+    msgReq({ messages: [{ role: 'user', content: `[[mock: replay=${rel} chunk_delay=1]]` }] }),
+  );
   t.equal(frames.text, file.toString('utf8'));
-  const cut = await readRaw(`${mock.url}/v1/messages`, msgReq({ messages: [{ role: 'user', content: `[[mock: replay=${rel} cut_after=3]]` }] }));
+  const cut = await readRaw(
+    `${mock.url}/v1/messages`,
+    msgReq({ messages: [{ role: 'user', content: `[[mock: replay=${rel} cut_after=3]]` }] }),
+  );
   t.ok(cut.error, 'cut replay errors on the client');
   t.equal(blocks(cut.text).length, 3);
   t.ok(file.toString('utf8').startsWith(cut.text));
@@ -392,7 +471,11 @@ t.test('cut_after, stream_error, hang_after on raw streams', async (t) => {
   t.match(JSON.parse(rb[4].data as string), { sequence_number: 4, response: { status: 'failed', error: { code: 'server_error' } } });
   // hang_after: frames then silence; the client gives up.
   const ac = new AbortController();
-  const r = await fetch(`${mock.url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(chatReq({ stream: true, model: 'm#hang_after=1' })), signal: ac.signal });
+  const r = await fetch(`${mock.url}/v1/chat/completions`, {
+    method: 'POST',
+    body: JSON.stringify(chatReq({ stream: true, model: 'm#hang_after=1' })),
+    signal: ac.signal,
+  });
   const reader = (r.body as ReadableStream<Uint8Array>).getReader();
   const first = await reader.read();
   t.match(new TextDecoder().decode(first.value), /^data: /);
@@ -427,11 +510,15 @@ t.test('keep-alive: sequential requests reuse one connection', async (t) => {
   const sockets = new Set<unknown>();
   for (let i = 0; i < 3; i++) {
     await new Promise<void>((resolve, reject) => {
-      const req = http.request(`${mock.url}/v1/chat/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
-        sockets.add(res.socket);
-        res.resume();
-        res.on('end', resolve);
-      });
+      const req = http.request(
+        `${mock.url}/v1/chat/completions`,
+        { method: 'POST', agent, headers: { 'content-type': 'application/json' } },
+        (res) => {
+          sockets.add(res.socket);
+          res.resume();
+          res.on('end', resolve);
+        },
+      );
       req.on('error', reject);
       req.end(JSON.stringify(chatReq({ stream: i % 2 === 0 })));
     });
@@ -464,7 +551,11 @@ t.test('in-flight gauge: requests being answered now, the peak, a client that le
   m.resetPeak();
   t.equal(m.peakInFlight, 0);
   const ac = new AbortController();
-  const gone = fetch(`${m.url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify(chatReq({ model: 'chat-model#hang' })), signal: ac.signal }).catch(() => undefined);
+  const gone = fetch(`${m.url}/v1/chat/completions`, {
+    method: 'POST',
+    body: JSON.stringify(chatReq({ model: 'chat-model#hang' })),
+    signal: ac.signal,
+  }).catch(() => undefined);
   while (m.inFlight < 1) await new Promise((r) => setTimeout(r, 5));
   ac.abort();
   await gone;

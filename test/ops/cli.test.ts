@@ -20,7 +20,12 @@ const BIN = path.join(ROOT, 'bin/gateway.js');
 const ENV = { ...process.env, NODE_OPTIONS: '' };
 const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
 
-interface Run { code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
 
 /** A port nothing listens on (bound, then released). */
 function freePort(): Promise<number> {
@@ -37,8 +42,12 @@ function gateway(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
     const child = spawn(process.execPath, [BIN, ...args], { cwd: tmpDir(), env: { ...ENV, ...env } });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d) => { stdout += d; });
-    child.stderr.on('data', (d) => { stderr += d; });
+    child.stdout.on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
     child.on('error', reject);
     child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
   });
@@ -89,7 +98,10 @@ t.test('check: ok with a summary, or every error with its line', async (t) => {
   cfg.groups.chat.models.push('ghost');
   cfg.server.port = 'eighty';
   const file = writeConfig(cfg);
-  for (const args of [['check', file], ['check', '--config', file]]) {
+  for (const args of [
+    ['check', file],
+    ['check', '--config', file],
+  ]) {
     const bad = await gateway(args);
     t.equal(bad.code, 1);
     t.match(bad.stderr, /gateway.yaml: 2 errors/);
@@ -121,7 +133,7 @@ t.test('keygen: sk- and 64 hex, and its SHA-256 for key_sha256 — which the gat
   t.equal((await modelCall(g, key, 'chat', 'chat-model')).status, 200, 'the key works with only its digest in the config');
 });
 
-t.test('usage and reset-quota talk to the running gateway\'s admin API', async (t) => {
+t.test("usage and reset-quota talk to the running gateway's admin API", async (t) => {
   const cfg = baseConfig();
   cfg.server.admin_token = 'admin-secret-token';
   cfg.keys.find((k: any) => k.name === 'chat').quota = 5;
@@ -136,13 +148,19 @@ t.test('usage and reset-quota talk to the running gateway\'s admin API', async (
   t.equal(json.code, 0, json.stderr);
   const u = JSON.parse(json.stdout);
   t.match(u, {
-    key: 'chat', user: 'alice', group: 'chat', enabled: true,
+    key: 'chat',
+    user: 'alice',
+    group: 'chat',
+    enabled: true,
     quota: { limit: 5, used: 0.005, reserved: 0 },
     windows: { '1d': { limit: 2, used: 0.005 } },
     balance: { credit: 100, spent: 0.005, remaining: 99.995 },
     usage: { today: { requests: 1, input_tokens: 1000, output_tokens: 2000, actual_cost: 0.005 } },
   });
-  t.same(u.model_stats.map((m: any) => m.model), ['chat-model']);
+  t.same(
+    u.model_stats.map((m: any) => m.model),
+    ['chat-model'],
+  );
 
   // The address and token from the config file, as an operator on the gateway's host runs it.
   const local = YAML.parse(readFileSync(g.file, 'utf8'));
@@ -176,7 +194,11 @@ t.test('usage and reset-quota talk to the running gateway\'s admin API', async (
   const down = await gateway(['reset-quota', 'chat', '--url', `http://127.0.0.1:${closed}`, '--token', 'x']);
   t.equal(down.code, 1);
   t.match(down.stderr, `cannot reach the gateway at http://127.0.0.1:${closed}: connect ECONNREFUSED`);
-  t.equal((await call(g.url + '/admin/keys/chat/usage', { method: 'POST', headers: bearer('admin-secret-token') })).status, 405, 'usage is GET');
+  t.equal(
+    (await call(g.url + '/admin/keys/chat/usage', { method: 'POST', headers: bearer('admin-secret-token') })).status,
+    405,
+    'usage is GET',
+  );
 });
 
 t.test('start: serves until SIGTERM or SIGINT, drains, exits 0; a bad config exits 1', async (t) => {
@@ -195,14 +217,34 @@ t.test('start: serves until SIGTERM or SIGINT, drains, exits 0; a bad config exi
       });
       child.on('exit', () => reject(new Error(`exited early: ${stderr}`)));
     });
-    t.equal((await call(url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: { model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] } })).status, 200);
+    t.equal(
+      (
+        await call(url + '/v1/chat/completions', {
+          headers: bearer(KEYS.chat),
+          json: { model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] },
+        })
+      ).status,
+      200,
+    );
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     child.kill(signal);
     t.equal(await exited, 0, `${signal}: exit 0`);
-    const lines = stderr.split('\n').filter(Boolean).map((l) => JSON.parse(l));
-    t.ok(lines.some((l) => l.msg.startsWith('shutting down') && l.signal === signal), 'the signal is logged');
-    t.ok(lines.some((l) => l.msg === 'gateway stopped'), 'and the stop');
-    t.ok(lines.some((l) => l.msg === 'request' && l.status === 200), 'the access line was written before exit');
+    const lines = stderr
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
+    t.ok(
+      lines.some((l) => l.msg.startsWith('shutting down') && l.signal === signal),
+      'the signal is logged',
+    );
+    t.ok(
+      lines.some((l) => l.msg === 'gateway stopped'),
+      'and the stop',
+    );
+    t.ok(
+      lines.some((l) => l.msg === 'request' && l.status === 200),
+      'the access line was written before exit',
+    );
   }
   const bad = writeConfig({ version: 1 });
   const r = await gateway(['start', bad]);

@@ -53,7 +53,9 @@ t.test('readiness follows the store: not ready, degraded, unreachable', async (t
   t.equal(down.status, 503);
   t.equal(down.json.status, 'unavailable');
 
-  health = async () => { throw new Error('connection refused'); };
+  health = async () => {
+    throw new Error('connection refused');
+  };
   const unreachable = await call(g.url + '/readyz');
   t.equal(unreachable.status, 503);
   t.same(unreachable.json, { status: 'unavailable', store: 'memory', reason: 'the store did not answer' });
@@ -70,7 +72,9 @@ t.test('shutdown_delay: /readyz turns 503 at once, requests are still served, a 
   const g = await startGateway(cfg);
   t.equal((await call(g.url + '/readyz')).status, 200);
   let closed = false;
-  const first = g.gw.close().then(() => { closed = true; });
+  const first = g.gw.close().then(() => {
+    closed = true;
+  });
   const draining = await call(g.url + '/readyz');
   t.equal(draining.status, 503);
   t.same(draining.json, { status: 'draining' });

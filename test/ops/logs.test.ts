@@ -55,7 +55,10 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 t.test('one access line per request: request id, route, group, model, status, tokens, cost, duration, attempts', async (t) => {
-  const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: bodyFor('chat', 'chat-model', `${directive({ input: 10, output: 20 })} ${SECRET_WORD}`) });
+  const r = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: bodyFor('chat', 'chat-model', `${directive({ input: 10, output: 20 })} ${SECRET_WORD}`),
+  });
   t.equal(r.status, 200);
   const mine = access(r.headers.get('x-request-id'));
   t.equal(mine.length, 1, 'exactly one');
@@ -63,8 +66,18 @@ t.test('one access line per request: request id, route, group, model, status, to
   t.equal(a.level, 'info');
   t.match(a.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   t.match(a, {
-    route: 'openai-chat', method: 'POST', status: 200, key: 'chat', user: 'alice', group: 'chat', model: 'chat-model', provider: 'mock',
-    attempts: 1, tokens: { input: 10, output: 20, cacheRead: 0, cacheWrite: 0 }, costMicroUsd: 50, listCostMicroUsd: 50,
+    route: 'openai-chat',
+    method: 'POST',
+    status: 200,
+    key: 'chat',
+    user: 'alice',
+    group: 'chat',
+    model: 'chat-model',
+    provider: 'mock',
+    attempts: 1,
+    tokens: { input: 10, output: 20, cacheRead: 0, cacheWrite: 0 },
+    costMicroUsd: 50,
+    listCostMicroUsd: 50,
   });
   t.type(a.durationMs, 'number');
   t.equal(a.ttftMs, undefined, 'no time to first token without a stream');
@@ -73,7 +86,8 @@ t.test('one access line per request: request id, route, group, model, status, to
 
 t.test('a stream has its time to first token; a fallback its attempts', async (t) => {
   const s = await fetch(g.url + '/v1/messages', {
-    method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor('messages', 'claude-model', directive({ input: 10, output: 20 }), { stream: true })),
   });
   await s.text();
@@ -82,7 +96,10 @@ t.test('a stream has its time to first token; a fallback its attempts', async (t
   t.type(sa.ttftMs, 'number');
   t.ok(sa.ttftMs >= 0 && sa.ttftMs <= sa.durationMs, 'first token within the request');
 
-  const fb = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: { ...chatBody({ model: 'broken-model' }), models: ['chat-model'] } });
+  const fb = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: { ...chatBody({ model: 'broken-model' }), models: ['chat-model'] },
+  });
   t.equal(fb.status, 200);
   const [fa] = access(fb.headers.get('x-request-id'));
   t.match(fa, { status: 200, model: 'chat-model', attempts: 2 });
@@ -104,11 +121,17 @@ t.test('refusals carry the error code; unrouted requests get a line too; probes 
 });
 
 t.test('answered before any route (no Host, a bad Expect, malformed HTTP): an access line and a request count each', async (t) => {
-  const count = async () => total(parseProm(await (await fetch(g.url + '/metrics')).text()), 'gateway_requests_total', { route: 'unmatched', status: '400' });
+  const count = async () =>
+    total(parseProm(await (await fetch(g.url + '/metrics')).text()), 'gateway_requests_total', { route: 'unmatched', status: '400' });
   const before = await count();
   const sent = [
     { what: 'no Host', bytes: 'GET /v1/models HTTP/1.1\r\nX-Request-ID: refused-no-host\r\n\r\n', method: 'GET' },
-    { what: 'Expect', bytes: 'POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Request-ID: refused-expect\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n{}', method: 'POST' },
+    {
+      what: 'Expect',
+      bytes:
+        'POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-Request-ID: refused-expect\r\nExpect: bogus\r\nContent-Length: 2\r\n\r\n{}',
+      method: 'POST',
+    },
     { what: 'bad header characters', bytes: 'GET / HTTP/1.1\r\nHost: gw\r\nBad\u0001Header: x\r\n\r\n' },
   ];
   for (const s of sent) {
@@ -120,11 +143,14 @@ t.test('answered before any route (no Host, a bad Expect, malformed HTTP): an ac
     t.match(mine[0], { route: 'unmatched', status: 400, errorCode: 'bad_request' }, `${s.what}: route, status and error code`);
     if (s.method) t.equal(mine[0].method, s.method, `${s.what}: its method`);
   }
-  t.equal(await count() - before, sent.length, 'gateway_requests_total{route="unmatched",status="400"} counted each');
+  t.equal((await count()) - before, sent.length, 'gateway_requests_total{route="unmatched",status="400"} counted each');
 });
 
 t.test('a plugin exception: 500 to the client, the plugin and its stack in the log', async (t) => {
-  for (const [route, plugin, message, type] of [['boom', 'boom', 'kaboom in the plugin', 'TypeError'], ['late', 'late', 'late failure', 'RangeError']] as const) {
+  for (const [route, plugin, message, type] of [
+    ['boom', 'boom', 'kaboom in the plugin', 'TypeError'],
+    ['late', 'late', 'late failure', 'RangeError'],
+  ] as const) {
     const r = await call(`${g.url}/${route}/v1/chat/completions`, { headers: bearer(KEYS.chat), json: chatBody() });
     t.equal(r.status, 500, route);
     t.same(r.json.error.code, 'internal_error');
@@ -173,7 +199,9 @@ t.test('stderr to a file gets every line at once, even from a process killed rig
   const os = await import('node:os');
   const path = await import('node:path');
   const { pathToFileURL } = await import('node:url');
-  const logModule = pathToFileURL(path.resolve(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '../../core/log.js')).href;
+  const logModule = pathToFileURL(
+    path.resolve(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '../../core/log.js'),
+  ).href;
   // Logs three lines; with `kill`, then dies at once (SIGKILL: no exit handler runs, no turn passes).
   const child = (kill: boolean) => `import(${JSON.stringify(logModule)}).then(({ createLogger }) => {
     const log = createLogger('info');
@@ -186,12 +214,24 @@ t.test('stderr to a file gets every line at once, even from a process killed rig
   const fd = fs.openSync(file, 'w');
   await new Promise((resolve) => spawn(process.execPath, ['-e', child(true)], { stdio: ['ignore', 'ignore', fd] }).on('exit', resolve));
   fs.closeSync(fd);
-  const inFile = fs.readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l).msg);
+  const inFile = fs
+    .readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l).msg);
   t.same(inFile, ['line 1', 'line 2', 'line 3'], 'a file: every line was written before the kill');
 
   const p = spawn(process.execPath, ['-e', child(false)], { stdio: ['ignore', 'ignore', 'pipe'] });
   let piped = '';
   p.stderr.on('data', (c: Buffer) => (piped += c.toString()));
   await new Promise((resolve) => p.on('close', resolve));
-  t.same(piped.trim().split('\n').map((l) => JSON.parse(l).msg), ['line 1', 'line 2', 'line 3'], 'a pipe: every line, written asynchronously');
+  t.same(
+    piped
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).msg),
+    ['line 1', 'line 2', 'line 3'],
+    'a pipe: every line, written asynchronously',
+  );
 });

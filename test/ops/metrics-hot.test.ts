@@ -24,11 +24,11 @@ function twins() {
   return { hot, plain, h: make(hot, HotCounter, HotGauge, HotHistogram), p: make(plain, Counter, Gauge, Histogram) };
 }
 
-t.test('the gateway\'s metric classes scrape exactly like prom-client\'s for the same operations', async (t) => {
+t.test("the gateway's metric classes scrape exactly like prom-client's for the same operations", async (t) => {
   const { hot, plain, h, p } = twins();
   // A deterministic pseudo-random sequence: label values, values, operations.
   let seed = 7;
-  const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+  const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
   const as = ['x', 'y', 'z'];
   const bs = ['1', '2'];
   for (let i = 0; i < 5000; i++) {
@@ -75,7 +75,10 @@ t.test('a scrape after N requests, then N + M, counts each request exactly', asy
   const g = await startGateway(baseConfig());
   t.teardown(() => g.close());
   const chat = async () => {
-    const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: bodyFor('chat', 'chat-model', directive({ input: 10, output: 20 })) });
+    const r = await call(g.url + '/v1/chat/completions', {
+      headers: bearer(KEYS.chat),
+      json: bodyFor('chat', 'chat-model', directive({ input: 10, output: 20 })),
+    });
     if (r.status !== 200) throw new Error(`chat: ${r.status} ${r.text}`);
   };
   const scrape = async () => parseProm(await (await fetch(g.url + '/metrics')).text());
@@ -90,7 +93,11 @@ t.test('a scrape after N requests, then N + M, counts each request exactly', asy
     t.equal(total(s, 'gateway_tokens_total', { ...chatLabels, bucket: 'cache_read' }), 0, `${when}: cache_read series, 0`);
     t.equal(total(s, 'gateway_charged_micro_usd_total', chatLabels), 50 * n, `${when}: charged micro-USD (10 × $1 + 20 × $2 per M)`);
     t.equal(total(s, 'gateway_upstream_attempts_total', { provider: 'mock', model: 'chat-model', outcome: 'ok' }), n, `${when}: attempts`);
-    t.equal(total(s, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'chat-model' }), n, `${when}: upstream latencies`);
+    t.equal(
+      total(s, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'chat-model' }),
+      n,
+      `${when}: upstream latencies`,
+    );
     t.equal(total(s, 'gateway_store_operation_seconds_count', { store: 'memory', op: 'admit' }), n, `${when}: admissions timed`);
     t.equal(total(s, 'gateway_store_operation_seconds_count', { store: 'memory', op: 'settle' }), n, `${when}: settlements timed`);
   };
@@ -102,7 +109,7 @@ t.test('a scrape after N requests, then N + M, counts each request exactly', asy
   check(await scrape(), N + M, 'after N + M');
 });
 
-t.test('plugin metrics made through deps.metrics are the same fast kind and keep prom-client\'s API', async (t) => {
+t.test("plugin metrics made through deps.metrics are the same fast kind and keep prom-client's API", async (t) => {
   const m = createMetrics({ defaultMetrics: false });
   const c = m.counter({ name: 'plugin_things_total', help: 'things', labelNames: ['kind'] });
   t.ok(c instanceof Counter);
@@ -111,8 +118,18 @@ t.test('plugin metrics made through deps.metrics are the same fast kind and keep
   c.labels('a').inc(5);
   c.inc({ kind: 'b' }, 2);
   const v = await c.get();
-  t.same(v.values.map((x) => [x.labels, x.value]), [[{ kind: 'a' }, 15], [{ kind: 'b' }, 2]]);
+  t.same(
+    v.values.map((x) => [x.labels, x.value]),
+    [
+      [{ kind: 'a' }, 15],
+      [{ kind: 'b' }, 2],
+    ],
+  );
   c.reset();
   c.inc({ kind: 'a' });
-  t.same((await c.get()).values.map((x) => [x.labels, x.value]), [[{ kind: 'a' }, 1]], 'after reset, counting starts over');
+  t.same(
+    (await c.get()).values.map((x) => [x.labels, x.value]),
+    [[{ kind: 'a' }, 1]],
+    'after reset, counting starts over',
+  );
 });

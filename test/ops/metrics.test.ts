@@ -20,7 +20,11 @@ const LIMITED = key(0x7001);
 const boom = definePlugin({
   name: 'boom',
   schema: { type: 'object' },
-  create: () => ({ onAccess() { throw new Error('kaboom'); } }),
+  create: () => ({
+    onAccess() {
+      throw new Error('kaboom');
+    },
+  }),
 });
 
 function config(): Record<string, any> {
@@ -31,7 +35,13 @@ function config(): Record<string, any> {
   cfg.users.limited = { balance: 10, rpm: 1 };
   cfg.keys.push({ key: LIMITED, name: 'limited', user: 'limited', group: 'chat' });
   // An account pool: account `first` fails once (503), the request fails over to `second`.
-  cfg.providers.pool = { kind: 'mock', accounts: [{ name: 'first', api_key: 'key-pool-first', priority: 0 }, { name: 'second', api_key: 'key-pool-second', priority: 1 }] };
+  cfg.providers.pool = {
+    kind: 'mock',
+    accounts: [
+      { name: 'first', api_key: 'key-pool-first', priority: 0 },
+      { name: 'second', api_key: 'key-pool-second', priority: 1 },
+    ],
+  };
   cfg.models['pool-model'] = { provider: 'pool', price: { input: 1, output: 2 } };
   cfg.groups.chat.models.push('pool-model');
   cfg.plugins.boom = { use: 'boom' };
@@ -48,27 +58,36 @@ const expected = { chatCost: 0, claudeCost: 0, poolCost: 0 };
 
 t.before(async () => {
   g = await startGateway(config(), { registry });
-  const chat = (extra: Record<string, unknown> = {}, k = KEYS.chat) => call(g.url + '/v1/chat/completions', { headers: bearer(k), json: bodyFor('chat', 'chat-model', directive({ input: 10, output: 20 }), extra) });
+  const chat = (extra: Record<string, unknown> = {}, k = KEYS.chat) =>
+    call(g.url + '/v1/chat/completions', {
+      headers: bearer(k),
+      json: bodyFor('chat', 'chat-model', directive({ input: 10, output: 20 }), extra),
+    });
 
   // successes: two non-stream chat calls (10 in, 20 out at $1/$2 per M: 50 micro-USD each)
   for (let i = 0; i < 2; i++) if ((await chat()).status !== 200) throw new Error('chat failed');
   expected.chatCost = 2 * (10 * 1 + 20 * 2);
   // a stream on Messages (claude-model at $3/$15: 30 + 300 micro-USD)
   const s = await fetch(g.url + '/v1/messages', {
-    method: 'POST', headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { ...bearer(KEYS.messages), 'content-type': 'application/json' },
     body: JSON.stringify(bodyFor('messages', 'claude-model', directive({ input: 10, output: 20 }), { stream: true })),
   });
   if (!(await s.text()).includes('message_stop')) throw new Error('stream failed');
   expected.claudeCost = 10 * 3 + 20 * 15;
   // a fallback: broken-model answers 503, chat-model answers
   const fb = await call(g.url + '/v1/chat/completions', {
-    headers: bearer(KEYS.chat), json: { ...bodyFor('chat', 'broken-model', directive({ input: 10, output: 20 })), models: ['chat-model'] },
+    headers: bearer(KEYS.chat),
+    json: { ...bodyFor('chat', 'broken-model', directive({ input: 10, output: 20 })), models: ['chat-model'] },
   });
   if (fb.status !== 200 || fb.json.model !== 'chat-model') throw new Error(`fallback failed: ${fb.status} ${fb.text}`);
   expected.chatCost += 50;
   // account failover inside one model: `first` answers 503, `second` answers
   g.gw.mocks.get('pool')!.script('key-pool-first', { next: ['status=503'] });
-  const pooled = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: bodyFor('chat', 'pool-model', directive({ input: 10, output: 20 })) });
+  const pooled = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: bodyFor('chat', 'pool-model', directive({ input: 10, output: 20 })),
+  });
   if (pooled.status !== 200) throw new Error(`pool failed: ${pooled.status} ${pooled.text}`);
   expected.poolCost = 50;
   // rejections: an unknown key, and the second request of a user limited to 1 per minute
@@ -77,11 +96,14 @@ t.before(async () => {
   expected.chatCost += 50;
   if ((await chat({}, LIMITED)).status !== 429) throw new Error('expected 429');
   // a plugin that throws
-  if ((await call(g.url + '/boom/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status !== 500) throw new Error('expected 500');
+  if ((await call(g.url + '/boom/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status !== 500)
+    throw new Error('expected 500');
   // the store failing one admission
   // On the store the instrumentation wraps: its failure is counted like a real one.
   const store = (g.gw.store as InstrumentedStore).inner as unknown as Record<string, unknown>;
-  store.admit = async () => { throw new Error('store down'); };
+  store.admit = async () => {
+    throw new Error('store down');
+  };
   const down = await chat();
   delete store.admit;
   if (down.status !== 503) throw new Error(`expected 503, got ${down.status}`);
@@ -101,7 +123,11 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 t.test('requests by route and status; probes are not counted', async (t) => {
-  t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '200' }), 5, 'two plain calls, the fallback, the pool, the limited user\'s first');
+  t.equal(
+    total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '200' }),
+    5,
+    "two plain calls, the fallback, the pool, the limited user's first",
+  );
   t.equal(total(samples, 'gateway_requests_total', { route: 'anthropic-messages', status: '200' }), 1);
   t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '401' }), 1);
   t.equal(total(samples, 'gateway_requests_total', { route: 'openai-chat', status: '429' }), 1);
@@ -126,8 +152,11 @@ t.test('upstream attempts and latency by provider and model; the fallback', asyn
   t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'mock', model: 'claude-model', outcome: 'ok' }), 1);
   t.equal(total(samples, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'chat-model' }), 4);
   t.equal(total(samples, 'gateway_upstream_latency_seconds_count', { provider: 'mock', model: 'broken-model' }), 1);
-  t.same(find(samples, 'gateway_fallback_attempts_total').map((s) => [s.labels, s.value]), [[{ model: 'chat-model', reason: '503' }, 1]],
-    'the account failover is not a model fallback');
+  t.same(
+    find(samples, 'gateway_fallback_attempts_total').map((s) => [s.labels, s.value]),
+    [[{ model: 'chat-model', reason: '503' }, 1]],
+    'the account failover is not a model fallback',
+  );
   t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'pool', model: 'pool-model', outcome: '503' }), 1);
   t.equal(total(samples, 'gateway_upstream_attempts_total', { provider: 'pool', model: 'pool-model', outcome: 'ok' }), 1);
 });
@@ -143,7 +172,7 @@ t.test('per-account series: requests by outcome, the failover, the cooldown, sta
   t.equal(total(samples, 'gateway_account_ttft_seconds_count', { provider: 'pool', account: 'second' }), 1);
 });
 
-t.test('tokens and cost by provider, model and group, equal to the store\'s records', async (t) => {
+t.test("tokens and cost by provider, model and group, equal to the store's records", async (t) => {
   const chat = { provider: 'mock', model: 'chat-model', group: 'chat' };
   const claude = { provider: 'mock', model: 'claude-model', group: 'messages' };
   t.equal(total(samples, 'gateway_tokens_total', { ...chat, bucket: 'input' }), 40, '4 answered chat calls × 10');
@@ -154,7 +183,11 @@ t.test('tokens and cost by provider, model and group, equal to the store\'s reco
   t.equal(total(samples, 'gateway_charged_micro_usd_total', claude), expected.claudeCost);
   t.equal(total(samples, 'gateway_tokens_total', { model: 'broken-model' }), 0, 'the failed attempt is not billed');
   const usage = (await usageOf(g, KEYS.chat)).usage.total;
-  t.equal(Math.round(usage.actual_cost * 1e6 + (await usageOf(g, LIMITED)).usage.total.actual_cost * 1e6), expected.chatCost + expected.poolCost, 'the store agrees');
+  t.equal(
+    Math.round(usage.actual_cost * 1e6 + (await usageOf(g, LIMITED)).usage.total.actual_cost * 1e6),
+    expected.chatCost + expected.poolCost,
+    'the store agrees',
+  );
   t.equal(total(samples, 'gateway_tokens_total', { provider: 'pool', model: 'pool-model', group: 'chat', bucket: 'output' }), 20);
   t.equal(total(samples, 'gateway_charged_micro_usd_total', { provider: 'pool', model: 'pool-model', group: 'chat' }), expected.poolCost);
 });
@@ -162,8 +195,14 @@ t.test('tokens and cost by provider, model and group, equal to the store\'s reco
 t.test('rejections by code, plugin exceptions by plugin, store errors and latency by operation', async (t) => {
   t.equal(total(samples, 'gateway_limit_rejections_total', { code: 'INVALID_API_KEY' }), 1);
   t.equal(total(samples, 'gateway_limit_rejections_total', { code: 'rate_limit_exceeded' }), 1);
-  t.same(find(samples, 'gateway_plugin_errors_total').map((s) => [s.labels.plugin, s.value]), [['boom', 1]]);
-  t.same(find(samples, 'gateway_store_errors_total').map((s) => [s.labels, s.value]), [[{ store: 'memory', op: 'admit' }, 1]]);
+  t.same(
+    find(samples, 'gateway_plugin_errors_total').map((s) => [s.labels.plugin, s.value]),
+    [['boom', 1]],
+  );
+  t.same(
+    find(samples, 'gateway_store_errors_total').map((s) => [s.labels, s.value]),
+    [[{ store: 'memory', op: 'admit' }, 1]],
+  );
   t.equal(total(samples, 'gateway_store_operation_seconds_count', { store: 'memory', op: 'health' }), 3, 'one per /readyz');
   t.equal(total(samples, 'gateway_store_operation_seconds_count', { op: 'settle' }), 6, 'one settlement per answered model call');
   t.ok(total(samples, 'gateway_store_operation_seconds_count', { op: 'admit' }) >= 6);
@@ -174,16 +213,48 @@ t.test('reloads by result, build info, Node.js and process metrics', async (t) =
   t.equal(total(samples, 'gateway_config_reloads_total', { result: 'ok' }), 1);
   t.equal(total(samples, 'gateway_config_reloads_total', { result: 'rejected' }), 1);
   t.equal(total(samples, 'gateway_build_info', { version: pkg.version, node: process.version }), 1);
-  for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'nodejs_heap_size_used_bytes', 'nodejs_eventloop_lag_p99_seconds', 'nodejs_version_info']) {
+  for (const name of [
+    'process_cpu_seconds_total',
+    'process_resident_memory_bytes',
+    'nodejs_heap_size_used_bytes',
+    'nodejs_eventloop_lag_p99_seconds',
+    'nodejs_version_info',
+  ]) {
     t.ok(find(samples, name).length > 0, `${name} is exported`);
   }
 });
 
 t.test('label sets are bounded: no key or user names, no request ids', async (t) => {
   const labelNames = new Set(samples.filter((s) => s.name.startsWith('gateway_')).flatMap((s) => Object.keys(s.labels)));
-  for (const l of labelNames) t.ok(['route', 'status', 'provider', 'account', 'state', 'model', 'outcome', 'reason', 'group', 'bucket', 'code', 'plugin', 'store', 'op', 'result', 'le', 'version', 'node'].includes(l), `label ${l}`);
+  for (const l of labelNames)
+    t.ok(
+      [
+        'route',
+        'status',
+        'provider',
+        'account',
+        'state',
+        'model',
+        'outcome',
+        'reason',
+        'group',
+        'bucket',
+        'code',
+        'plugin',
+        'store',
+        'op',
+        'result',
+        'le',
+        'version',
+        'node',
+      ].includes(l),
+      `label ${l}`,
+    );
   const values = samples.flatMap((s) => Object.values(s.labels));
-  t.notOk(values.some((v) => v === 'alice' || v === 'limited' || v.startsWith('sk-')), 'no user, key name or key as a label value');
+  t.notOk(
+    values.some((v) => v === 'alice' || v === 'limited' || v.startsWith('sk-')),
+    'no user, key name or key as a label value',
+  );
   t.notMatch(scrapeText, /sk-[0-9a-f]/, 'no key anywhere');
 });
 
@@ -202,9 +273,17 @@ t.test('the Grafana dashboard parses and every metric it queries is in the scrap
   const names = new Set(exprs.flatMap((e) => [...e.matchAll(/\b((?:gateway|process|nodejs)_[a-z0-9_]+)\b/g)].map((m) => m[1])));
   t.ok(names.size >= 20, `${names.size} metric names`);
   for (const n of names) t.ok(find(samples, n).length > 0, `${n} has samples`);
-  const gatewayFamilies = new Set(scrapeText.split('\n').filter((l) => l.startsWith('# TYPE gateway_')).map((l) => l.split(' ')[2]));
+  const gatewayFamilies = new Set(
+    scrapeText
+      .split('\n')
+      .filter((l) => l.startsWith('# TYPE gateway_'))
+      .map((l) => l.split(' ')[2]),
+  );
   for (const f of gatewayFamilies) {
-    t.ok([...names].some((n) => n === f || n.startsWith(`${f}_`)), `the dashboard shows ${f}`);
+    t.ok(
+      [...names].some((n) => n === f || n.startsWith(`${f}_`)),
+      `the dashboard shows ${f}`,
+    );
   }
 });
 
@@ -230,7 +309,11 @@ t.test('metrics.token, metrics.listen and metrics.key_labels', async (t) => {
   t.equal(total(s, 'gateway_key_charged_micro_usd_total', { key: 'chat', user: 'alice' }), 50);
   t.equal((await call(h.gw.metricsUrl + '/readyz')).status, 200, 'probes on the metrics port');
   t.equal((await call(h.gw.metricsUrl + '/healthz')).status, 200);
-  t.equal((await call(h.gw.metricsUrl + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 404, 'no API there');
+  t.equal(
+    (await call(h.gw.metricsUrl + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status,
+    404,
+    'no API there',
+  );
 
   const plain = await startGateway(baseConfig());
   t.teardown(() => plain.close());

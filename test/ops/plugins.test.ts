@@ -36,17 +36,20 @@ t.test('a GatewayError from another copy of the package is recognised by its bra
   t.notOk(isGatewayError(new Error('x')));
   t.notOk(isGatewayError({ message: 'x', status: 403 }), 'a look-alike without the brand is not one');
   t.same(renderError(foreign, 'chat'), {
-    status: 403, headers: { 'x-should-retry': 'false' },
+    status: 403,
+    headers: { 'x-should-retry': 'false' },
     body: { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'blocked elsewhere', param: null } },
   });
 });
 
-t.test('the guide shows the example\'s files as they are', async (t) => {
+t.test("the guide shows the example's files as they are", async (t) => {
   const guide = readFileSync(path.join(ROOT, 'docs/plugins.md'), 'utf8');
   const blocks = [...guide.matchAll(/```\w+ file=(\S+)\n([\s\S]*?)```/g)];
   t.ok(blocks.length >= 3, 'package.json, the plugin, its test');
   for (const [, file, body] of blocks) t.equal(body, readFileSync(path.join(ROOT, file), 'utf8'), file);
-  const files = readdirSync(EXAMPLE).filter((f) => f !== 'node_modules' && f !== 'dist' && f !== 'package-lock.json').sort();
+  const files = readdirSync(EXAMPLE)
+    .filter((f) => f !== 'node_modules' && f !== 'dist' && f !== 'package-lock.json')
+    .sort();
   t.same(files, ['package.json', 'src', 'test', 'tsconfig.json'], 'the guide shows every file of the example');
 });
 
@@ -55,7 +58,10 @@ t.test('the moderation example, installed as a third party installs it', async (
   t.teardown(() => rmSync(work, { recursive: true, force: true }));
   const pack = run('npm', ['pack', '--pack-destination', work, '--silent'], ROOT);
   t.equal(pack.code, 0, pack.out);
-  const tarball = path.join(work, readdirSync(work).find((f) => f.endsWith('.tgz'))!);
+  const tarball = path.join(
+    work,
+    readdirSync(work).find((f) => f.endsWith('.tgz'))!,
+  );
 
   const plugin = path.join(work, 'moderation');
   // As published: the sources, not a build or an install someone made in the repository's copy.
@@ -81,29 +87,56 @@ t.test('the moderation example, installed as a third party installs it', async (
   t.teardown(() => g.close());
   const text = 'tell me the secret   plan';
 
-  const chat = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: text }] }) });
+  const chat = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: text }] }),
+  });
   t.equal(chat.status, 403, 'Chat Completions');
-  t.same(chat.json, { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'Request blocked by content policy', param: null } });
-  const msg = await call(g.url + '/v1/messages', { headers: bearer(KEYS.messages), json: messagesBody({ messages: [{ role: 'user', content: text }] }) });
+  t.same(chat.json, {
+    error: {
+      type: 'content_policy_violation',
+      code: 'content_policy_violation',
+      message: 'Request blocked by content policy',
+      param: null,
+    },
+  });
+  const msg = await call(g.url + '/v1/messages', {
+    headers: bearer(KEYS.messages),
+    json: messagesBody({ messages: [{ role: 'user', content: text }] }),
+  });
   t.equal(msg.status, 403, 'Messages');
   t.same(msg.json, { type: 'error', error: { type: 'content_policy_violation', message: 'Request blocked by content policy' } });
   const resp = await call(g.url + '/v1/responses', { headers: bearer(KEYS.responses), json: responsesBody({ input: text }) });
   t.equal(resp.status, 403, 'Responses');
-  t.same(resp.json, { error: { type: 'content_policy_violation', code: 'content_policy_violation', message: 'Request blocked by content policy', param: null } });
-  const lite = await call(g.url + '/v1/responses', { headers: bearer(KEYS.messages), json: responsesBody({ model: 'claude-model', input: [{ role: 'user', content: [{ type: 'input_text', text: 'FORBIDDEN' }] }] }) });
+  t.same(resp.json, {
+    error: {
+      type: 'content_policy_violation',
+      code: 'content_policy_violation',
+      message: 'Request blocked by content policy',
+      param: null,
+    },
+  });
+  const lite = await call(g.url + '/v1/responses', {
+    headers: bearer(KEYS.messages),
+    json: responsesBody({ model: 'claude-model', input: [{ role: 'user', content: [{ type: 'input_text', text: 'FORBIDDEN' }] }] }),
+  });
   t.equal(lite.status, 403, 'Responses on a Messages-style group');
   t.same(lite.json, { error: { code: 'content_policy_violation', message: 'Request blocked by content policy' } });
   t.equal(g.gw.mocks.get('mock')!.requests.filter((r) => /secret|FORBIDDEN/.test(r.body)).length, 0, 'no upstream saw them');
   t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'others pass');
 
-  const blocked = async () => total(parseProm((await call(g.url + '/metrics')).text), 'moderation_blocked_total', { instance: 'moderation' });
-  t.equal(await blocked(), 4, 'the plugin\'s metric, on the gateway\'s /metrics');
+  const blocked = async () =>
+    total(parseProm((await call(g.url + '/metrics')).text), 'moderation_blocked_total', { instance: 'moderation' });
+  t.equal(await blocked(), 4, "the plugin's metric, on the gateway's /metrics");
 
   // Reloads re-run create(), which registers the metric again: twice in a row, both accepted.
   t.equal(await g.gw.reload(), undefined, 'first reload');
   t.equal(await g.gw.reload(), undefined, 'second reload');
   t.equal(await blocked(), 4, 'the metric kept its value');
-  await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }) });
+  await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }),
+  });
   t.equal(await blocked(), 5, 'and counts on with the new instance');
 
   // A bad pattern is a config error; the running config keeps serving.
@@ -114,13 +147,26 @@ t.test('the moderation example, installed as a third party installs it', async (
   const err = await g.gw.reload();
   t.ok(err, 'rejected');
   t.match(err!.message, /moderation: patterns\[0\] is not a valid regular expression/);
-  t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }) })).status, 403, 'the old config serves');
+  t.equal(
+    (
+      await call(g.url + '/v1/chat/completions', {
+        headers: bearer(KEYS.chat),
+        json: chatBody({ messages: [{ role: 'user', content: 'forbidden' }] }),
+      })
+    ).status,
+    403,
+    'the old config serves',
+  );
   writeFileSync(g.file, good);
 });
 
-t.test('plugin metrics: the same metric on every load, never one of the gateway\'s, never another kind', async (t) => {
+t.test("plugin metrics: the same metric on every load, never one of the gateway's, never another kind", async (t) => {
   const dir = tmpDir();
-  const write = (name: string, body: string) => writeFileSync(path.join(dir, name), `export default { name: '${name}', schema: { type: 'object' }, create(o, { metrics }) { ${body}; return {}; } };\n`);
+  const write = (name: string, body: string) =>
+    writeFileSync(
+      path.join(dir, name),
+      `export default { name: '${name}', schema: { type: 'object' }, create(o, { metrics }) { ${body}; return {}; } };\n`,
+    );
   write('gauge.mjs', "metrics.gauge({ name: 'plugin_things', help: 'things' }).set(3)");
   write('steal.mjs', "metrics.counter({ name: 'gateway_requests_total', help: 'mine', labelNames: ['route', 'status'] })");
   write('clash.mjs', "metrics.counter({ name: 'plugin_things', help: 'things' })");
@@ -131,11 +177,21 @@ t.test('plugin metrics: the same metric on every load, never one of the gateway\
   const { Gateway } = await import('../../core/server.js');
   const { builtinPlugins } = await import('../../plugins/index.js');
   const { silentLogger } = await import('../../core/log.js');
-  const gw = await Gateway.start({ configFile: file, registry: builtinPlugins, mockUpstream: (await import('../../mock/server.js')).startMockServer, log: silentLogger, watch: false, port: 0 });
+  const gw = await Gateway.start({
+    configFile: file,
+    registry: builtinPlugins,
+    mockUpstream: (await import('../../mock/server.js')).startMockServer,
+    log: silentLogger,
+    watch: false,
+    port: 0,
+  });
   t.teardown(() => gw.close());
   for (let i = 0; i < 2; i++) t.equal(await gw.reload(), undefined, `reload ${i + 1}`);
   t.equal(total(parseProm(await gw.metrics.scrape()), 'plugin_things'), 3);
-  for (const [use, message] of [['./steal.mjs', /belongs to the gateway/], ['./clash.mjs', /already registered as another kind/]] as const) {
+  for (const [use, message] of [
+    ['./steal.mjs', /belongs to the gateway/],
+    ['./clash.mjs', /already registered as another kind/],
+  ] as const) {
     writeFileSync(file, YAML.stringify({ ...cfg, plugins: { ...cfg.plugins, things: { use } } }));
     const err = await gw.reload();
     t.match(err?.message, message, use);
@@ -144,7 +200,8 @@ t.test('plugin metrics: the same metric on every load, never one of the gateway\
 
 t.test('the public entry point exports the plugin API', async (t) => {
   const api = await import(pathToFileURL(path.join(ROOT, 'dist/core/public.js')).href);
-  for (const name of ['definePlugin', 'GatewayError', 'isGatewayError', 'createSlot', 'CATALOGUE', 'VERSION']) t.ok(api[name] !== undefined, name);
+  for (const name of ['definePlugin', 'GatewayError', 'isGatewayError', 'createSlot', 'CATALOGUE', 'VERSION'])
+    t.ok(api[name] !== undefined, name);
   const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'));
   t.equal(pkg.name, 'llm-gateway');
   t.equal(pkg.exports['.'].types, './dist/core/public.d.ts');

@@ -39,7 +39,9 @@ function run(cmd: string, args: string[], cwd: string): { code: number | null; o
 function listening(child: ChildProcess, stderr: () => string): Promise<string> {
   return new Promise((resolve, reject) => {
     const look = () => {
-      const line = stderr().split('\n').find((l) => l.includes('"msg":"gateway listening on '));
+      const line = stderr()
+        .split('\n')
+        .find((l) => l.includes('"msg":"gateway listening on '));
       if (line) resolve(JSON.parse(line).url);
     };
     child.stderr!.on('data', look);
@@ -63,8 +65,12 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
   const npm = spawn('npm', ['start'], { cwd: copy, env: { ...ENV, GATEWAY_PORT: '0' } });
   let stderr = '';
   let stdout = '';
-  npm.stdout.on('data', (d) => { stdout += d; });
-  npm.stderr.on('data', (d) => { stderr += d; });
+  npm.stdout.on('data', (d) => {
+    stdout += d;
+  });
+  npm.stderr.on('data', (d) => {
+    stderr += d;
+  });
   const exited = new Promise<number | null>((resolve) => npm.on('exit', (code) => resolve(code)));
   const url = await listening(npm, () => stderr);
   t.notMatch(stderr + stdout, /building|rebuilding/, 'no compilation on start');
@@ -75,7 +81,11 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
   const res = await fetch(url + '/v1/chat/completions', {
     method: 'POST',
     headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'demo-chat', stream: true, messages: [{ role: 'user', content: '[[mock: words=40 chunk_delay=25]] hi' }] }),
+    body: JSON.stringify({
+      model: 'demo-chat',
+      stream: true,
+      messages: [{ role: 'user', content: '[[mock: words=40 chunk_delay=25]] hi' }],
+    }),
   });
   t.equal(res.status, 200);
   const reader = res.body!.getReader();
@@ -88,13 +98,26 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
     text += Buffer.from(value).toString('utf8');
   }
   t.match(text, /data: \[DONE\]/, 'the request in flight finished');
-  const words = text.split('\n').filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)).choices?.[0]?.delta?.content ?? '').join('');
+  const words = text
+    .split('\n')
+    .filter((l) => l.startsWith('data: {'))
+    .map((l) => JSON.parse(l.slice(6)).choices?.[0]?.delta?.content ?? '')
+    .join('');
   t.equal(words.trim().split(/\s+/).length, 40, 'all of it');
   t.equal(await exited, 0, 'npm (and the gateway under it) exit 0');
   await t.rejects(fetch(url + '/healthz'), 'nothing is left listening');
-  const lines = stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
-  t.ok(lines.some((l) => l.msg.startsWith('shutting down') && l.signal === 'SIGTERM'), 'the gateway itself got SIGTERM');
-  t.ok(lines.some((l) => l.msg === 'request' && l.status === 200 && l.ttftMs !== undefined), 'the stream was logged');
+  const lines = stderr
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l));
+  t.ok(
+    lines.some((l) => l.msg.startsWith('shutting down') && l.signal === 'SIGTERM'),
+    'the gateway itself got SIGTERM',
+  );
+  t.ok(
+    lines.some((l) => l.msg === 'request' && l.status === 200 && l.ttftMs !== undefined),
+    'the stream was logged',
+  );
   t.ok(lines.some((l) => l.msg === 'gateway stopped'));
 });
 

@@ -23,7 +23,7 @@ const SCHEMA_FILE = path.join(ROOT, 'gateway.schema.json');
 const modeline = `# yaml-language-server: $schema=${new URL(`file://${SCHEMA_FILE}`).href}\n`;
 
 t.test('the shipped gateway.yaml: no error in yaml-language-server, none in ajv with the same schema', async (t) => {
-  t.same(await editorDiagnostics(SHIPPED), [], 'yaml-language-server, through the file\'s own $schema line');
+  t.same(await editorDiagnostics(SHIPPED), [], "yaml-language-server, through the file's own $schema line");
   const ajv = new Ajv({ allErrors: true, strict: false });
   const validate = ajv.compile(JSON.parse(readFileSync(SCHEMA_FILE, 'utf8')));
   const ok = validate(YAML.parse(readFileSync(SHIPPED, 'utf8')));
@@ -58,8 +58,12 @@ function everyValueAReference(text: string): string {
   const doc = YAML.parseDocument(text);
   let n = 0;
   visit(doc, {
-    Map(_k, node) { node.flow = false; },
-    Seq(_k, node) { node.flow = false; },
+    Map(_k, node) {
+      node.flow = false;
+    },
+    Seq(_k, node) {
+      node.flow = false;
+    },
     Pair(_k, pair) {
       const v = pair.value;
       if (isScalar(v) && v.value !== null && !(typeof v.value === 'string' && v.value.includes('${'))) {
@@ -94,8 +98,10 @@ t.test('${VAR} references are accepted wherever the loader accepts them', async 
   const original = await loadConfigText(readFileSync(SHIPPED, 'utf8'), SHIPPED, { registry: builtinPlugins, env });
   const viaRefs = await loadConfigText(referenced, SHIPPED, { registry: builtinPlugins, env });
   t.same(comparable(viaRefs), comparable(original), 'and the loader reads the same config from it');
-  t.rejects(loadConfigText(referenced, SHIPPED, { registry: builtinPlugins, env: { ...env, CFG_0: 'not-a-version' } }),
-    'a reference that yields a wrong value is the loader\'s error');
+  t.rejects(
+    loadConfigText(referenced, SHIPPED, { registry: builtinPlugins, env: { ...env, CFG_0: 'not-a-version' } }),
+    "a reference that yields a wrong value is the loader's error",
+  );
 });
 
 t.test('every setting is described', async (t) => {
@@ -114,7 +120,10 @@ t.test('every setting is described', async (t) => {
   t.same(missing, [], 'a description for each');
   let count = 0;
   const counter = (n: any) => {
-    for (const v of Object.values<any>(n?.properties ?? {})) { count++; counter(v); }
+    for (const v of Object.values<any>(n?.properties ?? {})) {
+      count++;
+      counter(v);
+    }
     if (n?.additionalProperties && typeof n.additionalProperties === 'object') counter(n.additionalProperties);
     if (n?.items) counter(n.items);
   };
@@ -136,7 +145,7 @@ t.test('gateway.schema.json and the reference in docs/config.md are generated fr
 
 const camel = (k: string) => k.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
 
-t.test('documented defaults are the loader\'s defaults', async (t) => {
+t.test("documented defaults are the loader's defaults", async (t) => {
   const minimal = {
     version: 1,
     providers: { p: { kind: 'mock' } },
@@ -159,12 +168,22 @@ t.test('documented defaults are the loader\'s defaults', async (t) => {
       if (!('default' in v)) continue;
       let actual: unknown;
       let expected: unknown = v.default;
-      if (v.title === 'duration') { actual = obj[`${camel(k)}Ms`]; expected = parseDuration(v.default); }
-      else if (v.title === 'size') { actual = obj[camel(k)]; expected = parseSize(v.default); }
-      else if (v.title === 'USD') { actual = obj[camel(k)]; expected = parseDecimal(v.default, 6); }
-      else if (k === 'multiplier') { actual = obj.multiplierPpm; expected = parseDecimal(v.default, 6); }
-      else if (`${at}${k}` === 'store.path') { actual = obj.path; expected = path.join(dir, v.default); }
-      else actual = obj[camel(k)];
+      if (v.title === 'duration') {
+        actual = obj[`${camel(k)}Ms`];
+        expected = parseDuration(v.default);
+      } else if (v.title === 'size') {
+        actual = obj[camel(k)];
+        expected = parseSize(v.default);
+      } else if (v.title === 'USD') {
+        actual = obj[camel(k)];
+        expected = parseDecimal(v.default, 6);
+      } else if (k === 'multiplier') {
+        actual = obj.multiplierPpm;
+        expected = parseDecimal(v.default, 6);
+      } else if (`${at}${k}` === 'store.path') {
+        actual = obj.path;
+        expected = path.join(dir, v.default);
+      } else actual = obj[camel(k)];
       t.same(actual, expected, `${at}${k}: ${JSON.stringify(v.default)}`);
       checked.push(`${at}${k}`);
     }

@@ -4,7 +4,17 @@
  */
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { baseConfig, bearer, call, chatBody, KEYS, startGateway, messagesBody, type TestGateway, type TapTest } from '../helpers/gateway.js';
+import {
+  baseConfig,
+  bearer,
+  call,
+  chatBody,
+  KEYS,
+  startGateway,
+  messagesBody,
+  type TestGateway,
+  type TapTest,
+} from '../helpers/gateway.js';
 import { rawRequest } from '../helpers/raw.js';
 import { createLogger } from '../../core/log.js';
 
@@ -33,7 +43,14 @@ t.before(async () => {
     { key: K.expired, name: 'expired', user: 'alice', group: 'chat', expires_at: '2020-01-01T00:00:00Z' },
     { key: K.noGroup, name: 'no-group', user: 'alice' },
     { key_sha256: sha(K.hashed), name: 'hashed', user: 'alice', group: 'chat' },
-    { key: K.expiredDenied, name: 'expired-denied', user: 'alice', group: 'chat', expires_at: '2020-01-01T00:00:00Z', ip_deny: ['127.0.0.0/8', '::1'] },
+    {
+      key: K.expiredDenied,
+      name: 'expired-denied',
+      user: 'alice',
+      group: 'chat',
+      expires_at: '2020-01-01T00:00:00Z',
+      ip_deny: ['127.0.0.0/8', '::1'],
+    },
   );
   g = await startGateway(cfg, { log: createLogger('debug', (l) => lines.push(l)) });
 });
@@ -69,7 +86,11 @@ t.test('key check errors, flat format', async (t) => {
   flat(t, await chat({}), 401, 'API_KEY_REQUIRED');
   flat(t, await chat({ authorization: 'Bearer ' }), 401, 'API_KEY_REQUIRED');
   flat(t, await chat({ authorization: '' }), 401, 'API_KEY_REQUIRED');
-  t.equal((await chat({ authorization: 'Bearer', 'x-api-key': KEYS.chat })).status, 200, 'a bare Bearer counts as absent: x-api-key is used');
+  t.equal(
+    (await chat({ authorization: 'Bearer', 'x-api-key': KEYS.chat })).status,
+    200,
+    'a bare Bearer counts as absent: x-api-key is used',
+  );
   t.equal((await chat({ authorization: '', 'x-api-key': KEYS.chat })).status, 200, 'an empty Authorization counts as absent');
   flat(t, await chat(bearer('sk-short')), 401, 'INVALID_API_KEY');
   flat(t, await chat(bearer('has spaces in it, 1234567')), 401, 'INVALID_API_KEY');
@@ -83,7 +104,7 @@ t.test('key check errors, flat format', async (t) => {
 
 t.test('duplicate credential headers are rejected', async (t) => {
   const twoAuth = await rawRequest(g.url + '/v1/chat/completions', {
-    headers: { authorization: [`Bearer ${KEYS.chat}`, `Bearer ${KEYS.chat}`] as any, "content-type": "application/json" },
+    headers: { authorization: [`Bearer ${KEYS.chat}`, `Bearer ${KEYS.chat}`] as any, 'content-type': 'application/json' },
     body: JSON.stringify(chatBody()),
   });
   t.equal(twoAuth.status, 401);
@@ -100,18 +121,29 @@ t.test('duplicate credential headers are rejected', async (t) => {
 
 t.test('a key in the query string: 400 on every endpoint, never logged', async (t) => {
   const paths: Array<[string, string]> = [
-    ['POST', '/v1/chat/completions'], ['POST', '/v1/messages'], ['POST', '/v1/messages/count_tokens'],
-    ['POST', '/v1/responses'], ['GET', '/v1/models'], ['GET', '/v1/usage'],
+    ['POST', '/v1/chat/completions'],
+    ['POST', '/v1/messages'],
+    ['POST', '/v1/messages/count_tokens'],
+    ['POST', '/v1/responses'],
+    ['GET', '/v1/models'],
+    ['GET', '/v1/usage'],
   ];
   for (const [method, p] of paths) {
     for (const q of ['key', 'api_key']) {
-      const r = await call(`${g.url}${p}?${q}=${KEYS.chat}`, { method, headers: bearer(KEYS.chat), ...(method === 'POST' ? { json: chatBody() } : {}) });
+      const r = await call(`${g.url}${p}?${q}=${KEYS.chat}`, {
+        method,
+        headers: bearer(KEYS.chat),
+        ...(method === 'POST' ? { json: chatBody() } : {}),
+      });
       flat(t, r, 400, 'api_key_in_query_deprecated');
     }
   }
   const r = await call(`${g.url}/v1/chat/completions?key=${K.unknown}`, { json: chatBody() });
   t.equal(r.json.code, 'api_key_in_query_deprecated', 'before any header check');
-  t.notOk(lines.some((l) => l.includes(KEYS.chat) || l.includes(K.unknown)), 'no key in any log line');
+  t.notOk(
+    lines.some((l) => l.includes(KEYS.chat) || l.includes(K.unknown)),
+    'no key in any log line',
+  );
   t.ok(lines.length > 0, 'logs were captured');
 });
 

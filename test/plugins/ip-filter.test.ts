@@ -37,19 +37,35 @@ t.before(async () => {
   cfg.server.trusted_proxies = ['127.0.0.1', '::1'];
   cfg.plugins['ip-filter'] = { use: 'ip-filter', with: { deny: ['203.0.113.0/24', '2001:db8:dead::/48'] } };
   cfg.keys.push(
-    { key: K.allowV6, name: 'allow-v6', user: 'alice', group: 'chat', ip_allow: ['2001:db8::/32', '198.51.100.0/24'], ip_deny: ['198.51.100.66'] },
+    {
+      key: K.allowV6,
+      name: 'allow-v6',
+      user: 'alice',
+      group: 'chat',
+      ip_allow: ['2001:db8::/32', '198.51.100.0/24'],
+      ip_deny: ['198.51.100.66'],
+    },
     { key: K.denyOne, name: 'deny-one', user: 'alice', group: 'chat', ip_deny: ['10.0.0.0/8'] },
   );
   g = await startGateway(cfg);
 });
 t.teardown(() => g.close());
 
-const from = (key: string, xff: string) => call(g.url + '/v1/chat/completions', { headers: { ...bearer(key), 'x-forwarded-for': xff }, json: chatBody() });
+const from = (key: string, xff: string) =>
+  call(g.url + '/v1/chat/completions', { headers: { ...bearer(key), 'x-forwarded-for': xff }, json: chatBody() });
 
 t.test('global and per-key lists through a trusted proxy', async (t) => {
   const denied = await from(KEYS.chat, '203.0.113.9');
   t.equal(denied.status, 403);
-  t.same(denied.json, { code: 'ACCESS_DENIED', message: 'Access denied', error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' } }, 'vague message, flat body');
+  t.same(
+    denied.json,
+    {
+      code: 'ACCESS_DENIED',
+      message: 'Access denied',
+      error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' },
+    },
+    'vague message, flat body',
+  );
   t.equal((await from(KEYS.chat, '198.18.0.1')).status, 200, 'not listed: allowed');
   t.equal((await from(KEYS.chat, '2001:db8:dead::1')).status, 403, 'IPv6 global deny');
   t.equal((await from(K.allowV6, '2001:db8::abcd')).status, 200, 'key allow (IPv6)');
@@ -65,12 +81,27 @@ t.test('global and per-key lists through a trusted proxy', async (t) => {
 t.test('per-key lists hold whatever the chain order (ip-filter before auth)', async (t) => {
   const cfg = baseConfig();
   cfg.keys.push({ key: K.denyOne, name: 'deny-local', user: 'alice', group: 'chat', ip_deny: ['127.0.0.0/8'] });
-  cfg.chains['model-call'] = ['ip-filter', 'auth', 'quota', 'windows', 'rpm', 'concurrency', 'body-rewriter', 'converter', 'fallback', 'metering'];
+  cfg.chains['model-call'] = [
+    'ip-filter',
+    'auth',
+    'quota',
+    'windows',
+    'rpm',
+    'concurrency',
+    'body-rewriter',
+    'converter',
+    'fallback',
+    'metering',
+  ];
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
   const r = await call(g2.url + '/v1/chat/completions', { headers: bearer(K.denyOne), json: chatBody() });
   t.equal(r.status, 403);
-  t.same(r.json, { code: 'ACCESS_DENIED', message: 'Access denied', error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' } });
+  t.same(r.json, {
+    code: 'ACCESS_DENIED',
+    message: 'Access denied',
+    error: { type: 'permission_error', code: 'ACCESS_DENIED', message: 'Access denied' },
+  });
   t.equal((await call(g2.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'other keys pass');
 });
 
@@ -79,6 +110,9 @@ t.test('an untrusted socket cannot spoof X-Forwarded-For', async (t) => {
   cfg.plugins['ip-filter'] = { use: 'ip-filter', with: { allow: ['198.51.100.0/24'] } };
   const g2 = await startGateway(cfg);
   t.teardown(() => g2.close());
-  const r = await call(g2.url + '/v1/chat/completions', { headers: { ...bearer(KEYS.chat), 'x-forwarded-for': '198.51.100.1' }, json: chatBody() });
+  const r = await call(g2.url + '/v1/chat/completions', {
+    headers: { ...bearer(KEYS.chat), 'x-forwarded-for': '198.51.100.1' },
+    json: chatBody(),
+  });
   t.equal(r.status, 403, 'the socket (127.0.0.1) is the client: not in the allow list');
 });

@@ -35,7 +35,10 @@ async function rpmLeft(key: string, model: string): Promise<number> {
   // Fills the rest of the minute: how many more requests the user's RPM (3) let through.
   let n = 0;
   for (let i = 0; i < 5; i++) {
-    const r = await call(g.url + '/v1/chat/completions', { headers: bearer(key), json: { model, messages: [{ role: 'user', content: `fill ${i}` }] } });
+    const r = await call(g.url + '/v1/chat/completions', {
+      headers: bearer(key),
+      json: { model, messages: [{ role: 'user', content: `fill ${i}` }] },
+    });
     if (r.status === 429) break;
     n++;
   }
@@ -57,7 +60,10 @@ t.test('OpenAI SDK (non-streaming): one 200, one usage record, RPM counted once'
   const log = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'request' && l.attempts === 2);
   t.equal(log.length, 1, 'one access log line for the request');
   t.equal(log[0].account, 'fo/second', 'naming the account that answered');
-  t.notOk(lines.some((l) => l.includes(cred('fo', 'first')) || l.includes(cred('fo', 'second'))), 'no account key in the logs');
+  t.notOk(
+    lines.some((l) => l.includes(cred('fo', 'first')) || l.includes(cred('fo', 'second'))),
+    'no account key in the logs',
+  );
 });
 
 t.test('Anthropic SDK (streaming): one 200, one usage record, RPM counted once', async (t) => {
@@ -66,7 +72,9 @@ t.test('Anthropic SDK (streaming): one 200, one usage record, RPM counted once',
   const n = counts(mock('fo'), 'fo', ['first', 'second']);
   mock('fo').script(cred('fo', 'first'), { next: ['status=500'] });
   const client = new Anthropic({ baseURL: g.url, apiKey: KEYS.messages, maxRetries: 0 });
-  const m = await client.messages.stream({ model: 'fo-model', max_tokens: 100, messages: [{ role: 'user', content: 'stream through failover' }] }).finalMessage();
+  const m = await client.messages
+    .stream({ model: 'fo-model', max_tokens: 100, messages: [{ role: 'user', content: 'stream through failover' }] })
+    .finalMessage();
   t.equal(m.stop_reason, 'end_turn');
   t.ok(m.usage.output_tokens > 0);
   const d = counts(mock('fo'), 'fo', ['first', 'second']);
@@ -88,7 +96,8 @@ t.test('failover stops at max_attempts accounts per model, then the fallback lis
   const n = counts(mock('three'), 'three', ['x', 'y', 'z']);
   const nAlt = counts(mock('alt'), 'alt', ['only-1', 'only-2']);
   const r = await call(g.url + '/v1/chat/completions', {
-    headers: bearer(KEYS.chat), json: { model: 'three-model', models: ['alt-model'], messages: [{ role: 'user', content: 'fall back' }] },
+    headers: bearer(KEYS.chat),
+    json: { model: 'three-model', models: ['alt-model'], messages: [{ role: 'user', content: 'fall back' }] },
   });
   t.equal(r.status, 200);
   t.equal(r.json.model, 'alt-model', 'answered by the fallback model');
@@ -103,7 +112,10 @@ t.test('a request the upstream refuses as invalid (400) is not retried on anothe
   mock('alt').script(cred('alt', 'only-1'), { next: ['status=400'] });
   mock('alt').script(cred('alt', 'only-2'), { next: ['status=400'] });
   const n = counts(mock('alt'), 'alt', ['only-1', 'only-2']);
-  const r = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: { model: 'alt-model', messages: [{ role: 'user', content: 'bad' }] } });
+  const r = await call(g.url + '/v1/chat/completions', {
+    headers: bearer(KEYS.chat),
+    json: { model: 'alt-model', messages: [{ role: 'user', content: 'bad' }] },
+  });
   t.equal(r.status, 400);
   const d = counts(mock('alt'), 'alt', ['only-1', 'only-2']);
   t.equal(d['only-1'] + d['only-2'] - (n['only-1'] + n['only-2']), 1, 'one attempt');

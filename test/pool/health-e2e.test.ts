@@ -14,13 +14,16 @@ let g: TestGateway;
 const lines: string[] = [];
 
 t.before(async () => {
-  g = await startGateway(poolConfig({
-    rl: { accounts: [{ name: 'a' }, { name: 'b' }] },
-    cool: { accounts: [{ name: 'a' }, { name: 'b' }] },
-    auth: { accounts: [{ name: 'a' }, { name: 'b' }] },
-    dead: { accounts: [{ name: 'a' }, { name: 'b' }] },
-    slow: { accounts: [{ name: 'slow' }, { name: 'fast' }] },
-  }), { log: createLogger('info', (l) => lines.push(l)) });
+  g = await startGateway(
+    poolConfig({
+      rl: { accounts: [{ name: 'a' }, { name: 'b' }] },
+      cool: { accounts: [{ name: 'a' }, { name: 'b' }] },
+      auth: { accounts: [{ name: 'a' }, { name: 'b' }] },
+      dead: { accounts: [{ name: 'a' }, { name: 'b' }] },
+      slow: { accounts: [{ name: 'slow' }, { name: 'fast' }] },
+    }),
+    { log: createLogger('info', (l) => lines.push(l)) },
+  );
 });
 t.teardown(() => g.close());
 
@@ -36,7 +39,10 @@ t.test('429 with retry-after: 2 → no request to that account for 2 s, clients 
     returned = a.arrivals.length >= 2 && a.arrivals[a.arrivals.length - 1] - a.arrivals[0] >= 2000;
     if (a.requests === 1) await sleep(10);
   }
-  t.ok(statuses.every((s) => s === 200), `every client got 200 (${statuses.length} requests)`);
+  t.ok(
+    statuses.every((s) => s === 200),
+    `every client got 200 (${statuses.length} requests)`,
+  );
   t.ok(a.requests >= 2, 'the account was asked again afterwards');
   t.ok(a.arrivals[1] - a.arrivals[0] >= 2000, `nothing reached it for 2 s (next after ${a.arrivals[1] - a.arrivals[0]} ms)`);
   t.ok(returned, 'traffic returned to it');
@@ -71,7 +77,10 @@ t.test('a provider 401 disables the account until reload, loudly, without loggin
   const statuses: number[] = [];
   for (let i = 0; i < 40 && a.requests === 0; i++) statuses.push((await chatCall(g.url, KEYS.chat, 'auth-model', `before ${i}`)).status);
   t.equal(a.requests, 1, 'the account got its 401');
-  t.ok(statuses.every((s) => s === 200), 'the client never noticed: failover');
+  t.ok(
+    statuses.every((s) => s === 200),
+    'the client never noticed: failover',
+  );
   const before = counts(mock, 'auth', ['a', 'b']);
   const after = await runPool(30, 4, (i) => chatCall(g.url, KEYS.chat, 'auth-model', `after ${i}`));
   t.ok(after.every((r) => r.status === 200));
@@ -84,7 +93,10 @@ t.test('a provider 401 disables the account until reload, loudly, without loggin
   const loud = lines.map((l) => JSON.parse(l)).find((l) => l.level === 'error' && /DISABLED/.test(l.msg));
   t.ok(loud, 'logged at error level');
   t.equal(loud?.account, 'auth/a', 'naming the account');
-  t.notOk(lines.some((l) => l.includes(cred('auth', 'a'))), 'the key is never logged');
+  t.notOk(
+    lines.some((l) => l.includes(cred('auth', 'a'))),
+    'the key is never logged',
+  );
 
   const r = await call(g.url + '/admin/reload', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
   t.equal(r.status, 200);
@@ -119,7 +131,10 @@ t.test('a slow account (TTFT 2 s against 50 ms) gets under 10 % of new sessions 
     if ((await accountsView(g.gw)).slow.slow.demoted) break;
   }
   const view = await accountsView(g.gw);
-  t.ok(view.slow.slow.demoted, `demoted after ${warm} warm-up requests (TTFT ${view.slow.slow.ttft_ms} ms against ${view.slow.fast.ttft_ms} ms)`);
+  t.ok(
+    view.slow.slow.demoted,
+    `demoted after ${warm} warm-up requests (TTFT ${view.slow.slow.ttft_ms} ms against ${view.slow.fast.ttft_ms} ms)`,
+  );
   t.notOk(view.slow.fast.demoted);
   const before = counts(mock, 'slow', ['slow', 'fast']);
   const replies = await runPool(100, 10, (i) => chatCall(g.url, KEYS.chat, 'slow-model', `new session ${i}`));

@@ -24,7 +24,9 @@ export const cred = (provider: string, account: string): string => `key-${provid
  * The base config plus, per provider, a mock provider with these accounts and one model named
  * `<provider>-model` served to the chat, messages and responses groups.
  */
-export function poolConfig(providers: Record<string, { accounts: AccountSpec[]; scheduling?: Record<string, unknown> }>): Record<string, any> {
+export function poolConfig(
+  providers: Record<string, { accounts: AccountSpec[]; scheduling?: Record<string, unknown> }>,
+): Record<string, any> {
   const cfg = baseConfig();
   cfg.server.admin_token = ADMIN_TOKEN;
   cfg.metrics = { path: '/metrics' };

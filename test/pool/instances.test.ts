@@ -58,10 +58,20 @@ for (const kind of STORES) {
     const { stores, close } = await kind.open(clock);
     const cfg = baseConfig();
     cfg.providers.up = {
-      kind: 'openai', base_url: `${mock.url}/v1`, protocols: ['openai-chat'],
-      accounts: [{ name: 'a', api_key: 'key-a', concurrency: 2 }, { name: 'b', api_key: 'key-b', concurrency: 1 }],
+      kind: 'openai',
+      base_url: `${mock.url}/v1`,
+      protocols: ['openai-chat'],
+      accounts: [
+        { name: 'a', api_key: 'key-a', concurrency: 2 },
+        { name: 'b', api_key: 'key-b', concurrency: 1 },
+      ],
     };
-    cfg.providers.metered = { kind: 'openai', base_url: `${mock.url}/v1`, protocols: ['openai-chat'], accounts: [{ name: 'm', api_key: 'key-m', rpm: 3 }] };
+    cfg.providers.metered = {
+      kind: 'openai',
+      base_url: `${mock.url}/v1`,
+      protocols: ['openai-chat'],
+      accounts: [{ name: 'm', api_key: 'key-m', rpm: 3 }],
+    };
     cfg.models['up-model'] = { provider: 'up', price: { input: 1, output: 1 } };
     cfg.models['metered-model'] = { provider: 'metered', price: { input: 1, output: 1 } };
     cfg.groups.chat.models.push('up-model', 'metered-model');
@@ -71,9 +81,11 @@ for (const kind of STORES) {
       await mock.close();
       await close();
     });
-    const ask = (i: number, model: string) => call(gws[i % 2].url + '/v1/chat/completions', {
-      headers: bearer(KEYS.chat), json: { model, messages: [{ role: 'user', content: `request ${i}` }] },
-    });
+    const ask = (i: number, model: string) =>
+      call(gws[i % 2].url + '/v1/chat/completions', {
+        headers: bearer(KEYS.chat),
+        json: { model, messages: [{ role: 'user', content: `request ${i}` }] },
+      });
 
     mock.script('key-a', { always: 'delay=300' });
     mock.script('key-b', { always: 'delay=300' });
@@ -89,7 +101,10 @@ for (const kind of STORES) {
     const refused = await ask(7, 'metered-model');
     t.equal(refused.status, 429);
     t.match(refused.json.error.message, /^No available accounts for model 'metered-model' right now/);
-    t.ok(Number(refused.headers.get('retry-after')) >= 1 && Number(refused.headers.get('retry-after')) <= 60, 'Retry-After: the rest of the minute');
+    t.ok(
+      Number(refused.headers.get('retry-after')) >= 1 && Number(refused.headers.get('retry-after')) <= 60,
+      'Retry-After: the rest of the minute',
+    );
     clock.advance(60_000);
     t.equal((await ask(8, 'metered-model')).status, 200, 'the next minute has room again');
   });

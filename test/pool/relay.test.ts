@@ -13,14 +13,22 @@ t.test('relay base URL, headers, credentials and model subsets', async (t) => {
   const relay = await startMockServer();
   const cfg = baseConfig();
   cfg.providers.up = {
-    kind: 'openai', base_url: `${direct.url}/v1`, protocols: ['openai-chat'], headers: { 'x-org': 'org-1' },
+    kind: 'openai',
+    base_url: `${direct.url}/v1`,
+    protocols: ['openai-chat'],
+    headers: { 'x-org': 'org-1' },
     accounts: [
       { name: 'direct', api_key: 'key-direct', models: ['up-a'] },
       { name: 'relay', api_key: 'key-relay', base_url: `${relay.url}/v1`, headers: { 'x-relay': 'yes' } },
     ],
   };
   cfg.providers.claude = {
-    kind: 'anthropic', base_url: direct.url, accounts: [{ name: 'c1', api_key: 'key-c1' }, { name: 'c2', api_key: 'key-c2' }],
+    kind: 'anthropic',
+    base_url: direct.url,
+    accounts: [
+      { name: 'c1', api_key: 'key-c1' },
+      { name: 'c2', api_key: 'key-c2' },
+    ],
   };
   cfg.models['up-a'] = { provider: 'up', price: { input: 1, output: 1 } };
   cfg.models['up-b'] = { provider: 'up', price: { input: 1, output: 1 } };
@@ -34,7 +42,11 @@ t.test('relay base URL, headers, credentials and model subsets', async (t) => {
     await relay.close();
   });
 
-  const ask = (model: string, i: number) => call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: { model, messages: [{ role: 'user', content: `${model} ${i}` }] } });
+  const ask = (model: string, i: number) =>
+    call(g.url + '/v1/chat/completions', {
+      headers: bearer(KEYS.chat),
+      json: { model, messages: [{ role: 'user', content: `${model} ${i}` }] },
+    });
   const b = await runPool(20, 4, (i) => ask('up-b', i));
   t.ok(b.every((r) => r.status === 200));
   t.equal(direct.credential('key-direct').requests, 0, "up-b is not in the direct account's models");
@@ -48,7 +60,10 @@ t.test('relay base URL, headers, credentials and model subsets', async (t) => {
   const a = await runPool(40, 4, (i) => ask('up-a', i));
   t.ok(a.every((r) => r.status === 200));
   t.ok(direct.credential('key-direct').requests > 0 && relay.credential('key-relay').requests > 20, 'up-a is served by both');
-  t.notOk(direct.requests.some((r) => r.credential === 'key-relay'), 'the relay key never goes to the direct URL');
+  t.notOk(
+    direct.requests.some((r) => r.credential === 'key-relay'),
+    'the relay key never goes to the direct URL',
+  );
 
   const m = await call(g.url + '/v1/messages', {
     headers: { 'x-api-key': KEYS.messages, 'anthropic-version': '2023-06-01' },

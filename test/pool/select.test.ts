@@ -9,8 +9,18 @@ const NOW = 1_000_000;
 
 function acc(name: string, over: Partial<Candidate> = {}): Candidate {
   return {
-    name, priority: 0, weight: 1, limit: 0, inFlight: 0, serves: true, disabled: false,
-    coolingUntil: 0, blockedUntil: 0, demoted: false, probeDue: false, ...over,
+    name,
+    priority: 0,
+    weight: 1,
+    limit: 0,
+    inFlight: 0,
+    serves: true,
+    disabled: false,
+    coolingUntil: 0,
+    blockedUntil: 0,
+    demoted: false,
+    probeDue: false,
+    ...over,
   };
 }
 
@@ -60,7 +70,11 @@ t.test('full, cooling, blocked, disabled and excluded accounts are skipped', asy
   t.same(shares(cands, 200, { exclude: new Set(['tried']) }), { ok: 200 });
   const s = selectAccount(cands, { now: NOW, random: 0.5, exclude: new Set(['tried']) });
   t.same(s, { ok: true, account: 'ok', sticky: false, probe: false });
-  t.same(shares([acc('past', { coolingUntil: NOW }), acc('x', { disabled: true })], 10), { past: 10 }, 'a cooldown that ended counts as ended');
+  t.same(
+    shares([acc('past', { coolingUntil: NOW }), acc('x', { disabled: true })], 10),
+    { past: 10 },
+    'a cooldown that ended counts as ended',
+  );
 });
 
 t.test('priority tiers: a higher tier only when every lower one is unavailable', async (t) => {
@@ -93,12 +107,24 @@ t.test('demoted accounts: only when nothing else is usable, or for a due probe',
 });
 
 t.test('why nothing is usable decides the error', async (t) => {
-  t.same(selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { blockedUntil: NOW + 700 })], { now: NOW, random: 0 }),
-    { ok: false, reason: 'cooling', waitMs: 700 }, 'every account only waits: the shortest wait');
-  t.same(selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { disabled: true })], { now: NOW, random: 0 }),
-    { ok: false, reason: 'cooling', waitMs: 2000 }, 'cooling and disabled: cooling');
-  t.same(selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { limit: 1, inFlight: 1 })], { now: NOW, random: 0 }),
-    { ok: false, reason: 'busy' }, 'any account at its limit: busy');
-  t.same(selectAccount([acc('a', { disabled: true }), acc('b', { disabled: true })], { now: NOW, random: 0 }), { ok: false, reason: 'disabled' });
+  t.same(
+    selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { blockedUntil: NOW + 700 })], { now: NOW, random: 0 }),
+    { ok: false, reason: 'cooling', waitMs: 700 },
+    'every account only waits: the shortest wait',
+  );
+  t.same(
+    selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { disabled: true })], { now: NOW, random: 0 }),
+    { ok: false, reason: 'cooling', waitMs: 2000 },
+    'cooling and disabled: cooling',
+  );
+  t.same(
+    selectAccount([acc('a', { coolingUntil: NOW + 2000 }), acc('b', { limit: 1, inFlight: 1 })], { now: NOW, random: 0 }),
+    { ok: false, reason: 'busy' },
+    'any account at its limit: busy',
+  );
+  t.same(selectAccount([acc('a', { disabled: true }), acc('b', { disabled: true })], { now: NOW, random: 0 }), {
+    ok: false,
+    reason: 'disabled',
+  });
   t.same(selectAccount([acc('a', { serves: false })], { now: NOW, random: 0 }), { ok: false, reason: 'none' });
 });

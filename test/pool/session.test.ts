@@ -14,7 +14,11 @@ t.test('client-sent ids, in order', async (t) => {
   t.equal(sessionKey('openai-responses', headers({ 'session-id': 's-1' }), body), 'sid:s-1');
   t.equal(sessionKey('openai-responses', none, body), 'pck:pck-1');
   t.equal(sessionKey('anthropic-messages', none, { ...body, prompt_cache_key: undefined }), 'uid:user_abc_session_1');
-  t.equal(sessionKey('anthropic-messages', headers({ 'x-claude-code-session-id': 'x'.repeat(1000) }), {})!.length < 100, true, 'long ids are hashed');
+  t.equal(
+    sessionKey('anthropic-messages', headers({ 'x-claude-code-session-id': 'x'.repeat(1000) }), {})!.length < 100,
+    true,
+    'long ids are hashed',
+  );
 });
 
 t.test('the conversation opening: stable across turns, distinct between conversations', async (t) => {
@@ -36,15 +40,32 @@ t.test('the conversation opening: stable across turns, distinct between conversa
   t.not(sessionKey('anthropic-messages', none, { ...turn1, system: 'Other system' }), k1, 'another system prompt: another conversation');
 
   const chat = (first: string, more = 0) => ({
-    messages: [{ role: 'system', content: 'sys' }, { role: 'user', content: first },
-      ...Array.from({ length: more }, (_, i) => ({ role: i % 2 ? 'user' : 'assistant', content: `m${i}` }))],
+    messages: [
+      { role: 'system', content: 'sys' },
+      { role: 'user', content: first },
+      ...Array.from({ length: more }, (_, i) => ({ role: i % 2 ? 'user' : 'assistant', content: `m${i}` })),
+    ],
   });
   t.equal(sessionKey('openai-chat', none, chat('a', 4)), sessionKey('openai-chat', none, chat('a')));
   t.not(sessionKey('openai-chat', none, chat('a')), sessionKey('openai-chat', none, chat('b')));
 
   const resp = (input: unknown) => ({ instructions: 'be brief', input });
-  t.equal(sessionKey('openai-responses', none, resp([{ role: 'user', content: [{ type: 'input_text', text: 'q' }] }, { type: 'function_call', call_id: 'c' }])),
-    sessionKey('openai-responses', none, resp([{ role: 'user', content: [{ type: 'input_text', text: 'q' }] }])), 'Responses items: the opening counts');
-  t.not(sessionKey('openai-responses', none, resp('one')), sessionKey('openai-responses', none, resp('two')), 'Responses input text counts (sub2api #3127)');
+  t.equal(
+    sessionKey(
+      'openai-responses',
+      none,
+      resp([
+        { role: 'user', content: [{ type: 'input_text', text: 'q' }] },
+        { type: 'function_call', call_id: 'c' },
+      ]),
+    ),
+    sessionKey('openai-responses', none, resp([{ role: 'user', content: [{ type: 'input_text', text: 'q' }] }])),
+    'Responses items: the opening counts',
+  );
+  t.not(
+    sessionKey('openai-responses', none, resp('one')),
+    sessionKey('openai-responses', none, resp('two')),
+    'Responses input text counts (sub2api #3127)',
+  );
   t.equal(sessionKey('openai-chat', none, { messages: [{ role: 'system', content: 'only' }] }), undefined, 'no user turn: no key');
 });

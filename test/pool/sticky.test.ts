@@ -16,10 +16,12 @@ let g: TestGateway;
 const ACCOUNTS = ['a', 'b', 'c'];
 
 t.before(async () => {
-  g = await startGateway(poolConfig({
-    st: { accounts: ACCOUNTS.map((name) => ({ name })) },
-    two: { accounts: ACCOUNTS.map((name) => ({ name })) },
-  }));
+  g = await startGateway(
+    poolConfig({
+      st: { accounts: ACCOUNTS.map((name) => ({ name })) },
+      two: { accounts: ACCOUNTS.map((name) => ({ name })) },
+    }),
+  );
 });
 t.teardown(() => g.close());
 
@@ -33,19 +35,25 @@ t.test('20 turns of a Claude Code-shaped session stay on one account; it moves w
   const mock = g.gw.mocks.get('st')!;
   const session = randomUUID();
   const client = new Anthropic({
-    apiKey: KEYS.messages, baseURL: g.url, maxRetries: 0,
+    apiKey: KEYS.messages,
+    baseURL: g.url,
+    maxRetries: 0,
     defaultHeaders: { 'x-claude-code-session-id': session, 'x-app': 'cli', 'anthropic-beta': 'claude-code-20250219' },
   });
   const messages: Anthropic.MessageParam[] = [];
   const used: string[] = [];
   const turn = async (i: number) => {
     messages.push({ role: 'user', content: [{ type: 'text', text: `Step ${i}: keep going`, cache_control: { type: 'ephemeral' } }] });
-    const m = await client.messages.stream({
-      model: 'st-model', max_tokens: 1024, stream: true,
-      system: [{ type: 'text', text: 'You are Claude Code.' }],
-      metadata: { user_id: `user_0123_account_4567_session_${session}` },
-      messages,
-    } as any).finalMessage();
+    const m = await client.messages
+      .stream({
+        model: 'st-model',
+        max_tokens: 1024,
+        stream: true,
+        system: [{ type: 'text', text: 'You are Claude Code.' }],
+        metadata: { user_id: `user_0123_account_4567_session_${session}` },
+        messages,
+      } as any)
+      .finalMessage();
     messages.push({ role: 'assistant', content: m.content });
     used.push(lastAccount(mock, 'st'));
   };
@@ -68,11 +76,23 @@ t.test('20 turns of a Codex-shaped session stay on one account', async (t) => {
   const used: string[] = [];
   for (let i = 0; i < 20; i++) {
     input.push({ type: 'message', role: 'user', content: [{ type: 'input_text', text: `Codex step ${i}` }] });
-    const r = await client.responses.stream({
-      model: 'st-model', instructions: 'You are Codex.', input, store: false, prompt_cache_key: session,
-      reasoning: { effort: 'low', summary: 'auto' }, include: ['reasoning.encrypted_content'],
-    } as any, { headers: { 'session-id': session, originator: 'codex_exec' } }).finalResponse();
-    for (const item of r.output as any[]) if (item.type === 'message') input.push({ role: 'assistant', content: item.content.map((c: any) => ({ type: 'output_text', text: c.text })) });
+    const r = await client.responses
+      .stream(
+        {
+          model: 'st-model',
+          instructions: 'You are Codex.',
+          input,
+          store: false,
+          prompt_cache_key: session,
+          reasoning: { effort: 'low', summary: 'auto' },
+          include: ['reasoning.encrypted_content'],
+        } as any,
+        { headers: { 'session-id': session, originator: 'codex_exec' } },
+      )
+      .finalResponse();
+    for (const item of r.output as any[])
+      if (item.type === 'message')
+        input.push({ role: 'assistant', content: item.content.map((c: any) => ({ type: 'output_text', text: c.text })) });
     used.push(lastAccount(mock, 'st'));
   }
   t.equal(new Set(used).size, 1, `one account for all 20 turns (${used[0]})`);

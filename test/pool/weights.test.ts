@@ -11,10 +11,22 @@ import { chatCall, counts, cred, delta, poolConfig, runPool } from './helpers.js
 let g: TestGateway;
 
 t.before(async () => {
-  g = await startGateway(poolConfig({
-    w: { accounts: [{ name: 'small', weight: 1 }, { name: 'big', weight: 4 }] },
-    c: { accounts: [{ name: 'two', concurrency: 2 }, { name: 'three', concurrency: 3 }] },
-  }));
+  g = await startGateway(
+    poolConfig({
+      w: {
+        accounts: [
+          { name: 'small', weight: 1 },
+          { name: 'big', weight: 4 },
+        ],
+      },
+      c: {
+        accounts: [
+          { name: 'two', concurrency: 2 },
+          { name: 'three', concurrency: 3 },
+        ],
+      },
+    }),
+  );
 });
 t.teardown(() => g.close());
 
@@ -53,6 +65,10 @@ t.test('per-account concurrency is never exceeded; every account full → 503 "N
   mock.script(cred('c', 'two'), {});
   mock.script(cred('c', 'three'), {});
   const after = await runPool(10, 5, (i) => chatCall(g.url, KEYS.chat, 'c-model', `after ${i}`));
-  t.same(after.map((r) => r.status), Array(10).fill(200), 'slots come back when the requests end');
+  t.same(
+    after.map((r) => r.status),
+    Array(10).fill(200),
+    'slots come back when the requests end',
+  );
   t.ok(mock.credential(cred('c', 'two')).maxInFlight <= 2 && mock.credential(cred('c', 'three')).maxInFlight <= 3);
 });

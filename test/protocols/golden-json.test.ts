@@ -22,11 +22,24 @@ async function seesJson(p: ProtocolName, body: string): Promise<Seen> {
     const client = new Anthropic({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) });
     const m: any = await client.messages.create({ model: 'm', max_tokens: 1000, messages: [{ role: 'user', content: 'hi' }] });
     return {
-      text: m.content.filter((b: any) => b.type === 'text').map((b: any) => b.text).join(''),
+      text: m.content
+        .filter((b: any) => b.type === 'text')
+        .map((b: any) => b.text)
+        .join(''),
       tools: m.content.filter((b: any) => b.type === 'tool_use').map((b: any) => ({ id: b.id, name: b.name, args: b.input })),
-      thinking: m.content.filter((b: any) => b.type === 'thinking').map((b: any) => b.thinking).join(''),
+      thinking: m.content
+        .filter((b: any) => b.type === 'thinking')
+        .map((b: any) => b.thinking)
+        .join(''),
       signatures: m.content.filter((b: any) => b.type === 'thinking').map((b: any) => b.signature),
-      finish: m.stop_reason === 'max_tokens' ? 'length' : m.stop_reason === 'tool_use' ? 'tool' : m.stop_reason === 'refusal' ? 'refusal' : 'stop',
+      finish:
+        m.stop_reason === 'max_tokens'
+          ? 'length'
+          : m.stop_reason === 'tool_use'
+            ? 'tool'
+            : m.stop_reason === 'refusal'
+              ? 'refusal'
+              : 'stop',
       usage: fromAnthropicUsage(m.usage) ?? ZERO,
     };
   }
@@ -72,14 +85,18 @@ for (const [from, rel] of RESPONSES) {
 
 t.test('an Anthropic answer with thinking and cache, through each protocol', async (t) => {
   const body = JSON.stringify({
-    id: 'msg_1', type: 'message', role: 'assistant', model: 'claude',
+    id: 'msg_1',
+    type: 'message',
+    role: 'assistant',
+    model: 'claude',
     content: [
       { type: 'thinking', thinking: 'First, ', signature: 'Sig+/=' },
       { type: 'text', text: 'Here you go.', citations: null },
       { type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} },
       { type: 'tool_use', id: 'toolu_1', name: 'save', input: { path: 'a.txt' } },
     ],
-    stop_reason: 'tool_use', stop_sequence: null,
+    stop_reason: 'tool_use',
+    stop_sequence: null,
     usage: { input_tokens: 12, cache_creation_input_tokens: 100, cache_read_input_tokens: 2000, output_tokens: 40 },
   });
   const src = await seesJson('anthropic-messages', body);
@@ -109,12 +126,17 @@ for (const [from, rel, kind] of REQUESTS) {
     const bodies: Record<string, any> = {};
     for (const to of PROTOCOLS) {
       const conv = hubConversion(from, to)!;
-      bodies[to] = JSON.parse(conv.requestBody({ text: JSON.stringify(json), json, stream, upstreamModel: 'up', requestId: 'r1', defaultMaxTokens: 2048 }));
+      bodies[to] = JSON.parse(
+        conv.requestBody({ text: JSON.stringify(json), json, stream, upstreamModel: 'up', requestId: 'r1', defaultMaxTokens: 2048 }),
+      );
       t.equal(bodies[to].model, 'up', `${to}: upstream model`);
     }
     const a = bodies['anthropic-messages'];
     t.equal(typeof a.max_tokens, 'number', 'Anthropic always gets max_tokens');
-    t.ok(a.max_tokens === (json.max_tokens ?? json.max_completion_tokens ?? json.max_output_tokens ?? 2048), 'the client cap or the model default');
+    t.ok(
+      a.max_tokens === (json.max_tokens ?? json.max_completion_tokens ?? json.max_output_tokens ?? 2048),
+      'the client cap or the model default',
+    );
     t.equal(a.messages[0].role, 'user');
     t.equal(a.stream === true, stream, 'stream flag');
     t.equal(bodies['openai-chat'].stream_options?.include_usage === true, stream, 'Chat streams ask for usage');

@@ -12,9 +12,7 @@
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import type { ProtocolName } from '../../core/config/types.js';
-import {
-  PROTOCOLS, decode, encode, irProblems, responseSeen, sees, transcripts, wireProblems, type Seen,
-} from './helpers.js';
+import { PROTOCOLS, decode, encode, irProblems, responseSeen, sees, transcripts, wireProblems, type Seen } from './helpers.js';
 
 type Special =
   | { kind: 'error'; message: string; note: string }
@@ -22,7 +20,9 @@ type Special =
 
 const SPECIAL: Record<string, Special> = {
   'anthropic-docs.streaming.error-event.sse': {
-    kind: 'error', message: 'Overloaded', note: 'upstream error event → each protocol\'s in-stream error; every SDK throws',
+    kind: 'error',
+    message: 'Overloaded',
+    note: "upstream error event → each protocol's in-stream error; every SDK throws",
   },
   'anthropic-docs.streaming.extended-thinking.sse': {
     kind: 'repaired',
@@ -31,27 +31,37 @@ const SPECIAL: Record<string, Special> = {
     expected: () => ({
       text: 'The greatest common divisor of 1071 and 462 is **21**.',
       tools: [],
-      thinking: 'I need to find the GCD of 1071 and 462 using the Euclidean algorithm.\n\n1071 = 2 × 462 + 147\n462 = 3 × 147 + 21\n147 = 7 × 21 + 0\nThe remainder is 0, so GCD(1071, 462) = 21.',
+      thinking:
+        'I need to find the GCD of 1071 and 462 using the Euclidean algorithm.\n\n1071 = 2 × 462 + 147\n462 = 3 × 147 + 21\n147 = 7 × 21 + 0\nThe remainder is 0, so GCD(1071, 462) = 21.',
       signatures: ['EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds...'],
       finish: 'stop',
       usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
     }),
   },
   'prism.tests-Fixtures-openai.stream-rate-limited-1.sse': {
-    kind: 'error', message: 'Request too large for gpt-4o', note: 'upstream error + response.failed',
+    kind: 'error',
+    message: 'Request too large for gpt-4o',
+    note: 'upstream error + response.failed',
   },
   'prism.tests-Fixtures-openai.stream-unknown-error-responses-1.sse': {
-    kind: 'error', message: 'Foobar', note: 'upstream error + response.failed',
+    kind: 'error',
+    message: 'Foobar',
+    note: 'upstream error + response.failed',
   },
   'vercel-ai.responses.openai-error.1.framed.sse': {
-    kind: 'error', message: 'You exceeded your current quota', note: 'upstream error + response.failed',
+    kind: 'error',
+    message: 'You exceeded your current quota',
+    note: 'upstream error + response.failed',
   },
   'vercel-ai.responses.openai-phase.1.framed.sse': {
     kind: 'repaired',
     sourceError: /missing output at index 2/,
     note: 'a trimmed capture (output_index 1 and most deltas removed) that openai@6 rejects; the decoder numbers blocks densely and takes the missing text from the *.done events, so every target gets the full answer of response.completed',
     expected: (text) => {
-      const completed = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)))
+      const completed = text
+        .split('\n')
+        .filter((l) => l.startsWith('data: '))
+        .map((l) => JSON.parse(l.slice(6)))
         .find((d) => d.type === 'response.completed');
       return responseSeen(completed.response);
     },
@@ -60,9 +70,17 @@ const SPECIAL: Record<string, Special> = {
 
 /** Final `encrypted_content` of each reasoning item as streamed (output_item.done), in order. */
 function streamedEncryptedContent(text: string): string[] {
-  return text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => {
-    try { return JSON.parse(l.slice(6)); } catch { return undefined; }
-  }).filter((d) => d?.type === 'response.output_item.done' && d.item?.type === 'reasoning' && d.item.encrypted_content)
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('data: '))
+    .map((l) => {
+      try {
+        return JSON.parse(l.slice(6));
+      } catch {
+        return undefined;
+      }
+    })
+    .filter((d) => d?.type === 'response.output_item.done' && d.item?.type === 'reasoning' && d.item.encrypted_content)
     .map((d) => d.item.encrypted_content);
 }
 
@@ -120,12 +138,20 @@ for (const from of PROTOCOLS) {
 t.test('custom tool calls are not carried (requests with custom tools are refused with 400)', async (t) => {
   const tr = transcripts('openai-responses').find((x) => x.name === 'vercel-ai.responses.openai-custom-tool.1.framed.sse')!;
   const events = decode('openai-responses', tr.bytes);
-  t.notOk(events.some((e) => e.type === 'block_start'), 'the custom_tool_call item is skipped');
-  t.match(events.filter((e) => e.type === 'finish'), [{ reason: 'end_turn' }]);
+  t.notOk(
+    events.some((e) => e.type === 'block_start'),
+    'the custom_tool_call item is skipped',
+  );
+  t.match(
+    events.filter((e) => e.type === 'finish'),
+    [{ reason: 'end_turn' }],
+  );
 });
 
 t.test('thinking signatures are byte-exact through every hop that can carry them', async (t) => {
-  const tr = transcripts('anthropic-messages').find((x) => x.name === 'prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse')!;
+  const tr = transcripts('anthropic-messages').find(
+    (x) => x.name === 'prism.tests-Fixtures-anthropic.stream-with-extended-thinking-1.sse',
+  )!;
   const raw = readFileSync(tr.file, 'utf8');
   const sig = /"signature_delta","signature":"([^"]+)"/.exec(raw)![1];
   const events = decode('anthropic-messages', tr.bytes);

@@ -20,7 +20,9 @@ import { fromAnthropicUsage, fromChatUsage, fromResponsesUsage } from '../../cor
 // The Anthropic SDK's own partial-JSON parser: tool input cut short (max_tokens) compares like
 // `MessageStream` shows it. Loaded by require: a deep ESM import of it breaks under tap's first-run
 // (TypeScript-plugin) loader on a fresh install.
-const { partialParse } = createRequire(import.meta.url)('@anthropic-ai/sdk/_vendor/partial-json-parser/parser.js') as { partialParse: (s: string) => unknown };
+const { partialParse } = createRequire(import.meta.url)('@anthropic-ai/sdk/_vendor/partial-json-parser/parser.js') as {
+  partialParse: (s: string) => unknown;
+};
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const CONFORMANCE = path.resolve(ROOT, 'test/fixtures/conformance');
@@ -42,10 +44,13 @@ export function codec(p: ProtocolName): ProtocolCodec {
 
 export function transcripts(p: ProtocolName): Array<{ name: string; file: string; bytes: Buffer }> {
   const dir = path.join(CONFORMANCE, 'sse', DIRS[p]);
-  return readdirSync(dir).filter((f) => f.endsWith('.sse')).sort().map((name) => {
-    const file = path.join(dir, name);
-    return { name, file, bytes: readFileSync(file) };
-  });
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.sse'))
+    .sort()
+    .map((name) => {
+      const file = path.join(dir, name);
+      return { name, file, bytes: readFileSync(file) };
+    });
 }
 
 export function readJson(rel: string): any {
@@ -64,7 +69,9 @@ export function decodeChunks(p: ProtocolName, chunks: Array<Uint8Array | string>
   const parser = new SseParser();
   const dec = codec(p).createStreamDecoder();
   const out: IRStreamEvent[] = [];
-  const feed = (blocks: SseBlock[]) => { for (const b of blocks) out.push(...dec.push(b)); };
+  const feed = (blocks: SseBlock[]) => {
+    for (const b of blocks) out.push(...dec.push(b));
+  };
   for (const c of chunks) feed(parser.feedBytes(typeof c === 'string' ? Buffer.from(c) : c));
   feed(parser.endBytes(true));
   out.push(...dec.end());
@@ -126,14 +133,28 @@ const fetchOf = (text: string) => async () => new Response(text, { status: 200, 
 
 export async function anthropicSees(text: string): Promise<{ seen: Seen; message: any }> {
   const client = new Anthropic({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) });
-  const message: any = await client.messages.stream({ model: 'm', max_tokens: 1024, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+  const message: any = await client.messages
+    .stream({ model: 'm', max_tokens: 1024, messages: [{ role: 'user', content: 'hi' }] })
+    .finalMessage();
   const blocks: any[] = message.content;
-  const finish: FinishClass = message.stop_reason === 'max_tokens' || message.stop_reason === 'model_context_window_exceeded' ? 'length'
-    : message.stop_reason === 'tool_use' ? 'tool' : message.stop_reason === 'refusal' ? 'refusal' : 'stop';
+  const finish: FinishClass =
+    message.stop_reason === 'max_tokens' || message.stop_reason === 'model_context_window_exceeded'
+      ? 'length'
+      : message.stop_reason === 'tool_use'
+        ? 'tool'
+        : message.stop_reason === 'refusal'
+          ? 'refusal'
+          : 'stop';
   const seen: Seen = {
-    text: blocks.filter((b) => b.type === 'text').map((b) => b.text).join(''),
+    text: blocks
+      .filter((b) => b.type === 'text')
+      .map((b) => b.text)
+      .join(''),
     tools: blocks.filter((b) => b.type === 'tool_use').map((b) => ({ id: b.id, name: b.name, args: b.input })),
-    thinking: blocks.filter((b) => b.type === 'thinking').map((b) => b.thinking).join(''),
+    thinking: blocks
+      .filter((b) => b.type === 'thinking')
+      .map((b) => b.thinking)
+      .join(''),
     signatures: blocks.filter((b) => b.type === 'thinking' || b.type === 'redacted_thinking').map((b) => b.signature ?? b.data),
     finish,
     usage: fromAnthropicUsage(message.usage) ?? ZERO,
@@ -144,22 +165,33 @@ export async function anthropicSees(text: string): Promise<{ seen: Seen; message
 export async function chatSees(text: string): Promise<{ seen: Seen; completion: any; chunks: any[] }> {
   const client = new OpenAI({ apiKey: 'test', baseURL: 'http://sdk.test', maxRetries: 0, fetch: fetchOf(text) });
   const chunks: any[] = [];
-  const s = client.chat.completions.stream({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream_options: { include_usage: true } });
+  const s = client.chat.completions.stream({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hi' }],
+    stream_options: { include_usage: true },
+  });
   s.on('chunk', (c) => chunks.push(c));
   const completion: any = await s.finalChatCompletion();
   const msg = completion.choices[0].message;
   const fr = completion.choices[0].finish_reason;
   let reasoning = '';
-  for (const c of chunks) for (const ch of c.choices ?? []) if (typeof ch.delta?.reasoning_content === 'string') reasoning += ch.delta.reasoning_content;
+  for (const c of chunks)
+    for (const ch of c.choices ?? []) if (typeof ch.delta?.reasoning_content === 'string') reasoning += ch.delta.reasoning_content;
   const blocks: any[] = [];
-  for (const c of chunks) for (const ch of c.choices ?? []) if (Array.isArray(ch.delta?.thinking_blocks)) blocks.push(...ch.delta.thinking_blocks);
+  for (const c of chunks)
+    for (const ch of c.choices ?? []) if (Array.isArray(ch.delta?.thinking_blocks)) blocks.push(...ch.delta.thinking_blocks);
   const seen: Seen = {
     text: (msg.content ?? '') + (msg.refusal ?? ''),
     // Chat clients JSON.parse arguments: "" is a defect here, not an empty object (ANALYSIS §5.6).
-    tools: (msg.tool_calls ?? []).map((c: any) => ({ id: c.id, name: c.function.name, args: c.function.arguments === '' ? '<empty arguments>' : parseArgs(c.function.arguments) })),
+    tools: (msg.tool_calls ?? []).map((c: any) => ({
+      id: c.id,
+      name: c.function.name,
+      args: c.function.arguments === '' ? '<empty arguments>' : parseArgs(c.function.arguments),
+    })),
     thinking: reasoning,
     signatures: blocks.map((b) => b.signature ?? b.data),
-    finish: fr === 'length' ? 'length' : fr === 'tool_calls' || fr === 'function_call' ? 'tool' : fr === 'content_filter' ? 'refusal' : 'stop',
+    finish:
+      fr === 'length' ? 'length' : fr === 'tool_calls' || fr === 'function_call' ? 'tool' : fr === 'content_filter' ? 'refusal' : 'stop',
     usage: fromChatUsage(completion.usage) ?? ZERO,
   };
   return { seen, completion, chunks };
@@ -169,16 +201,27 @@ export function responseSeen(r: any): Seen {
   const output: any[] = r.output ?? [];
   const calls = output.filter((o) => o.type === 'function_call');
   const reason = r.incomplete_details?.reason;
-  const finish: FinishClass = r.status === 'incomplete' ? (reason === 'content_filter' ? 'refusal' : 'length') : calls.length > 0 ? 'tool' : 'stop';
+  const finish: FinishClass =
+    r.status === 'incomplete' ? (reason === 'content_filter' ? 'refusal' : 'length') : calls.length > 0 ? 'tool' : 'stop';
   const thinkingOf = (o: any) => {
     const summary = (o.summary ?? []).map((s: any) => s.text).filter(Boolean);
     if (summary.length > 0) return summary.join('\n\n');
-    return (o.content ?? []).map((c: any) => c.text).filter(Boolean).join('\n\n');
+    return (o.content ?? [])
+      .map((c: any) => c.text)
+      .filter(Boolean)
+      .join('\n\n');
   };
   return {
-    text: output.filter((o) => o.type === 'message').flatMap((o) => o.content).map((c: any) => (c.type === 'output_text' ? c.text : c.refusal ?? '')).join(''),
+    text: output
+      .filter((o) => o.type === 'message')
+      .flatMap((o) => o.content)
+      .map((c: any) => (c.type === 'output_text' ? c.text : (c.refusal ?? '')))
+      .join(''),
     tools: calls.map((c) => ({ id: c.call_id, name: c.name, args: parseArgs(c.arguments) })),
-    thinking: output.filter((o) => o.type === 'reasoning').map(thinkingOf).join(''),
+    thinking: output
+      .filter((o) => o.type === 'reasoning')
+      .map(thinkingOf)
+      .join(''),
     signatures: output.filter((o) => o.type === 'reasoning' && o.encrypted_content).map((o) => o.encrypted_content),
     finish,
     usage: fromResponsesUsage(r.usage) ?? ZERO,
@@ -193,9 +236,12 @@ export async function responsesSees(text: string): Promise<{ seen: Seen; respons
 
 export async function sees(p: ProtocolName, text: string): Promise<Seen> {
   switch (p) {
-    case 'anthropic-messages': return (await anthropicSees(text)).seen;
-    case 'openai-chat': return (await chatSees(text)).seen;
-    case 'openai-responses': return (await responsesSees(text)).seen;
+    case 'anthropic-messages':
+      return (await anthropicSees(text)).seen;
+    case 'openai-chat':
+      return (await chatSees(text)).seen;
+    case 'openai-responses':
+      return (await responsesSees(text)).seen;
   }
 }
 
@@ -227,7 +273,8 @@ export function irProblems(events: IRStreamEvent[]): string[] {
         if (e.index !== next) problems.push(`#${i} block index ${e.index}, expected ${next}`);
         next = e.index + 1;
         const exclusive = e.block.type !== 'tool_call';
-        if (open.size > 0 && (exclusive || [...open.values()].some((k) => k !== 'tool_call'))) problems.push(`#${i} ${e.block.type} block overlaps another`);
+        if (open.size > 0 && (exclusive || [...open.values()].some((k) => k !== 'tool_call')))
+          problems.push(`#${i} ${e.block.type} block overlaps another`);
         open.set(e.index, e.block.type);
         break;
       }
@@ -274,7 +321,8 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
         for (const tc of ch.delta?.tool_calls ?? []) {
           if (!seenIdx.includes(tc.index)) {
             if (tc.index !== seenIdx.length) problems.push(`tool index ${tc.index}, expected ${seenIdx.length}`);
-            if (tc.type !== 'function' || !tc.id || typeof tc.function?.name !== 'string') problems.push(`first delta of tool ${tc.index} incomplete`);
+            if (tc.type !== 'function' || !tc.id || typeof tc.function?.name !== 'string')
+              problems.push(`first delta of tool ${tc.index} incomplete`);
             seenIdx.push(tc.index);
           }
         }
@@ -289,7 +337,10 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
     return problems;
   }
   for (const b of blocks) {
-    if (b.data === '[DONE]') { problems.push('[DONE] frame'); continue; }
+    if (b.data === '[DONE]') {
+      problems.push('[DONE] frame');
+      continue;
+    }
     const d = JSON.parse(b.data!);
     if (b.event === undefined) problems.push(`unnamed frame ${String(d.type)}`);
     else if (d.type !== b.event) problems.push(`event ${b.event} carries type ${String(d.type)}`);
@@ -300,7 +351,8 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
     let next = 0;
     data.forEach((d, i) => {
       if (i === 0 && d.type !== 'message_start' && d.type !== 'error') problems.push(`first frame ${d.type}`);
-      if (d.type === 'message_start' && (typeof d.message?.usage !== 'object' || d.message.usage === null)) problems.push('message_start without usage');
+      if (d.type === 'message_start' && (typeof d.message?.usage !== 'object' || d.message.usage === null))
+        problems.push('message_start without usage');
       if (d.type === 'content_block_start') {
         if (open) problems.push(`block ${d.index} starts while ${open.index} is open`);
         if (d.index !== next) problems.push(`block index ${d.index}, expected ${next}`);
@@ -310,13 +362,15 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
       if (d.type === 'content_block_delta') {
         if (!open || open.index !== d.index) problems.push(`delta for block ${d.index} which is not open`);
         else if (d.delta.type === 'text_delta' && open.type !== 'text') problems.push(`text_delta into a ${open.type} block`);
-        if ((d.delta.type === 'text_delta' && !d.delta.text) || (d.delta.type === 'thinking_delta' && !d.delta.thinking)) problems.push('empty delta');
+        if ((d.delta.type === 'text_delta' && !d.delta.text) || (d.delta.type === 'thinking_delta' && !d.delta.thinking))
+          problems.push('empty delta');
       }
       if (d.type === 'content_block_stop') {
         if (!open || open.index !== d.index) problems.push(`stop for block ${d.index} which is not open`);
         open = undefined;
       }
-      if (d.type === 'message_delta' && (typeof d.usage !== 'object' || typeof d.usage.output_tokens !== 'number')) problems.push('message_delta without usage');
+      if (d.type === 'message_delta' && (typeof d.usage !== 'object' || typeof d.usage.output_tokens !== 'number'))
+        problems.push('message_delta without usage');
     });
     if (!errored && data[data.length - 1]?.type !== 'message_stop') problems.push('does not end with message_stop');
     return problems;
@@ -325,7 +379,8 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
   let open: number | undefined;
   let next = 0;
   data.forEach((d, i) => {
-    if (d.sequence_number !== i && !(errored && d.type !== undefined && i >= data.length - 2)) problems.push(`sequence_number ${d.sequence_number} at ${i}`);
+    if (d.sequence_number !== i && !(errored && d.type !== undefined && i >= data.length - 2))
+      problems.push(`sequence_number ${d.sequence_number} at ${i}`);
     if (i === 0 && d.type !== 'response.created' && d.type !== 'error') problems.push(`first frame ${d.type}`);
     if (i === 1 && d.type !== 'response.in_progress' && !errored) problems.push(`second frame ${d.type}`);
     if (d.type === 'response.output_item.added') {
@@ -336,11 +391,14 @@ export function wireProblems(p: ProtocolName, text: string): string[] {
     } else if (d.type === 'response.output_item.done') {
       if (open !== d.output_index) problems.push(`done for item ${d.output_index} which is not open`);
       open = undefined;
-    } else if (typeof d.output_index === 'number' && d.output_index !== open) problems.push(`${d.type} for item ${d.output_index} which is not open`);
+    } else if (typeof d.output_index === 'number' && d.output_index !== open)
+      problems.push(`${d.type} for item ${d.output_index} which is not open`);
   });
   const last = data[data.length - 1];
-  if (!errored && last?.type !== 'response.completed' && last?.type !== 'response.incomplete') problems.push(`ends with ${String(last?.type)}`);
-  if (!errored && (!last?.response?.usage || last.response.output.length !== next)) problems.push('terminal response lacks usage or output');
+  if (!errored && last?.type !== 'response.completed' && last?.type !== 'response.incomplete')
+    problems.push(`ends with ${String(last?.type)}`);
+  if (!errored && (!last?.response?.usage || last.response.output.length !== next))
+    problems.push('terminal response lacks usage or output');
   if (errored && last?.type !== 'response.failed') problems.push('error not followed by response.failed');
   return problems;
 }

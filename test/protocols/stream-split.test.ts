@@ -15,7 +15,16 @@ for (const p of PROTOCOLS) {
     t.test(`${p}/${tr.name} split anywhere`, async (t) => {
       const bytes = tr.bytes;
       const expected = JSON.stringify(decode(p, bytes));
-      t.equal(JSON.stringify(decodeChunks(p, [...bytes].map((b) => Uint8Array.of(b)))), expected, 'one byte at a time');
+      t.equal(
+        JSON.stringify(
+          decodeChunks(
+            p,
+            [...bytes].map((b) => Uint8Array.of(b)),
+          ),
+        ),
+        expected,
+        'one byte at a time',
+      );
       if (bytes.length < 32 * 1024) {
         let bad = -1;
         for (let i = 1; i < bytes.length && bad < 0; i++) {
@@ -58,7 +67,10 @@ for (const p of PROTOCOLS) {
       const cut = frameStart(text, TERMINAL[p].finish);
       if (cut <= 0) continue;
       const events = decode(p, text.slice(0, cut));
-      t.notOk(events.some((e) => e.type === 'end' || e.type === 'error' || e.type === 'finish'), `${tr.name}: cut before the finish`);
+      t.notOk(
+        events.some((e) => e.type === 'end' || e.type === 'error' || e.type === 'finish'),
+        `${tr.name}: cut before the finish`,
+      );
       // Nothing invented at EOF: not even block stops (an agent would run a half-streamed call).
       t.same(events, whole.slice(0, events.length), `${tr.name}: a prefix of the whole stream's events`);
       // The client of any protocol then gets a well-formed error from encoder.fail().

@@ -25,21 +25,53 @@ const scanned = (data: string) => textLength(data, TEXT_KEYS);
 
 t.test('the text finder reads what the per-key search read, on seeded random events', async (t) => {
   let seed = 42;
-  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n);
+  const rand = (n: number) => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) % n;
   const pick = <T>(xs: T[]): T => xs[rand(xs.length)];
-  const texts = ['', 'hi', 'héllo', '世界', '😀x😀', 'a"b', 'back\\slash', 'line\nbreak', '\u0000\u001f', '"usage":{', 'content', '\\"', 'é😀"\\'];
+  const texts = [
+    '',
+    'hi',
+    'héllo',
+    '世界',
+    '😀x😀',
+    'a"b',
+    'back\\slash',
+    'line\nbreak',
+    '\u0000\u001f',
+    '"usage":{',
+    'content',
+    '\\"',
+    'é😀"\\',
+  ];
   const ws = () => pick(['', ' ', '  ', '\t', '\n ']);
   const value = (depth: number): unknown => {
     switch (rand(depth > 2 ? 4 : 7)) {
-      case 0: return pick(texts);
-      case 1: return rand(1000);
-      case 2: return null;
-      case 3: return pick([true, false]);
-      case 4: return Array.from({ length: rand(3) }, () => value(depth + 1));
-      default: return object(depth + 1);
+      case 0:
+        return pick(texts);
+      case 1:
+        return rand(1000);
+      case 2:
+        return null;
+      case 3:
+        return pick([true, false]);
+      case 4:
+        return Array.from({ length: rand(3) }, () => value(depth + 1));
+      default:
+        return object(depth + 1);
     }
   };
-  const keys = ['content', 'arguments', 'reasoning_content', 'refusal', 'usage', 'finish_reason', 'tool_calls', 'sequence_number', 'delta', 'id', 'x'];
+  const keys = [
+    'content',
+    'arguments',
+    'reasoning_content',
+    'refusal',
+    'usage',
+    'finish_reason',
+    'tool_calls',
+    'sequence_number',
+    'delta',
+    'id',
+    'x',
+  ];
   const object = (depth: number): Record<string, unknown> => {
     const o: Record<string, unknown> = {};
     for (let i = rand(5); i > 0; i--) o[pick(keys)] = value(depth);
@@ -48,7 +80,10 @@ t.test('the text finder reads what the per-key search read, on seeded random eve
   /** JSON text with random whitespace around colons and commas (as some servers write it). */
   const write = (v: unknown): string => {
     if (Array.isArray(v)) return `[${ws()}${v.map(write).join(`,${ws()}`)}${ws()}]`;
-    if (v && typeof v === 'object') return `{${ws()}${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}${pick(['', '', ' '])}:${ws()}${write(x)}`).join(`,${ws()}`)}${ws()}}`;
+    if (v && typeof v === 'object')
+      return `{${ws()}${Object.entries(v)
+        .map(([k, x]) => `${JSON.stringify(k)}${pick(['', '', ' '])}:${ws()}${write(x)}`)
+        .join(`,${ws()}`)}${ws()}}`;
     return JSON.stringify(v);
   };
   let bad: string | undefined;
@@ -63,14 +98,24 @@ t.test('the text finder reads what the per-key search read, on seeded random eve
   t.ok(hits > 1000, `the events exercise the keys (${hits} with text)`);
   // The cases by name.
   t.equal(scanned('{"delta":{"content":"é😀\\n\\u00e9"}}'), 5, 'astral characters count twice, escapes once');
-  t.equal(scanned('{"delta":{"content":null,"tool_calls":[{"function":{"arguments":"{\\"a\\":1}"}}]}}'), 7, 'a null content: the arguments');
+  t.equal(
+    scanned('{"delta":{"content":null,"tool_calls":[{"function":{"arguments":"{\\"a\\":1}"}}]}}'),
+    7,
+    'a null content: the arguments',
+  );
   t.equal(scanned('{"refusal":"no","content":"yes!"}'), 4, 'content first, wherever it is');
   t.equal(scanned('{"content" :"x","refusal":"yy"}'), 2, 'like the per-key search, `"content" :` is not read as text');
 });
 
 // ---- passthrough streams split anywhere ----------------------------------------------------------
 
-interface Run { out: Buffer; usage: Usage | undefined; chars: number; complete: boolean; started: boolean }
+interface Run {
+  out: Buffer;
+  usage: Usage | undefined;
+  chars: number;
+  complete: boolean;
+  started: boolean;
+}
 
 function run(protocol: ProtocolName, chunks: Buffer[]): Run {
   const tr = passthrough(protocol).stream({ model: 'm', requestId: 'r' });
@@ -91,7 +136,10 @@ const TEXT_LEN = words.join('').length; // UTF-16 code units
 const STREAMS: Record<ProtocolName, { text: string; usage: Usage }> = {
   'openai-chat': {
     text: [
-      ...words.map((w, i) => `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{${i === 0 ? '"role":"assistant",' : ''}"content":${JSON.stringify(w)}},"finish_reason":null}],"usage":null}\r\n\r\n`),
+      ...words.map(
+        (w, i) =>
+          `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{${i === 0 ? '"role":"assistant",' : ''}"content":${JSON.stringify(w)}},"finish_reason":null}],"usage":null}\r\n\r\n`,
+      ),
       'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}\r\n\r\n',
       'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":2}}}\r\n\r\n',
       'data: [DONE]\r\n\r\n',
@@ -102,7 +150,10 @@ const STREAMS: Record<ProtocolName, { text: string; usage: Usage }> = {
     text: [
       'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","model":"m","usage":{"input_tokens":7,"output_tokens":1}}}\n\n',
       'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
-      ...words.map((w) => `event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(w)}}}\n\n`),
+      ...words.map(
+        (w) =>
+          `event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":${JSON.stringify(w)}}}\n\n`,
+      ),
       'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
       'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":9}}\n\n',
       'event: message_stop\ndata: {"type":"message_stop"}\n\n',
@@ -112,7 +163,10 @@ const STREAMS: Record<ProtocolName, { text: string; usage: Usage }> = {
   'openai-responses': {
     text: [
       'event: response.created\r\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","model":"m","created_at":1}}\r\n\r\n',
-      ...words.map((w, i) => `event: response.output_text.delta\r\ndata: {"type":"response.output_text.delta","sequence_number":${i + 1},"item_id":"i","output_index":0,"content_index":0,"delta":${JSON.stringify(w)}}\r\n\r\n`),
+      ...words.map(
+        (w, i) =>
+          `event: response.output_text.delta\r\ndata: {"type":"response.output_text.delta","sequence_number":${i + 1},"item_id":"i","output_index":0,"content_index":0,"delta":${JSON.stringify(w)}}\r\n\r\n`,
+      ),
       'event: response.completed\r\ndata: {"type":"response.completed","sequence_number":99,"response":{"id":"resp_1","usage":{"input_tokens":5,"output_tokens":9,"input_tokens_details":{"cached_tokens":1}}}}\r\n\r\n',
     ].join(''),
     usage: { input: 4, output: 9, cacheRead: 1, cacheWrite: 0 },
@@ -132,15 +186,18 @@ for (const [protocol, s] of Object.entries(STREAMS) as [ProtocolName, { text: st
     // The LF of a last CRLF that comes apart from its CR belongs to a block that never comes, so it
     // is not forwarded (as before the byte mode): the only split whose output differs.
     const crlfTail = bytes.subarray(-2).toString() === '\r\n' ? bytes.length - 1 : -1;
-    const expectedAt = (i: number) => (i !== crlfTail || crlfTail < 0 ? expected
-      : JSON.stringify({ ...whole, out: whole.out.subarray(0, -1).toString('base64') }));
+    const expectedAt = (i: number) =>
+      i !== crlfTail || crlfTail < 0 ? expected : JSON.stringify({ ...whole, out: whole.out.subarray(0, -1).toString('base64') });
     let bad = -1;
     for (let i = 1; i < bytes.length && bad < 0; i++) {
       const r = run(protocol, [bytes.subarray(0, i), bytes.subarray(i)]);
       if (JSON.stringify({ ...r, out: r.out.toString('base64') }) !== expectedAt(i)) bad = i;
     }
     t.equal(bad, -1, 'every two-chunk split: same bytes out, same usage, text length and completion');
-    const r = run(protocol, [...bytes].map((b) => Buffer.of(b)));
+    const r = run(
+      protocol,
+      [...bytes].map((b) => Buffer.of(b)),
+    );
     t.equal(JSON.stringify({ ...r, out: r.out.toString('base64') }), expectedAt(crlfTail), 'one byte at a time');
   });
 }
@@ -149,5 +206,10 @@ t.test('Chat: an upstream without a usage chunk still gets its estimated usage c
   const text = STREAMS['openai-chat'].text.replace(/data: \{[^\n]*"choices":\[\],"usage":\{[^\n]*\r\n\r\n/, '');
   const r = run('openai-chat', [Buffer.from(text)]);
   const out = r.out.toString();
-  t.ok(out.endsWith('"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"prompt_tokens_details":{"cached_tokens":0}}}\n\ndata: [DONE]\r\n\r\n'), 'usage chunk, then the upstream\'s [DONE] bytes');
+  t.ok(
+    out.endsWith(
+      '"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"prompt_tokens_details":{"cached_tokens":0}}}\n\ndata: [DONE]\r\n\r\n',
+    ),
+    "usage chunk, then the upstream's [DONE] bytes",
+  );
 });

@@ -25,7 +25,8 @@ t.test('every answer equals the one computed from scratch, across day, week, mon
     Date.UTC(2026, 0, 6), // a day
     Date.UTC(2026, 0, 12), // Monday: a week
     Date.UTC(2026, 1, 1), // a month
-    Date.UTC(2028, 1, 29), Date.UTC(2028, 2, 1), // leap day
+    Date.UTC(2028, 1, 29),
+    Date.UTC(2028, 2, 1), // leap day
     Date.UTC(2027, 0, 1), // a year
     Date.UTC(1970, 0, 1), // the epoch, and before it
   ];
@@ -38,11 +39,15 @@ t.test('every answer equals the one computed from scratch, across day, week, mon
     for (const x of order) {
       const got = [dayKey(x), dayStart(x), weekStart(x), monthStart(x), nextMonthStart(x)];
       const want = [fresh.dayKey(x), Math.floor(x / DAY) * DAY, fresh.weekStart(x), fresh.monthStart(x), fresh.nextMonthStart(x)];
-      if (JSON.stringify(got) !== JSON.stringify(want)) t.fail(`at ${new Date(x).toISOString()}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
+      if (JSON.stringify(got) !== JSON.stringify(want))
+        t.fail(`at ${new Date(x).toISOString()}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
       checked++;
     }
   }
-  t.equal(checked, orders.reduce((a, o) => a + o.length, 0));
+  t.equal(
+    checked,
+    orders.reduce((a, o) => a + o.length, 0),
+  );
   t.equal(dayKey(Date.UTC(2026, 0, 5, 23, 59, 59, 999)), '2026-01-05');
   t.equal(dayKey(Date.UTC(2026, 0, 6)), '2026-01-06', 'the next millisecond is the next day');
   t.equal(weekStart(Date.UTC(2026, 0, 11, 23, 59, 59, 999)), Date.UTC(2026, 0, 5), 'Sunday belongs to the week from Monday');
@@ -56,8 +61,16 @@ t.test('usage recorded just before and just after midnight lands on each day (me
   const store = await MemoryStore.open({ clock });
   t.teardown(() => store.close());
   const s: Settlement = {
-    keyId: 'k', user: 'u', group: 'g', model: 'm', billing: 'plan',
-    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0 }, cost: 10, actual: 10, durationMs: 1, windows: [],
+    keyId: 'k',
+    user: 'u',
+    group: 'g',
+    model: 'm',
+    billing: 'plan',
+    usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0 },
+    cost: 10,
+    actual: 10,
+    durationMs: 1,
+    windows: [],
   };
   await store.settle('r1', s);
   clock.advance(200); // 2026-04-01 00:00:00.100: a new day and a new month

@@ -12,19 +12,40 @@ const flushIntervalMs = 1_000_000;
 
 const store = await MemoryStore.open({ path: dir, flushIntervalMs });
 for (let i = 0; i < n; i++) {
-  await store.admit({ requestId: `crash-${i}`, reserve: 1000, claims: [{ kind: 'key-window', key: 'k1', window: '5h', limit: 1_000_000_000 }] });
+  await store.admit({
+    requestId: `crash-${i}`,
+    reserve: 1000,
+    claims: [{ kind: 'key-window', key: 'k1', window: '5h', limit: 1_000_000_000 }],
+  });
   await store.settle(`crash-${i}`, {
-    keyId: 'k1', user: 'u1', group: 'g1', model: 'm1', billing: 'balance',
+    keyId: 'k1',
+    user: 'u1',
+    group: 'g1',
+    model: 'm1',
+    billing: 'balance',
     usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
-    cost: i + 1, actual: i + 1, durationMs: 1, windows: ['5h'],
+    cost: i + 1,
+    actual: i + 1,
+    durationMs: 1,
+    windows: ['5h'],
   });
 }
 // In flight at the crash: its reservation dies with the process, its recovery settlement is applied.
 await store.admit({
-  requestId: 'in-flight', reserve: 5000, claims: [{ kind: 'key-quota', key: 'k1', limit: 1_000_000_000 }],
+  requestId: 'in-flight',
+  reserve: 5000,
+  claims: [{ kind: 'key-quota', key: 'k1', limit: 1_000_000_000 }],
   recovery: {
-    keyId: 'k1', user: 'u1', group: 'g1', model: 'm1', billing: 'balance',
-    usage: { input: 7, output: 0, cacheRead: 0, cacheWrite: 0 }, cost: 7, actual: 7, durationMs: 0, windows: [],
+    keyId: 'k1',
+    user: 'u1',
+    group: 'g1',
+    model: 'm1',
+    billing: 'balance',
+    usage: { input: 7, output: 0, cacheRead: 0, cacheWrite: 0 },
+    cost: 7,
+    actual: 7,
+    durationMs: 0,
+    windows: [],
   },
 });
 await new Promise((r) => setImmediate(r));

@@ -66,10 +66,15 @@ async function expectFilled(t: TapTest, store: MemoryStore, label: string) {
   t.equal(await store.balanceSpent('u1'), 40, `${label}: balance`);
   t.same(await store.spendCapUsage('u1'), { weekly: 40, monthly: 40 }, `${label}: caps`);
   t.same(await store.planUsage('u1', 'g1'), { daily: 25, weekly: 25, monthly: 25 }, `${label}: plan`);
-  t.same(await store.keyState('k1'), {
-    used: 65, reserved: 0,
-    windows: { '5h': { start: T0, used: 65, reserved: 0 }, '1d': { start: T0, used: 25, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
-  }, `${label}: key state (reservations are not persisted)`);
+  t.same(
+    await store.keyState('k1'),
+    {
+      used: 65,
+      reserved: 0,
+      windows: { '5h': { start: T0, used: 65, reserved: 0 }, '1d': { start: T0, used: 25, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
+    },
+    `${label}: key state (reservations are not persisted)`,
+  );
   t.same((await store.keyState('k2')).windows['7d'], { start: T0, used: 0, reserved: 0 }, `${label}: window started by an admission`);
   const stats = await store.keyStats('k1', '2026-01-05', '2026-01-05');
   t.equal(stats.total.requests, 2, `${label}: stats`);
@@ -92,9 +97,15 @@ t.test('persistence: close and reopen', async (t) => {
   await again.resetKeyQuota('k1');
   await again.close();
   const third = await MemoryStore.open({ path: dir, clock });
-  t.same((await third.keyState('k1')), {
-    used: 0, reserved: 0, windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
-  }, 'quota reset persisted');
+  t.same(
+    await third.keyState('k1'),
+    {
+      used: 0,
+      reserved: 0,
+      windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
+    },
+    'quota reset persisted',
+  );
   t.equal(await third.balanceSpent('u1'), 80);
   await third.close();
 });
@@ -148,7 +159,9 @@ t.test('persistence: journal replay of quota resets; an unreadable middle line i
   const log = createLogger('warn', (l) => lines.push(l));
   const again = await MemoryStore.open({ path: crashed, clock, log });
   t.same(await again.keyState('k9'), {
-    used: 7, reserved: 0, windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
+    used: 7,
+    reserved: 0,
+    windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
   });
   t.equal(await again.balanceSpent('u1'), 57);
   t.match(lines.join('\n'), /skipping unreadable line/);
@@ -242,7 +255,8 @@ t.test('crash recovery: unresolved admissions settle by their recovery; settled 
   const dir = await tmp(t);
   const clock = new ManualClock(T0);
   const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, compactBytes: 1_500 });
-  const admit = (id: string, actual: number) => store.admit({ requestId: id, reserve: 100, claims: [quota(1_000_000)], recovery: recovery(actual) });
+  const admit = (id: string, actual: number) =>
+    store.admit({ requestId: id, reserve: 100, claims: [quota(1_000_000)], recovery: recovery(actual) });
   await admit('settled', 1);
   await admit('cancelled', 2);
   await admit('open-a', 4);
@@ -271,7 +285,10 @@ t.test('crash recovery: unresolved admissions settle by their recovery; settled 
 t.test('store lock: one process per folder; a stale lock is taken over', async (t) => {
   const dir = await tmp(t);
   const first = await MemoryStore.open({ path: dir });
-  const err = await MemoryStore.open({ path: dir }).then(() => undefined, (e: Error) => e);
+  const err = await MemoryStore.open({ path: dir }).then(
+    () => undefined,
+    (e: Error) => e,
+  );
   t.ok(err, 'a second open of the same folder is refused');
   t.match(err!.message, dir, 'the message names the folder');
   t.match(err!.message, `PID ${process.pid}`, 'and the holder');
@@ -283,7 +300,10 @@ t.test('store lock: one process per folder; a stale lock is taken over', async (
   const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
   await new Promise((r) => child.once('spawn', r));
   writeFileSync(path.join(dir, 'gateway.lock'), `${child.pid}\n`);
-  const busy = await MemoryStore.open({ path: dir }).then(() => undefined, (e: Error) => e);
+  const busy = await MemoryStore.open({ path: dir }).then(
+    () => undefined,
+    (e: Error) => e,
+  );
   t.match(busy?.message, `PID ${child.pid}`, 'a live holder in another process is named');
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGKILL');
@@ -307,8 +327,16 @@ async function expectOldJournal(t: TapTest, store: MemoryStore, label: string) {
   t.same(k1.windows['5h'], { start: T0, used: 40 + 25, reserved: 0 }, `${label}: window started by the journal, recovery has no windows`);
   t.equal(k1.windows['1d'].used, 25);
   const stats = await store.keyStats('k1', '2026-01-05', '2026-01-05');
-  t.same(stats.byModel.m1, { requests: 2, input: 17, output: 20, cacheRead: 3, cacheWrite: 4, cost: 80 + 14, actual: 47, durationMs: 24 }, `${label}: m1 counters`);
-  t.same(stats.byModel.m2, { requests: 1, input: 10, output: 20, cacheRead: 3, cacheWrite: 4, cost: 50, actual: 25, durationMs: 12 }, `${label}: m2 counters`);
+  t.same(
+    stats.byModel.m1,
+    { requests: 2, input: 17, output: 20, cacheRead: 3, cacheWrite: 4, cost: 80 + 14, actual: 47, durationMs: 24 },
+    `${label}: m1 counters`,
+  );
+  t.same(
+    stats.byModel.m2,
+    { requests: 1, input: 10, output: 20, cacheRead: 3, cacheWrite: 4, cost: 50, actual: 25, durationMs: 12 },
+    `${label}: m2 counters`,
+  );
   t.equal((await store.keyState('k2')).used, 5, `${label}: k2 after its reset`);
   t.equal(await store.balanceSpent('u2'), 5);
 }
@@ -321,20 +349,35 @@ t.test('upgrade: a journal written by the previous version (keyed objects) repla
   const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, log: createLogger('warn', (l) => lines.push(l)) });
   await expectOldJournal(t, store, 'after the upgrade');
   t.equal(lines.filter((l) => l.includes('recovery rule')).length, 1, 'old-open, in flight at the crash, settled by its recovery');
-  t.notOk(lines.some((l) => /unknown entry|unreadable/.test(l)), 'every old line understood');
+  t.notOk(
+    lines.some((l) => /unknown entry|unreadable/.test(l)),
+    'every old line understood',
+  );
   await store.settle('old-1', settlement({ actual: 1000 }));
   t.equal(await store.balanceSpent('u1'), 47, 'ids settled in the old journal stay settled');
 
   // New lines go after the old state; a kill now (no close) and the next start keep both.
   t.ok((await store.admit({ requestId: 'new-1', reserve: 10, claims: [quota(1_000_000)] })).ok);
-  await store.settle('new-1', settlement({ actual: 3, usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0 }, windows: ['5h'], estimated: true }));
-  await store.admit({ requestId: 'new-open', reserve: 10, claims: [quota(1_000_000)], recovery: settlement({ actual: 9, cost: 9, windows: [] }) });
+  await store.settle(
+    'new-1',
+    settlement({ actual: 3, usage: { input: 1, output: 1, cacheRead: 0, cacheWrite: 0 }, windows: ['5h'], estimated: true }),
+  );
+  await store.admit({
+    requestId: 'new-open',
+    reserve: 10,
+    claims: [quota(1_000_000)],
+    recovery: settlement({ actual: 9, cost: 9, windows: [] }),
+  });
   await store.flush();
   const crashed = await tmp(t);
   await cp(dir, crashed, { recursive: true });
   await store.close();
   const journal = readFileSync(path.join(crashed, 'journal.jsonl'), 'utf8').trim().split('\n');
-  t.same(journal.map((l) => JSON.parse(l)[0]), [1, 2], 'the new settlement and admission are positional lines');
+  t.same(
+    journal.map((l) => JSON.parse(l)[0]),
+    [1, 2],
+    'the new settlement and admission are positional lines',
+  );
   const again = await MemoryStore.open({ path: crashed, clock });
   t.equal(await again.balanceSpent('u1'), 47 + 3 + 9, 'the new settlement and the new recovery on top of the old state');
   t.equal((await again.keyState('k1')).used, 72 + 3 + 9);
@@ -346,7 +389,8 @@ t.test('journal: old keyed lines and positional lines in one file replay in seq 
   const old = await readFile(OLD_JOURNAL, 'utf8');
   // seq 11: a settlement of k1/u1 (balance, m1, 5h window, estimated); seq 12: an admission whose
   // recovery (3, flagged estimated and recovered) applies at the start; then a torn line.
-  const added = '[1,11,1767614402000,"mixed-1","k1","u1","g1","m1","balance",2,3,0,0,8,4,5,"5h",1]\n' +
+  const added =
+    '[1,11,1767614402000,"mixed-1","k1","u1","g1","m1","balance",2,3,0,0,8,4,5,"5h",1]\n' +
     '[2,12,1767614402000,"mixed-open","k1","u1","g1","m1","balance",3,0,0,0,3,3,0,"",3]\n' +
     '[1,13,1767614402000,"torn","k1","u1","g1","m1","bal';
   await writeFile(path.join(dir, 'journal.jsonl'), old + added);
@@ -354,7 +398,10 @@ t.test('journal: old keyed lines and positional lines in one file replay in seq 
   const store = await MemoryStore.open({ path: dir, clock: new ManualClock(T0 + 60_000), log: createLogger('warn', (l) => lines.push(l)) });
   t.equal(await store.balanceSpent('u1'), 47 + 4 + 3);
   t.equal((await store.keyState('k1')).windows['5h'].used, 65 + 4);
-  t.ok(lines.some((l) => l.includes('torn last line')), 'the torn tail is reported');
+  t.ok(
+    lines.some((l) => l.includes('torn last line')),
+    'the torn tail is reported',
+  );
   t.equal(lines.filter((l) => l.includes('recovery rule')).length, 2, 'old-open and mixed-open recovered');
   await store.close();
 });

@@ -39,4 +39,3 @@ export function redisFactory(name: string, url: () => string, cluster: boolean):
     tick: () => new Promise((r) => setTimeout(r, 1)),
   };
 }
-

@@ -25,7 +25,12 @@ function config(url: string, prefix: string) {
   // only the group RPM — served while Redis is away, at the per-instance share.
   cfg.groups.open = { kind: 'chat', passthrough: true, billing: 'plan', models: ['chat-model'], rpm: 10 };
   cfg.users.alice.subscriptions.push({ group: 'open', expires_at: '2099-01-01T00:00:00Z' });
-  cfg.users.bob = { balance: 100, concurrency: 4, queue: { size: 0 }, subscriptions: [{ group: 'open', expires_at: '2099-01-01T00:00:00Z' }] };
+  cfg.users.bob = {
+    balance: 100,
+    concurrency: 4,
+    queue: { size: 0 },
+    subscriptions: [{ group: 'open', expires_at: '2099-01-01T00:00:00Z' }],
+  };
   cfg.keys.push({ key: OPEN_KEY, name: 'open', user: 'alice', group: 'open' });
   cfg.keys.push({ key: `sk-${'0b'.repeat(32)}`, name: 'bob-open', user: 'bob', group: 'open' });
   return cfg;
@@ -65,8 +70,14 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   t.same([ready.status, ready.json.status, ready.json.store], [503, 'unavailable', 'redis'], '/readyz reports it');
   t.match(ready.json.reason, /redis unreachable: money paths refused, RPM and concurrency at 1\/2/);
   t.equal(await metric(g, 'gateway_store_degraded'), 1, 'the metric says degraded');
-  t.ok(lines.some((l) => l.level === 'warn' && /store degraded/.test(l.msg)), 'a log line says degraded');
-  t.same(await g.gw.store.health(), { ready: false, degraded: 'redis unreachable: money paths refused, RPM and concurrency at 1/2 of each limit per instance' });
+  t.ok(
+    lines.some((l) => l.level === 'warn' && /store degraded/.test(l.msg)),
+    'a log line says degraded',
+  );
+  t.same(await g.gw.store.health(), {
+    ready: false,
+    degraded: 'redis unreachable: money paths refused, RPM and concurrency at 1/2 of each limit per instance',
+  });
   t.equal((await call(`${g.url}/v1/usage`, { headers: bearer(OPEN_KEY) })).status, 503, 'usage reads fail closed too');
   const reset = await call(`${g.url}/admin/keys/chat/reset-quota`, { method: 'POST', headers: bearer('admin-secret') });
   t.same([reset.status, reset.json.error.type], [503, 'billing_service_error'], 'an admin quota reset too');
@@ -78,7 +89,10 @@ t.test('Redis stopped: money fails closed, RPM per instance, /healthz up; back b
   await redis.restart();
   t.ok(await until(async () => (await chat(g)).status === 200), 'serves money paths again without a restart');
   t.equal(await metric(g, 'gateway_store_degraded'), 0);
-  t.ok(lines.some((l) => l.level === 'info' && /store recovered/.test(l.msg)), 'a log line says recovered');
+  t.ok(
+    lines.some((l) => l.level === 'info' && /store recovered/.test(l.msg)),
+    'a log line says recovered',
+  );
   t.same(await g.gw.store.health(), { ready: true });
   t.same((await call(`${g.url}/readyz`)).json, { status: 'ready', store: 'redis' }, '/readyz: ready again');
   await g.gw.store.flush();
@@ -101,7 +115,11 @@ t.test('Redis frozen: every call is bounded by the timeout; thawed, it serves ag
   const began = Date.now();
   const answers = await Promise.all(Array.from({ length: 5 }, () => chat(g)));
   t.comment(`5 money requests against a frozen Redis answered within ${Date.now() - began} ms (timeout 300ms)`);
-  t.same(answers.map((a) => [a.status, a.json?.error?.type]), Array(5).fill([503, 'billing_service_error']), 'refused, not hanging');
+  t.same(
+    answers.map((a) => [a.status, a.json?.error?.type]),
+    Array(5).fill([503, 'billing_service_error']),
+    'refused, not hanging',
+  );
   t.equal((await call(`${g.url}/healthz`)).status, 200);
   redis.resume();
   t.ok(await until(async () => (await chat(g)).status === 200), 'serves again once Redis answers');
@@ -116,9 +134,16 @@ t.test('concurrency while Redis is away: the per-instance share of the slots', a
   await redis.stop();
   mock.resetPeak();
   // bob: concurrency 4, no queue; instances_hint 2 → 2 slots here while Redis is away.
-  const slow = await Promise.all(Array.from({ length: 4 }, () => chat(g, `sk-${'0b'.repeat(32)}`, { messages: [{ role: 'user', content: '[[mock: delay=600]] Hello' }] })));
+  const slow = await Promise.all(
+    Array.from({ length: 4 }, () =>
+      chat(g, `sk-${'0b'.repeat(32)}`, { messages: [{ role: 'user', content: '[[mock: delay=600]] Hello' }] }),
+    ),
+  );
   t.same(slow.map((r) => r.status).sort(), [200, 200, 429, 429]);
-  t.ok(slow.filter((r) => r.status === 429).every((r) => /Too many pending requests/.test(r.json.error.message)), 'the queue-full answer');
+  t.ok(
+    slow.filter((r) => r.status === 429).every((r) => /Too many pending requests/.test(r.json.error.message)),
+    'the queue-full answer',
+  );
   t.equal(mock.peakInFlight, 2, 'two upstream calls at once');
 });
 

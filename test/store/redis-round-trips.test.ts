@@ -33,7 +33,8 @@ t.test('one EVALSHA per admission and one per settlement on a plain request, slo
     }
     return false;
   };
-  const ask = () => call(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: bearer(KEYS.chat), json: chatBody({ model: 'chat-model' }) });
+  const ask = () =>
+    call(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: bearer(KEYS.chat), json: chatBody({ model: 'chat-model' }) });
 
   // The first request loads the scripts into Redis (EVAL after NOSCRIPT): not the steady state.
   t.equal((await ask()).status, 200);
@@ -54,12 +55,23 @@ t.test('one EVALSHA per admission and one per settlement on a plain request, slo
   // Background work of the store (instance heartbeat and reaper, slot lease renewal) may fall in
   // the window; it is not per request.
   const background = (a: string[]) =>
-    (a[0].toLowerCase() === 'evalsha' && ((a[3] ?? '').endsWith('{i}:live') || a[4 + Number(a[2])] === 'renew'))
-    || ['ping', 'info'].includes(a[0].toLowerCase());
+    (a[0].toLowerCase() === 'evalsha' && ((a[3] ?? '').endsWith('{i}:live') || a[4 + Number(a[2])] === 'renew')) ||
+    ['ping', 'info'].includes(a[0].toLowerCase());
   const perRequest = seen.filter((a) => !background(a));
   const scripts = perRequest.filter((a) => a[0].toLowerCase() === 'evalsha' || a[0].toLowerCase() === 'eval');
-  t.same(perRequest.map((a) => a[0].toLowerCase()), ['evalsha', 'evalsha'], 'two commands for the request, both scripts', { seen: perRequest });
-  t.ok(scripts.every((a) => /:adm:/.test(a[3] ?? '')), 'both on the admission record: the admission, then the settlement');
-  t.notOk(seen.some((a) => a[0].toLowerCase() === 'evalsha' && /:held$/.test(a[3] ?? '') && a[4 + Number(a[2])] !== 'renew'), 'no slot script of its own (acquire, release)');
+  t.same(
+    perRequest.map((a) => a[0].toLowerCase()),
+    ['evalsha', 'evalsha'],
+    'two commands for the request, both scripts',
+    { seen: perRequest },
+  );
+  t.ok(
+    scripts.every((a) => /:adm:/.test(a[3] ?? '')),
+    'both on the admission record: the admission, then the settlement',
+  );
+  t.notOk(
+    seen.some((a) => a[0].toLowerCase() === 'evalsha' && /:held$/.test(a[3] ?? '') && a[4 + Number(a[2])] !== 'renew'),
+    'no slot script of its own (acquire, release)',
+  );
   t.equal(await db.zcard(`${prefix}{u:alice}:slot:held`), 0, 'the settlement freed the slot');
 });

@@ -9,14 +9,18 @@ t.before(async () => {
   server = await RedisServer.start();
 });
 t.teardown(() => server.destroy());
-storeSuite(t, redisFactory('redis', () => server.url, false));
+storeSuite(
+  t,
+  redisFactory('redis', () => server.url, false),
+);
 
 t.test('the build ships the Lua scripts next to the compiled store', async (t) => {
   const { existsSync } = await import('node:fs');
   const path = await import('node:path');
   const { ROOT } = await import('../helpers/gateway.js');
   const { SCRIPT_NAMES } = await import('../../core/store/redis/scripts.js');
-  for (const name of ['lib', 'ops', ...SCRIPT_NAMES]) t.ok(existsSync(path.join(ROOT, 'dist/core/store/redis', `${name}.lua`)), `${name}.lua`);
+  for (const name of ['lib', 'ops', ...SCRIPT_NAMES])
+    t.ok(existsSync(path.join(ROOT, 'dist/core/store/redis', `${name}.lua`)), `${name}.lua`);
 });
 
 t.test('a slot freed while a dead instance still has a waiter queued: the grant lives no longer than that waiter would have', async (t) => {
@@ -55,7 +59,10 @@ t.test('a slot freed while a dead instance still has a waiter queued: the grant 
     if (!grantedUntil) await new Promise((r) => setTimeout(r, 10));
   }
   t.ok(grantedUntil > 0, 'the queue head (the dead waiter) was granted the freed slot, FIFO');
-  t.ok(grantedUntil <= waiterUntil, `the grant ends when the dead waiter's lease would have (${grantedUntil} <= ${waiterUntil}), not a full lease after the release`);
+  t.ok(
+    grantedUntil <= waiterUntil,
+    `the grant ends when the dead waiter's lease would have (${grantedUntil} <= ${waiterUntil}), not a full lease after the release`,
+  );
 });
 
 t.test('the operations of one event-loop turn go to Redis together: fewer scripts than operations, every outcome exact', async (t) => {
@@ -74,8 +81,16 @@ t.test('the operations of one event-loop turn go to Redis together: fewer script
     return n;
   };
   const settlement = (actual: number) => ({
-    keyId: 'k1', user: 'u1', group: 'g', model: 'm', billing: 'balance' as const, usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
-    cost: actual, actual, durationMs: 1, windows: [],
+    keyId: 'k1',
+    user: 'u1',
+    group: 'g',
+    model: 'm',
+    billing: 'balance' as const,
+    usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
+    cost: actual,
+    actual,
+    durationMs: 1,
+    windows: [],
   });
   // Quota 1000 µ$, reservations of 100: exactly ten of forty admissions racing in one turn fit.
   const claims = [
@@ -87,10 +102,13 @@ t.test('the operations of one event-loop turn go to Redis together: fewer script
   const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.admit({ requestId: `b${i}`, reserve: 100, claims })));
   const admitted = results.map((r, i) => (r.ok ? `b${i}` : '')).filter(Boolean);
   t.equal(admitted.length, 10, 'exactly the ten that fit the quota');
-  t.ok(results.filter((r) => !r.ok).every((r) => !r.ok && r.held), 'the others are held back by reservations in flight');
+  t.ok(
+    results.filter((r) => !r.ok).every((r) => !r.ok && r.held),
+    'the others are held back by reservations in flight',
+  );
   t.equal((await store.keyState('k1')).reserved, 1_000, 'ten reservations held');
   await Promise.all(admitted.map((id) => store.settle(id, settlement(37))));
-  const used = await scripts() - before;
+  const used = (await scripts()) - before;
   t.ok(used < 50, `40 admissions and 10 settlements in fewer scripts (${used})`);
   const state = await store.keyState('k1');
   t.equal(state.used, 370, 'every settlement charged once');
@@ -176,6 +194,9 @@ t.test('behind a batch in Redis, fewer than a full batch wait for its reply; a f
   for (const f of held.splice(0)) f();
   const results = await Promise.all([first, ...few, ...full, ...more]);
   t.equal(results.length, 67);
-  t.ok(results.every((r) => r.ok), 'every operation gets its own outcome');
+  t.ok(
+    results.every((r) => r.ok),
+    'every operation gets its own outcome',
+  );
   t.ok(sent.includes('pipe-full-31') && sent.includes('pipe-more-31'), 'the waiting ones went once batches were answered');
 });

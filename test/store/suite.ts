@@ -30,9 +30,16 @@ export const T0 = Date.UTC(2026, 0, 5, 12, 0, 0);
 
 export function settlement(over: Partial<Settlement> = {}): Settlement {
   return {
-    keyId: 'k1', user: 'u1', group: 'g1', model: 'm1', billing: 'balance',
+    keyId: 'k1',
+    user: 'u1',
+    group: 'g1',
+    model: 'm1',
+    billing: 'balance',
     usage: { input: 10, output: 5, cacheRead: 2, cacheWrite: 1 },
-    cost: 100, actual: 100, durationMs: 50, windows: [],
+    cost: 100,
+    actual: 100,
+    durationMs: 50,
+    windows: [],
     ...over,
   };
 }
@@ -41,7 +48,12 @@ export const quota = (limit: number, key = 'k1'): Claim => ({ kind: 'key-quota',
 export const win = (window: Window, limit: number, key = 'k1'): Claim => ({ kind: 'key-window', key, window, limit });
 export const rpm = (limit: number, id = 'u1', scope: 'user' | 'group' | 'account' = 'user'): Claim => ({ kind: 'rpm', scope, id, limit });
 export const cap = (period: 'weekly' | 'monthly', limit: number, user = 'u1'): Claim => ({ kind: 'spend-cap', user, period, limit });
-export const plan = (daily: number, weekly: number, monthly: number): Claim => ({ kind: 'plan', user: 'u1', group: 'g1', limits: { daily, weekly, monthly } });
+export const plan = (daily: number, weekly: number, monthly: number): Claim => ({
+  kind: 'plan',
+  user: 'u1',
+  group: 'g1',
+  limits: { daily, weekly, monthly },
+});
 export const balance = (credit: number, free = false, freeRpm = 0): Claim => ({ kind: 'balance', user: 'u1', credit, free, freeRpm });
 
 /** Deterministic PRNG (mulberry32). */
@@ -97,7 +109,11 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.ok(a.ok);
     const b = await admit(store, 600, balance(1000)); // available 400
     t.ok(b.ok);
-    t.same(await admit(store, 1, balance(1000)), { ok: false, index: 0, held: true, id: lastId() }, 'available -200, but only because of reservations: held');
+    t.same(
+      await admit(store, 1, balance(1000)),
+      { ok: false, index: 0, held: true, id: lastId() },
+      'available -200, but only because of reservations: held',
+    );
     await store.settle(a.id, settlement({ actual: 500 }));
     t.equal(await store.balanceSpent('u1'), 500);
     t.notOk((await admit(store, 1, balance(1000))).ok, 'spent 500 + reserved 600');
@@ -137,12 +153,17 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     const a = await admit(store, 50, quota(100));
     const b = await admit(store, 50, quota(100));
     t.ok(a.ok && b.ok);
-    t.same(await admit(store, 0, quota(100)), { id: lastId(), ok: false, index: 0, held: true }, 'reserved 100 = limit: held, not exhausted');
+    t.same(
+      await admit(store, 0, quota(100)),
+      { id: lastId(), ok: false, index: 0, held: true },
+      'reserved 100 = limit: held, not exhausted',
+    );
     t.same((await store.keyState('k1')).reserved, 100);
     await store.settle(a.id, settlement({ actual: 49 }));
     await store.settle(b.id, settlement({ actual: 50 }));
     t.same(await store.keyState('k1'), {
-      used: 99, reserved: 0,
+      used: 99,
+      reserved: 0,
       windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
     });
     t.ok((await admit(store, 0, quota(100))).ok, 'used 99 < 100');
@@ -350,7 +371,12 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.same(st.reserved, 0, 'nothing reserved');
     t.same(st.windows['5h'], { used: 0, reserved: 0 }, 'window not started by a rejected admission');
     for (let i = 0; i < 5; i++) t.ok((await admit(store, 0, rpm(5))).ok, 'no rpm counted by the rejected admissions');
-    t.same(await admit(store, 0, rpm(100, 'x'), cap('weekly', 100), rpm(5)), { id: lastId(), ok: false, index: 1, retryAfterMs: 6.5 * DAY });
+    t.same(await admit(store, 0, rpm(100, 'x'), cap('weekly', 100), rpm(5)), {
+      id: lastId(),
+      ok: false,
+      index: 1,
+      retryAfterMs: 6.5 * DAY,
+    });
     const ok = await admit(store, 7, quota(1000), win('1d', 1000), cap('monthly', 1000), plan(1000, 1000, 1000), balance(1000));
     t.ok(ok.ok, 'all pass');
     t.same((await store.keyState('k1')).reserved, 7);
@@ -359,7 +385,10 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await store.cancel(ok.id);
     t.same((await store.keyState('k1')).reserved, 0, 'cancel is idempotent');
     t.same((await store.keyState('k1')).windows['1d'].reserved, 0);
-    t.ok((await admit(store, 0, quota(1000), win('1d', 1000), cap('monthly', 1000), plan(1000, 1000, 1000), balance(1000))).ok, 'the cancelled reservation no longer holds');
+    t.ok(
+      (await admit(store, 0, quota(1000), win('1d', 1000), cap('monthly', 1000), plan(1000, 1000, 1000), balance(1000))).ok,
+      'the cancelled reservation no longer holds',
+    );
     await store.close();
   });
 
@@ -371,7 +400,8 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await store.cancel(a.id);
     t.equal(await store.balanceSpent('u1'), 120);
     t.same(await store.keyState('k1'), {
-      used: 120, reserved: 0,
+      used: 120,
+      reserved: 0,
       windows: { '5h': { used: 0, reserved: 0 }, '1d': { used: 0, reserved: 0 }, '7d': { used: 0, reserved: 0 } },
     });
     t.equal((await store.keyStats('k1', '2026-01-01', '2026-12-31')).total.requests, 1);
@@ -381,7 +411,11 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.equal(await store.balanceSpent('u1'), 126, 'two settlements of one id racing count once');
     await t.rejects(store.admit({ requestId: a.id, reserve: 1, claims: [] }), /already admitted/, 'a settled id cannot be admitted again');
     const b = await admit(store, 10, quota(1000));
-    await t.rejects(store.admit({ requestId: b.id, reserve: 10, claims: [quota(1000)] }), /already admitted/, 'a live id cannot be admitted again');
+    await t.rejects(
+      store.admit({ requestId: b.id, reserve: 10, claims: [quota(1000)] }),
+      /already admitted/,
+      'a live id cannot be admitted again',
+    );
     t.equal((await store.keyState('k1')).reserved, 10, 'the failed re-admission reserved nothing');
     await t.rejects(store.admit({ requestId: 'f', reserve: 1.5, claims: [] }), TypeError);
     await t.rejects(store.admit({ requestId: 'n', reserve: -1, claims: [] }), TypeError);
@@ -448,13 +482,15 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
       const ids = await Promise.all(Array.from({ length: o.n }, (_, i) => admitOne(i)));
       await Promise.all(ids.map((id, i) => (id ? finish(i, id) : Promise.resolve())));
     } else {
-      await Promise.all(Array.from({ length: o.n }, async (_, i) => {
-        await ticks(delays[i][0]);
-        const id = await admitOne(i);
-        if (!id) return;
-        await ticks(delays[i][1]);
-        await finish(i, id);
-      }));
+      await Promise.all(
+        Array.from({ length: o.n }, async (_, i) => {
+          await ticks(delays[i][0]);
+          const id = await admitOne(i);
+          if (!id) return;
+          await ticks(delays[i][1]);
+          await finish(i, id);
+        }),
+      );
     }
     return { admitted, settledSum, boundAtLastAdmission };
   }
@@ -465,14 +501,24 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     const L = 2_000;
     const cases: Case[] = [
       { name: 'key quota', claims: [quota(L)], billing: 'balance', used: async (s) => (await s.keyState('k1')).used },
-      { name: '5h window', claims: [win('5h', L)], billing: 'balance', windows: ['5h'], used: async (s) => (await s.keyState('k1')).windows['5h'].used },
+      {
+        name: '5h window',
+        claims: [win('5h', L)],
+        billing: 'balance',
+        windows: ['5h'],
+        used: async (s) => (await s.keyState('k1')).windows['5h'].used,
+      },
       { name: 'plan daily', claims: [plan(L, 0, 0)], billing: 'plan', used: async (s) => (await s.planUsage('u1', 'g1')).daily },
       { name: 'balance', claims: [balance(L)], billing: 'balance', used: (s) => s.balanceSpent('u1') },
       { name: 'spend cap', claims: [cap('weekly', L)], billing: 'balance', used: async (s) => (await s.spendCapUsage('u1')).weekly },
     ];
     const profiles = [
       { name: 'A ≤ R', actual: (i: number) => 40 + ((i * 37) % 61), cancels: (i: number) => i % 9 === 4 },
-      { name: 'some A > R', actual: (i: number) => (i % 5 === 0 ? 130 + (i % 3) * 10 : 60 + (i % 41)), cancels: (i: number) => i % 11 === 3 },
+      {
+        name: 'some A > R',
+        actual: (i: number) => (i % 5 === 0 ? 130 + (i % 3) * 10 : 60 + (i % 41)),
+        cancels: (i: number) => i % 11 === 3,
+      },
       { name: 'A = R', actual: () => R },
     ];
     let seed = 1;
@@ -480,15 +526,30 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
       for (const p of profiles) {
         for (const burst of [true, false]) {
           const { store } = await open();
-          const res = await race(store, { n: 200, limit: L, reserve: R, claims: c.claims, billing: c.billing, windows: c.windows, actual: p.actual, cancels: p.cancels, burst, seed: seed++ });
+          const res = await race(store, {
+            n: 200,
+            limit: L,
+            reserve: R,
+            claims: c.claims,
+            billing: c.billing,
+            windows: c.windows,
+            actual: p.actual,
+            cancels: p.cancels,
+            burst,
+            seed: seed++,
+          });
           const used = await c.used(store);
           const label = `${c.name}, ${p.name}, ${burst ? 'burst' : 'interleaved'}`;
           t.equal(used, res.settledSum, `${label}: recorded spend = sum of settled actuals (${used})`);
           t.equal((await store.keyState('k1')).used, res.settledSum, `${label}: key used = sum of actuals`);
-          t.ok(used <= res.boundAtLastAdmission, `${label}: used ${used} ≤ limit - 1 + last request + in-flight overrun (${res.boundAtLastAdmission})`);
+          t.ok(
+            used <= res.boundAtLastAdmission,
+            `${label}: used ${used} ≤ limit - 1 + last request + in-flight overrun (${res.boundAtLastAdmission})`,
+          );
           if (p.name !== 'some A > R') t.ok(used < L + R, `${label}: used ${used} < limit + one request`);
           if (burst) t.equal(res.admitted, Math.ceil(L / R), `${label}: burst admits exactly ceil(L/R)`);
-          else if (p.name === 'A ≤ R') t.ok(res.admitted > Math.ceil(L / R), `${label}: settlements interleaved with admissions (${res.admitted} admitted)`);
+          else if (p.name === 'A ≤ R')
+            t.ok(res.admitted > Math.ceil(L / R), `${label}: settlements interleaved with admissions (${res.admitted} admitted)`);
           const st = await store.keyState('k1');
           t.equal(st.reserved + st.windows['5h'].reserved, 0, `${label}: nothing left reserved`);
           await store.close();
@@ -537,7 +598,11 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.equal(ok.length, C);
     t.equal(waiting.length, Q);
     t.equal(full.length, 3 * (C + Q) - C - Q);
-    t.same(boxes.slice(C, C + Q).map((b) => b.r), [undefined, undefined, undefined, undefined], 'the next Q in call order wait');
+    t.same(
+      boxes.slice(C, C + Q).map((b) => b.r),
+      [undefined, undefined, undefined, undefined],
+      'the next Q in call order wait',
+    );
 
     rel(ok[0])();
     rel(ok[0])(); // idempotent: frees one slot only
@@ -560,7 +625,10 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await ticks(5);
     const again = [];
     for (let i = 0; i < C + 1; i++) again.push(await store.acquireSlot({ ...req, queueSize: 0 }));
-    t.same(again.map((r) => r.ok), [true, true, true, false]);
+    t.same(
+      again.map((r) => r.ok),
+      [true, true, true, false],
+    );
     for (const r of again) if (r.ok) r.release();
 
     const unlimited = await store.acquireSlot({ ...req, limit: 0, queueSize: 0 });
@@ -578,7 +646,10 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
       store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 2, maxWaitMs: 20, signal }),
       store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 2, maxWaitMs: 40, signal }),
     ]);
-    t.same(results, [{ ok: false, reason: 'timeout' }, { ok: false, reason: 'timeout' }]);
+    t.same(results, [
+      { ok: false, reason: 'timeout' },
+      { ok: false, reason: 'timeout' },
+    ]);
     const w = track(store.acquireSlot({ scope: 'user:u1', limit: 1, queueSize: 1, maxWaitMs: 30_000, signal }));
     await ticks(5);
     t.equal(w.r, undefined, 'the queue has room again');
@@ -615,8 +686,15 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     aborted.abort();
     t.same(await store.acquireSlot({ ...base, signal: aborted.signal }), { ok: false, reason: 'aborted' }, 'already aborted');
     await ticks(5);
-    const all = await Promise.all([store.acquireSlot({ ...base, signal: keep.signal }), store.acquireSlot({ ...base, signal: keep.signal })]);
-    t.same(all.map((r) => r.ok), [true, true], 'both slots free after everything was released');
+    const all = await Promise.all([
+      store.acquireSlot({ ...base, signal: keep.signal }),
+      store.acquireSlot({ ...base, signal: keep.signal }),
+    ]);
+    t.same(
+      all.map((r) => r.ok),
+      [true, true],
+      'both slots free after everything was released',
+    );
     for (const r of all) if (r.ok) r.release();
     await store.close();
   });
@@ -624,7 +702,12 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
   // ---- a slot taken with the admission (AdmitRequest.slot) -------------------------------------
 
   /** Admits with a slot; the slot's outcome is tracked in `box` as it arrives. */
-  async function admitSlot(store: Store, slot: Omit<SlotRequest, 'signal'> & { signal?: AbortSignal }, reserve: number, ...claims: Claim[]) {
+  async function admitSlot(
+    store: Store,
+    slot: Omit<SlotRequest, 'signal'> & { signal?: AbortSignal },
+    reserve: number,
+    ...claims: Claim[]
+  ) {
     const id = rid();
     const r = await store.admit({ requestId: id, reserve, claims, slot: { signal: new AbortController().signal, ...slot } });
     const box: { r?: SlotResult } = {};
@@ -637,7 +720,8 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
   /** The slots of `scope` still free: how many a fresh caller gets at once (given back after). */
   async function freeSlots(store: Store, scope: string, limit: number): Promise<number> {
     const got: SlotResult[] = [];
-    for (let i = 0; i <= limit; i++) got.push(await store.acquireSlot({ scope, limit, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal }));
+    for (let i = 0; i <= limit; i++)
+      got.push(await store.acquireSlot({ scope, limit, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal }));
     for (const g of got) if (g.ok) g.release();
     await ticks(5);
     return got.filter((g) => g.ok).length;
@@ -664,7 +748,11 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     rel(a.box)();
     const other = await store.acquireSlot({ ...slot, signal: new AbortController().signal });
     t.ok(other.ok, 'the slot the settlement freed');
-    t.same(await store.acquireSlot({ ...slot, signal: new AbortController().signal }), { ok: false, reason: 'queue_full' }, 'release() after the settlement freed no other slot');
+    t.same(
+      await store.acquireSlot({ ...slot, signal: new AbortController().signal }),
+      { ok: false, reason: 'queue_full' },
+      'release() after the settlement freed no other slot',
+    );
 
     await store.cancel(b.id);
     await ticks(5);
@@ -727,13 +815,21 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.ok(w.r?.ok);
     await store.settle(a.id, settlement());
     await ticks(5);
-    t.same(await store.acquireSlot({ ...base, queueSize: 0, signal: keep.signal }), { ok: false, reason: 'queue_full' }, 'the settlement after release() frees nothing more');
+    t.same(
+      await store.acquireSlot({ ...base, queueSize: 0, signal: keep.signal }),
+      { ok: false, reason: 'queue_full' },
+      'the settlement after release() frees nothing more',
+    );
 
     // Queued, then cancelled: it leaves the queue, and its wait ends.
     const q = await admitSlot(store, { ...base, queueSize: 1 }, 100, quota(10_000));
     await ticks(5);
     t.equal(q.box.r, undefined, 'queued');
-    t.same(await store.acquireSlot({ ...base, queueSize: 1, signal: keep.signal }), { ok: false, reason: 'queue_full' }, 'it holds the one queue place');
+    t.same(
+      await store.acquireSlot({ ...base, queueSize: 1, signal: keep.signal }),
+      { ok: false, reason: 'queue_full' },
+      'it holds the one queue place',
+    );
     await store.cancel(q.id);
     await eventually(t, () => q.box.r !== undefined, 'its wait ends');
     t.same(q.box.r, { ok: false, reason: 'aborted' });
@@ -799,16 +895,34 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await charge(store, 13, { model: 'b', usage: u(400, 40), cost: 26, durationMs: 400 });
     await charge(store, 99, { keyId: 'k2' });
 
-    const c = (requests: number, input: number, output: number, cost: number, actual: number, durationMs: number) =>
-      ({ requests, input, output, cacheRead: requests, cacheWrite: 2 * requests, cost, actual, durationMs });
+    const c = (requests: number, input: number, output: number, cost: number, actual: number, durationMs: number) => ({
+      requests,
+      input,
+      output,
+      cacheRead: requests,
+      cacheWrite: 2 * requests,
+      cost,
+      actual,
+      durationMs,
+    });
     const s = await store.keyStats('k1', '2026-01-06', '2026-01-06');
     t.same(s.byModel, { a: c(1, 200, 20, 22, 11, 200), b: c(1, 300, 30, 24, 12, 300) }, 'one day');
     t.same(s.today, c(1, 400, 40, 26, 13, 400), 'today = day of clock');
     t.same(s.total, c(4, 1000, 100, 92, 46, 1000), 'all time');
-    t.same((await store.keyStats('k1', '2026-01-05', '2026-01-07')).byModel, { a: c(2, 300, 30, 42, 21, 300), b: c(2, 700, 70, 50, 25, 700) }, 'inclusive bounds');
+    t.same(
+      (await store.keyStats('k1', '2026-01-05', '2026-01-07')).byModel,
+      { a: c(2, 300, 30, 42, 21, 300), b: c(2, 700, 70, 50, 25, 700) },
+      'inclusive bounds',
+    );
     t.same((await store.keyStats('k1', '2026-01-07', '2026-01-31')).byModel, { b: c(1, 400, 40, 26, 13, 400) });
     t.same((await store.keyStats('k1', '2025-12-01', '2026-01-04')).byModel, {}, 'before any use');
-    t.same((await store.keyStats('nope', '2026-01-01', '2026-01-31')), { today: c(0, 0, 0, 0, 0, 0), total: c(0, 0, 0, 0, 0, 0), byModel: {}, rpm: 0, tpm: 0 });
+    t.same(await store.keyStats('nope', '2026-01-01', '2026-01-31'), {
+      today: c(0, 0, 0, 0, 0, 0),
+      total: c(0, 0, 0, 0, 0, 0),
+      byModel: {},
+      rpm: 0,
+      tpm: 0,
+    });
 
     t.same([s.rpm, s.tpm], [1, 443], 'the settlement of this second (tokens in all four buckets)');
     clock.advance(30_000);
@@ -834,11 +948,27 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     const clock = new ManualClock(T0);
     const store = await f.open(clock);
     await charge(store, 1_000, { keyId: 'other' });
-    const recovery = settlement({ actual: 30, cost: 40, usage: { input: 300, output: 0, cacheRead: 0, cacheWrite: 0 }, estimated: true, recovered: true, windows: ['5h'] });
+    const recovery = settlement({
+      actual: 30,
+      cost: 40,
+      usage: { input: 300, output: 0, cacheRead: 0, cacheWrite: 0 },
+      estimated: true,
+      recovered: true,
+      windows: ['5h'],
+    });
     const slot = { scope: 'user:u1', limit: 1, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal };
-    const recovering = await store.admit({ requestId: 'crash-recover', reserve: 500, claims: [quota(10_000), win('5h', 10_000), balance(10_000), rpm(100)], recovery, slot });
+    const recovering = await store.admit({
+      requestId: 'crash-recover',
+      reserve: 500,
+      claims: [quota(10_000), win('5h', 10_000), balance(10_000), rpm(100)],
+      recovery,
+      slot,
+    });
     t.ok(recovering.ok && (await recovering.slot)?.ok, 'admitted with the one concurrency slot');
-    t.ok((await store.admit({ requestId: 'crash-free', reserve: 700, claims: [quota(10_000), balance(10_000)] })).ok, 'no recovery: released without a charge');
+    t.ok(
+      (await store.admit({ requestId: 'crash-free', reserve: 700, claims: [quota(10_000), balance(10_000)] })).ok,
+      'no recovery: released without a charge',
+    );
     t.ok((await store.admit({ requestId: 'crash-settled', reserve: 500, claims: [quota(10_000), balance(10_000)], recovery })).ok);
     await store.settle('crash-settled', settlement({ actual: 200 }));
     t.same((await store.keyState('k1')).reserved, 1_200, 'two reservations in flight at the death');
@@ -849,7 +979,11 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.same(st.windows['5h'], { start: T0, used: 30, reserved: 0 }, 'the recovery counts in the key window it names');
     t.equal(await after.balanceSpent('u1'), 1_230, 'balance: the settled request, the recovered one, the other key');
     const stats = await after.keyStats('k1', '2026-01-01', '2026-01-31');
-    t.same([stats.total.requests, stats.total.input, stats.total.actual, stats.total.cost], [2, 310, 230, 140], 'one usage record per resolved request, none for the released one');
+    t.same(
+      [stats.total.requests, stats.total.input, stats.total.actual, stats.total.cost],
+      [2, 310, 230, 140],
+      'one usage record per resolved request, none for the released one',
+    );
     t.equal(await freeSlots(after, 'user:u1', 1), 1, "the dead process's slot is free again");
     await after.settle('crash-recover', settlement({ actual: 999 }));
     t.equal((await after.keyState('k1')).used, 230, 'a late settlement of a recovered request changes nothing');
@@ -860,7 +994,14 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
 
   test('remember / recall: by namespace, expiring, health', async (t) => {
     const { store } = await open();
-    await store.remember('key-a', [['msg_1', '{"a":1}'], ['msg_2', '{"b":2}']], 60_000);
+    await store.remember(
+      'key-a',
+      [
+        ['msg_1', '{"a":1}'],
+        ['msg_2', '{"b":2}'],
+      ],
+      60_000,
+    );
     t.same(await store.recall('key-a', ['msg_2', 'msg_1', 'msg_3']), ['{"b":2}', '{"a":1}', undefined]);
     t.same(await store.recall('key-b', ['msg_1']), [undefined], 'another namespace cannot read it');
     await store.remember('key-a', [['short', 'x']], 1);

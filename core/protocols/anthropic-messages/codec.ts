@@ -6,8 +6,18 @@
  */
 import { GatewayError } from '../../errors.js';
 import type {
-  ImagePart, ImageSource, IRBuiltinTool, IRMessage, IRReasoning, IRRequest, IRResponse, IRTool, IRToolChoice, Part,
-  TextPart, ToolResultPart,
+  ImagePart,
+  ImageSource,
+  IRBuiltinTool,
+  IRMessage,
+  IRReasoning,
+  IRRequest,
+  IRResponse,
+  IRTool,
+  IRToolChoice,
+  Part,
+  TextPart,
+  ToolResultPart,
 } from '../ir.js';
 import type { EncodeOptions, ProtocolCodec } from '../types.js';
 import { fromAnthropicUsage, toAnthropicUsage } from '../usage.js';
@@ -15,8 +25,16 @@ import { hasAnthropicSignature } from '../openai-responses/ids.js';
 import { messagesWire } from './wire.js';
 import { MessagesStreamDecoder, MessagesStreamEncoder } from './stream.js';
 import {
-  DEFAULT_MAX_TOKENS, EFFORT_BUDGET, MIN_BUDGET, citationsOf, effortForBudget, messageId, searchQuery, searchResult,
-  stopReasonFromIR, stopReasonToIR,
+  DEFAULT_MAX_TOKENS,
+  EFFORT_BUDGET,
+  MIN_BUDGET,
+  citationsOf,
+  effortForBudget,
+  messageId,
+  searchQuery,
+  searchResult,
+  stopReasonFromIR,
+  stopReasonToIR,
 } from './mapping.js';
 
 // ---- small helpers ---------------------------------------------------------------------------
@@ -65,8 +83,8 @@ function decodeRequest(body: Obj): IRRequest {
   const messages: IRMessage[] = [];
   (body.messages as unknown[]).forEach((m, i) => {
     if (!isObj(m)) throw bad(`messages[${i}] must be an object`);
-    const blocks: unknown[] = typeof m.content === 'string' ? [{ type: 'text', text: m.content }]
-      : Array.isArray(m.content) ? m.content : [];
+    const blocks: unknown[] =
+      typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : Array.isArray(m.content) ? m.content : [];
     if (!Array.isArray(m.content) && typeof m.content !== 'string') throw bad(`messages[${i}].content must be a string or an array`);
     const where = (j: number) => `messages[${i}].content[${j}]`;
     if (m.role === 'system') {
@@ -111,7 +129,11 @@ function decodeRequest(body: Obj): IRRequest {
             parts.push(textPart(b));
             break;
           case 'thinking':
-            parts.push({ type: 'thinking', text: typeof b.thinking === 'string' ? b.thinking : '', ...(typeof b.signature === 'string' ? { signature: b.signature } : {}) });
+            parts.push({
+              type: 'thinking',
+              text: typeof b.thinking === 'string' ? b.thinking : '',
+              ...(typeof b.signature === 'string' ? { signature: b.signature } : {}),
+            });
             break;
           case 'redacted_thinking':
             parts.push({ type: 'redacted_thinking', data: String(b.data ?? '') });
@@ -156,14 +178,21 @@ function decodeRequest(body: Obj): IRRequest {
   const tc = body.tool_choice;
   if (isObj(tc)) {
     switch (tc.type) {
-      case 'auto': ir.toolChoice = { type: 'auto' }; break;
-      case 'any': ir.toolChoice = { type: 'required' }; break;
-      case 'none': ir.toolChoice = { type: 'none' }; break;
+      case 'auto':
+        ir.toolChoice = { type: 'auto' };
+        break;
+      case 'any':
+        ir.toolChoice = { type: 'required' };
+        break;
+      case 'none':
+        ir.toolChoice = { type: 'none' };
+        break;
       case 'tool':
         if (typeof tc.name !== 'string') throw bad("tool_choice of type 'tool' needs a name");
         ir.toolChoice = { type: 'tool', name: tc.name };
         break;
-      default: throw bad(`tool_choice type '${String(tc.type)}' cannot be converted`);
+      default:
+        throw bad(`tool_choice type '${String(tc.type)}' cannot be converted`);
     }
     if (tc.disable_parallel_tool_use === true) ir.parallelToolCalls = false;
   }
@@ -212,12 +241,17 @@ function decodeTool(t: Obj, i: number): IRTool {
 }
 
 const ADAPTIVE_EFFORT: Record<string, NonNullable<IRReasoning['effort']>> = {
-  low: 'low', medium: 'medium', high: 'high', xhigh: 'high', max: 'high',
+  low: 'low',
+  medium: 'medium',
+  high: 'high',
+  xhigh: 'high',
+  max: 'high',
 };
 
 function decodeThinking(body: Obj): IRReasoning | undefined {
   const th = body.thinking;
-  const effort = isObj(body.output_config) && typeof body.output_config.effort === 'string' ? ADAPTIVE_EFFORT[body.output_config.effort] : undefined;
+  const effort =
+    isObj(body.output_config) && typeof body.output_config.effort === 'string' ? ADAPTIVE_EFFORT[body.output_config.effort] : undefined;
   if (isObj(th) && th.type === 'enabled') {
     const budget = num(th.budget_tokens) ?? MIN_BUDGET;
     return { budgetTokens: budget, effort: effort ?? effortForBudget(budget) };
@@ -330,10 +364,14 @@ function encodeToolChoice(tc: IRToolChoice | undefined, parallel: boolean | unde
   const disable = parallel === false ? { disable_parallel_tool_use: true } : {};
   if (!tc) return parallel === false ? { type: 'auto', ...disable } : undefined;
   switch (tc.type) {
-    case 'auto': return { type: 'auto', ...disable };
-    case 'none': return { type: 'none' };
-    case 'required': return { type: 'any', ...disable };
-    case 'tool': return { type: 'tool', name: tc.name, ...disable };
+    case 'auto':
+      return { type: 'auto', ...disable };
+    case 'none':
+      return { type: 'none' };
+    case 'required':
+      return { type: 'any', ...disable };
+    case 'tool':
+      return { type: 'tool', name: tc.name, ...disable };
   }
 }
 
@@ -384,7 +422,9 @@ function webSearchTool(o: Obj): Obj {
   const tool: Obj = { type: 'web_search_20250305', name: 'web_search' };
   const domains = isObj(o.filters) && Array.isArray(o.filters.allowed_domains) ? o.filters.allowed_domains : undefined;
   if (domains && domains.length > 0) {
-    tool.allowed_domains = domains.filter((d: unknown): d is string => typeof d === 'string').map((d: string) => d.replace(/^https?:\/\//, '').replace(/\/$/, ''));
+    tool.allowed_domains = domains
+      .filter((d: unknown): d is string => typeof d === 'string')
+      .map((d: string) => d.replace(/^https?:\/\//, '').replace(/\/$/, ''));
   }
   const loc = o.user_location;
   if (isObj(loc)) {
@@ -438,13 +478,22 @@ function decodeResponse(body: Obj): IRResponse {
         content.push(searchResult(b, queries));
         break;
       case 'thinking':
-        content.push({ type: 'thinking', text: String(b.thinking ?? ''), ...(typeof b.signature === 'string' && b.signature ? { signature: b.signature } : {}) });
+        content.push({
+          type: 'thinking',
+          text: String(b.thinking ?? ''),
+          ...(typeof b.signature === 'string' && b.signature ? { signature: b.signature } : {}),
+        });
         break;
       case 'redacted_thinking':
         content.push({ type: 'redacted_thinking', data: String(b.data ?? '') });
         break;
       case 'tool_use':
-        content.push({ type: 'tool_call', id: String(b.id ?? ''), name: String(b.name ?? ''), arguments: JSON.stringify(isObj(b.input) ? b.input : {}) });
+        content.push({
+          type: 'tool_call',
+          id: String(b.id ?? ''),
+          name: String(b.name ?? ''),
+          arguments: JSON.stringify(isObj(b.input) ? b.input : {}),
+        });
         break;
       default:
         break; // server tools, their results and other blocks the IR lacks
@@ -470,7 +519,6 @@ function responseInput(args: string): Obj {
     return {};
   }
 }
-
 
 function encodeResponse(res: IRResponse, opts: EncodeOptions): Obj {
   const content: Obj[] = [];

@@ -58,7 +58,11 @@ export function citationsOf(v: unknown): Citation[] {
 
 export function citationOf(c: unknown): Citation | undefined {
   if (!isObj(c) || typeof c.url !== 'string') return undefined;
-  return { url: c.url, ...(typeof c.title === 'string' ? { title: c.title } : {}), ...(typeof c.cited_text === 'string' ? { citedText: c.cited_text } : {}) };
+  return {
+    url: c.url,
+    ...(typeof c.title === 'string' ? { title: c.title } : {}),
+    ...(typeof c.cited_text === 'string' ? { citedText: c.cited_text } : {}),
+  };
 }
 
 /** A `web_search_tool_result` block as the IR search (the query comes from its server_tool_use). */
@@ -67,7 +71,8 @@ export function searchResult(b: Obj, queries: ReadonlyMap<string, string>): WebS
   const part: WebSearchPart = { type: 'web_search', id, query: queries.get(id) ?? '', sources: [] };
   if (Array.isArray(b.content)) {
     for (const r of b.content) {
-      if (isObj(r) && typeof r.url === 'string') part.sources.push({ url: r.url, ...(typeof r.title === 'string' ? { title: r.title } : {}) });
+      if (isObj(r) && typeof r.url === 'string')
+        part.sources.push({ url: r.url, ...(typeof r.title === 'string' ? { title: r.title } : {}) });
     }
   } else if (isObj(b.content)) part.error = String(b.content.error_code ?? 'unavailable');
   return part;

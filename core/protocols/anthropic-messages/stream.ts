@@ -50,7 +50,9 @@ export class MessagesStreamDecoder implements StreamDecoder {
       let text: string | undefined;
       try {
         if (m) text = JSON.parse(m[2]) as string;
-      } catch { /* not valid JSON: the general path below decides */ }
+      } catch {
+        /* not valid JSON: the general path below decides */
+      }
       if (m && text !== undefined) {
         const index = this.index.get(Number(m[1]));
         if (index === undefined || index === null || !this.open.has(index)) return [];
@@ -81,11 +83,20 @@ export class MessagesStreamDecoder implements StreamDecoder {
         const up = Number(j.index);
         let block: BlockStart | undefined;
         switch (cb.type) {
-          case 'text': block = { type: 'text' }; break;
-          case 'thinking': block = { type: 'thinking' }; break;
-          case 'redacted_thinking': block = { type: 'redacted_thinking', data: String(cb.data ?? '') }; break;
-          case 'tool_use': block = { type: 'tool_call', id: String(cb.id ?? ''), name: String(cb.name ?? '') }; break;
-          default: break;
+          case 'text':
+            block = { type: 'text' };
+            break;
+          case 'thinking':
+            block = { type: 'thinking' };
+            break;
+          case 'redacted_thinking':
+            block = { type: 'redacted_thinking', data: String(cb.data ?? '') };
+            break;
+          case 'tool_use':
+            block = { type: 'tool_call', id: String(cb.id ?? ''), name: String(cb.name ?? '') };
+            break;
+          default:
+            break;
         }
         if (cb.type === 'server_tool_use' && cb.name === 'web_search') {
           const input = isObj(cb.input) && Object.keys(cb.input).length > 0 ? JSON.stringify(cb.input) : '';
@@ -97,7 +108,11 @@ export class MessagesStreamDecoder implements StreamDecoder {
           const index = this.next++;
           const r = searchResult(cb, this.queries);
           return [
-            { type: 'block_start', index, block: { type: 'web_search', id: r.id, query: r.query, sources: r.sources, ...(r.error ? { error: r.error } : {}) } },
+            {
+              type: 'block_start',
+              index,
+              block: { type: 'web_search', id: r.id, query: r.query, sources: r.sources, ...(r.error ? { error: r.error } : {}) },
+            },
             { type: 'block_stop', index },
           ];
         }
@@ -109,11 +124,15 @@ export class MessagesStreamDecoder implements StreamDecoder {
         this.index.set(up, index);
         this.open.add(index);
         out.push({ type: 'block_start', index, block });
-        if (cb.type === 'text') for (const citation of citationsOf(cb.citations)) out.push({ type: 'delta', index, delta: { type: 'citation', citation } });
-        if (cb.type === 'text' && typeof cb.text === 'string' && cb.text) out.push({ type: 'delta', index, delta: { type: 'text', text: cb.text } });
+        if (cb.type === 'text')
+          for (const citation of citationsOf(cb.citations)) out.push({ type: 'delta', index, delta: { type: 'citation', citation } });
+        if (cb.type === 'text' && typeof cb.text === 'string' && cb.text)
+          out.push({ type: 'delta', index, delta: { type: 'text', text: cb.text } });
         if (cb.type === 'thinking') {
-          if (typeof cb.thinking === 'string' && cb.thinking) out.push({ type: 'delta', index, delta: { type: 'thinking', text: cb.thinking } });
-          if (typeof cb.signature === 'string' && cb.signature) out.push({ type: 'delta', index, delta: { type: 'signature', signature: cb.signature } });
+          if (typeof cb.thinking === 'string' && cb.thinking)
+            out.push({ type: 'delta', index, delta: { type: 'thinking', text: cb.thinking } });
+          if (typeof cb.signature === 'string' && cb.signature)
+            out.push({ type: 'delta', index, delta: { type: 'signature', signature: cb.signature } });
         }
         if (cb.type === 'tool_use' && isObj(cb.input) && Object.keys(cb.input).length > 0) {
           out.push({ type: 'delta', index, delta: { type: 'tool_args', json: JSON.stringify(cb.input) } });
@@ -131,13 +150,16 @@ export class MessagesStreamDecoder implements StreamDecoder {
             if (typeof d.text === 'string' && d.text) out.push({ type: 'delta', index, delta: { type: 'text', text: d.text } });
             break;
           case 'thinking_delta':
-            if (typeof d.thinking === 'string' && d.thinking) out.push({ type: 'delta', index, delta: { type: 'thinking', text: d.thinking } });
+            if (typeof d.thinking === 'string' && d.thinking)
+              out.push({ type: 'delta', index, delta: { type: 'thinking', text: d.thinking } });
             break;
           case 'signature_delta':
-            if (typeof d.signature === 'string' && d.signature) out.push({ type: 'delta', index, delta: { type: 'signature', signature: d.signature } });
+            if (typeof d.signature === 'string' && d.signature)
+              out.push({ type: 'delta', index, delta: { type: 'signature', signature: d.signature } });
             break;
           case 'input_json_delta':
-            if (typeof d.partial_json === 'string' && d.partial_json) out.push({ type: 'delta', index, delta: { type: 'tool_args', json: d.partial_json } });
+            if (typeof d.partial_json === 'string' && d.partial_json)
+              out.push({ type: 'delta', index, delta: { type: 'tool_args', json: d.partial_json } });
             break;
           case 'citations_delta': {
             const citation = citationOf(d.citation);
@@ -154,7 +176,11 @@ export class MessagesStreamDecoder implements StreamDecoder {
         if (search) {
           this.searching.delete(Number(j.index));
           let input: unknown;
-          try { input = JSON.parse(search.json || '{}'); } catch { /* no query */ }
+          try {
+            input = JSON.parse(search.json || '{}');
+          } catch {
+            /* no query */
+          }
           this.queries.set(search.id, searchQuery(input));
         }
         const index = this.index.get(Number(j.index));
@@ -172,7 +198,11 @@ export class MessagesStreamDecoder implements StreamDecoder {
           this.finished = true;
           out.push(...this.closeAll());
           const d = isObj(j.delta) ? j.delta : {};
-          out.push({ type: 'finish', reason: stopReasonToIR(d.stop_reason), stopSequence: typeof d.stop_sequence === 'string' ? d.stop_sequence : null });
+          out.push({
+            type: 'finish',
+            reason: stopReasonToIR(d.stop_reason),
+            stopSequence: typeof d.stop_sequence === 'string' ? d.stop_sequence : null,
+          });
         }
         return out;
       }
@@ -214,10 +244,7 @@ export class MessagesStreamDecoder implements StreamDecoder {
 
 // ---- encoder ---------------------------------------------------------------------------------
 
-type OutBlock =
-  | { kind: 'live'; index: number }
-  | { kind: 'drop' }
-  | { kind: 'thinking'; text: string; signature: string };
+type OutBlock = { kind: 'live'; index: number } | { kind: 'drop' } | { kind: 'thinking'; text: string; signature: string };
 
 const ZERO: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
 
@@ -289,9 +316,12 @@ export class MessagesStreamEncoder implements StreamEncoder {
         }
         const index = this.next++;
         this.blocks.set(e.index, { kind: 'live', index });
-        const content_block = b.type === 'text' ? { type: 'text', text: '' }
-          : b.type === 'redacted_thinking' ? { type: 'redacted_thinking', data: b.data }
-            : { type: 'tool_use', id: b.id, name: b.name, input: {} };
+        const content_block =
+          b.type === 'text'
+            ? { type: 'text', text: '' }
+            : b.type === 'redacted_thinking'
+              ? { type: 'redacted_thinking', data: b.data }
+              : { type: 'tool_use', id: b.id, name: b.name, input: {} };
         out += frame({ type: 'content_block_start', index, content_block });
         return out;
       }
@@ -304,8 +334,10 @@ export class MessagesStreamEncoder implements StreamEncoder {
           else if (d.type === 'signature') st.signature += d.signature;
           return '';
         }
-        if (d.type === 'text' && d.text) return frame({ type: 'content_block_delta', index: st.index, delta: { type: 'text_delta', text: d.text } });
-        if (d.type === 'tool_args' && d.json) return frame({ type: 'content_block_delta', index: st.index, delta: { type: 'input_json_delta', partial_json: d.json } });
+        if (d.type === 'text' && d.text)
+          return frame({ type: 'content_block_delta', index: st.index, delta: { type: 'text_delta', text: d.text } });
+        if (d.type === 'tool_args' && d.json)
+          return frame({ type: 'content_block_delta', index: st.index, delta: { type: 'input_json_delta', partial_json: d.json } });
         return '';
       }
       case 'block_stop': {

@@ -12,7 +12,6 @@ import { validateHistory } from './history.js';
 const TEXT_KEYS = textKeys(['text', 'partial_json', 'thinking']);
 
 class MessagesTap extends BaseTap {
-
   observe(b: SseBytesBlock): boolean {
     this.inspect(b);
     return true;
@@ -34,13 +33,17 @@ class MessagesTap extends BaseTap {
           this.m = { id: m.id, model: m.model };
           const u = fromAnthropicUsagePartial(m.usage);
           if (u) this.usage = mergeUsage(this.usage, u);
-        } catch { /* ignore */ }
+        } catch {
+          /* ignore */
+        }
         return;
       case 'message_delta':
         try {
           const u = fromAnthropicUsagePartial(JSON.parse(b.data!).usage);
           if (u) this.usage = mergeUsage(this.usage, u);
-        } catch { /* ignore */ }
+        } catch {
+          /* ignore */
+        }
         return;
       case 'message_stop':
         this.complete = true;

@@ -6,8 +6,18 @@
  */
 import { GatewayError } from '../../errors.js';
 import type {
-  ImagePart, IRMessage, IRReasoning, IRRequest, IRResponse, IRTool, IRToolChoice, Part, TextPart, ThinkingPart,
-  RedactedThinkingPart, ToolResultPart,
+  ImagePart,
+  IRMessage,
+  IRReasoning,
+  IRRequest,
+  IRResponse,
+  IRTool,
+  IRToolChoice,
+  Part,
+  TextPart,
+  ThinkingPart,
+  RedactedThinkingPart,
+  ToolResultPart,
 } from '../ir.js';
 import type { EncodeOptions, ProtocolCodec } from '../types.js';
 import { fromChatUsage, toChatUsage } from '../usage.js';
@@ -21,7 +31,11 @@ const bad = (message: string) => new GatewayError('INVALID_REQUEST', { message }
 const num = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) ? v : undefined);
 
 const EFFORTS: Record<string, NonNullable<IRReasoning['effort']>> = {
-  minimal: 'minimal', low: 'low', medium: 'medium', high: 'high', xhigh: 'high',
+  minimal: 'minimal',
+  low: 'low',
+  medium: 'medium',
+  high: 'high',
+  xhigh: 'high',
 };
 
 /** Arguments as the IR keeps them: JSON text, never "". */
@@ -48,10 +62,12 @@ function plainText(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (content === null || content === undefined) return '';
   if (!Array.isArray(content)) throw bad(`${where}.content must be a string or an array`);
-  return content.map((p, j) => {
-    if (isObj(p) && (p.type === 'text' || p.type === 'input_text') && typeof p.text === 'string') return p.text;
-    throw bad(`${where}.content[${j}]: only text parts are allowed here`);
-  }).join('');
+  return content
+    .map((p, j) => {
+      if (isObj(p) && (p.type === 'text' || p.type === 'input_text') && typeof p.text === 'string') return p.text;
+      throw bad(`${where}.content[${j}]: only text parts are allowed here`);
+    })
+    .join('');
 }
 
 function userParts(content: unknown, where: string): Part[] {
@@ -89,11 +105,13 @@ function assistantParts(m: Obj, where: string): Part[] {
   let text = '';
   if (typeof m.content === 'string') text = m.content;
   else if (Array.isArray(m.content)) {
-    text = m.content.map((p: unknown, j: number) => {
-      if (isObj(p) && p.type === 'text' && typeof p.text === 'string') return p.text;
-      if (isObj(p) && p.type === 'refusal' && typeof p.refusal === 'string') return p.refusal;
-      throw bad(`${where}.content[${j}]: assistant content must be text or refusal parts`);
-    }).join('');
+    text = m.content
+      .map((p: unknown, j: number) => {
+        if (isObj(p) && p.type === 'text' && typeof p.text === 'string') return p.text;
+        if (isObj(p) && p.type === 'refusal' && typeof p.refusal === 'string') return p.refusal;
+        throw bad(`${where}.content[${j}]: assistant content must be text or refusal parts`);
+      })
+      .join('');
   } else if (m.content !== null && m.content !== undefined) throw bad(`${where}.content must be a string, an array or null`);
   if (!text && typeof m.refusal === 'string') text = m.refusal;
   if (text) parts.push({ type: 'text', text });
@@ -155,7 +173,8 @@ function decodeToolChoice(tc: unknown, legacy: unknown): IRToolChoice | undefine
   if (v === undefined || v === null) return undefined;
   if (v === 'auto' || v === 'none') return { type: v };
   if (v === 'required') return { type: 'required' };
-  if (isObj(v) && v.type === 'function' && isObj(v.function) && typeof v.function.name === 'string') return { type: 'tool', name: v.function.name };
+  if (isObj(v) && v.type === 'function' && isObj(v.function) && typeof v.function.name === 'string')
+    return { type: 'tool', name: v.function.name };
   if (isObj(v) && v.type === undefined && typeof v.name === 'string') return { type: 'tool', name: v.name }; // legacy function_call
   throw bad(`tool_choice ${JSON.stringify(v)} cannot be converted`);
 }
@@ -207,13 +226,17 @@ function decodeRequest(body: Obj): IRRequest {
   if (topP !== undefined) ir.topP = topP;
   if (typeof body.stop === 'string') ir.stop = [body.stop];
   else if (Array.isArray(body.stop)) ir.stop = body.stop.filter((s: unknown): s is string => typeof s === 'string');
-  if (typeof body.reasoning_effort === 'string' && EFFORTS[body.reasoning_effort]) ir.reasoning = { effort: EFFORTS[body.reasoning_effort] };
+  if (typeof body.reasoning_effort === 'string' && EFFORTS[body.reasoning_effort])
+    ir.reasoning = { effort: EFFORTS[body.reasoning_effort] };
   return ir;
 }
 
 function contentParts(parts: Array<TextPart | ImagePart>): Obj[] {
-  return parts.map((p) => (p.type === 'text' ? { type: 'text', text: p.text }
-    : { type: 'image_url', image_url: { url: urlFromSource(p.source), ...(p.detail ? { detail: p.detail } : {}) } }));
+  return parts.map((p) =>
+    p.type === 'text'
+      ? { type: 'text', text: p.text }
+      : { type: 'image_url', image_url: { url: urlFromSource(p.source), ...(p.detail ? { detail: p.detail } : {}) } },
+  );
 }
 
 function encodeMessages(req: IRRequest): Obj[] {
@@ -233,10 +256,20 @@ function encodeMessages(req: IRRequest): Obj[] {
       }
       case 'assistant': {
         // Thinking is dropped: Chat upstreams have no way to take it back.
-        const text = m.parts.filter((p): p is TextPart => p.type === 'text').map((p) => p.text).join('');
-        const calls = m.parts.filter((p) => p.type === 'tool_call').map((p) => p.type === 'tool_call' && {
-          id: p.id, type: 'function', function: { name: p.name, arguments: p.arguments },
-        });
+        const text = m.parts
+          .filter((p): p is TextPart => p.type === 'text')
+          .map((p) => p.text)
+          .join('');
+        const calls = m.parts
+          .filter((p) => p.type === 'tool_call')
+          .map(
+            (p) =>
+              p.type === 'tool_call' && {
+                id: p.id,
+                type: 'function',
+                function: { name: p.name, arguments: p.arguments },
+              },
+          );
         if (!text && calls.length === 0) break;
         const msg: Obj = { role: 'assistant', content: text || null };
         if (calls.length > 0) msg.tool_calls = calls;
@@ -310,7 +343,8 @@ function decodeResponse(body: Obj): IRResponse {
   }
   let text = '';
   if (typeof msg.content === 'string') text = msg.content;
-  else if (Array.isArray(msg.content)) text = msg.content.map((p: unknown) => (isObj(p) && typeof p.text === 'string' ? p.text : '')).join('');
+  else if (Array.isArray(msg.content))
+    text = msg.content.map((p: unknown) => (isObj(p) && typeof p.text === 'string' ? p.text : '')).join('');
   if (!text && typeof msg.refusal === 'string') text = msg.refusal;
   if (text) content.push({ type: 'text', text });
   if (Array.isArray(msg.tool_calls)) {
@@ -341,13 +375,23 @@ function decodeResponse(body: Obj): IRResponse {
 }
 
 function encodeResponse(res: IRResponse, opts: EncodeOptions): Obj {
-  const text = res.content.filter((p): p is TextPart => p.type === 'text').map((p) => p.text).join('');
-  const thinking = res.content.filter((p): p is ThinkingPart | RedactedThinkingPart => p.type === 'thinking' || p.type === 'redacted_thinking');
-  const calls = res.content.flatMap((p) => (p.type === 'tool_call'
-    ? [{ id: p.id, type: 'function', function: { name: p.name, arguments: p.arguments } }] : []));
+  const text = res.content
+    .filter((p): p is TextPart => p.type === 'text')
+    .map((p) => p.text)
+    .join('');
+  const thinking = res.content.filter(
+    (p): p is ThinkingPart | RedactedThinkingPart => p.type === 'thinking' || p.type === 'redacted_thinking',
+  );
+  const calls = res.content.flatMap((p) =>
+    p.type === 'tool_call' ? [{ id: p.id, type: 'function', function: { name: p.name, arguments: p.arguments } }] : [],
+  );
   const message: Obj = { role: 'assistant', content: text || null, refusal: null };
   if (calls.length > 0) message.tool_calls = calls;
-  const reasoning = thinking.filter((p): p is ThinkingPart => p.type === 'thinking').map((p) => p.text).filter(Boolean).join('\n\n');
+  const reasoning = thinking
+    .filter((p): p is ThinkingPart => p.type === 'thinking')
+    .map((p) => p.text)
+    .filter(Boolean)
+    .join('\n\n');
   if (reasoning) message.reasoning_content = reasoning;
   const blocks = thinking.map(thinkingBlock).filter((b): b is Obj => b !== undefined);
   if (blocks.length > 0) message.thinking_blocks = blocks;

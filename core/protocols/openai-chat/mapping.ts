@@ -5,21 +5,29 @@ import { concatLong, headOf, sliceLong } from '../../json/text.js';
 
 export function finishToIR(r: unknown): FinishReason {
   switch (r) {
-    case 'length': return 'max_tokens';
+    case 'length':
+      return 'max_tokens';
     case 'tool_calls':
-    case 'function_call': return 'tool_use';
-    case 'content_filter': return 'refusal';
-    default: return 'end_turn';
+    case 'function_call':
+      return 'tool_use';
+    case 'content_filter':
+      return 'refusal';
+    default:
+      return 'end_turn';
   }
 }
 
 export function finishFromIR(r: FinishReason): string {
   switch (r) {
     case 'max_tokens':
-    case 'context_window': return 'length';
-    case 'tool_use': return 'tool_calls';
-    case 'refusal': return 'content_filter';
-    default: return 'stop';
+    case 'context_window':
+      return 'length';
+    case 'tool_use':
+      return 'tool_calls';
+    case 'refusal':
+      return 'content_filter';
+    default:
+      return 'stop';
   }
 }
 
@@ -52,4 +60,3 @@ export function thinkingBlock(p: ThinkingPart | RedactedThinkingPart): Record<st
   if (p.type === 'redacted_thinking') return { type: 'redacted_thinking', data: p.data };
   return hasAnthropicSignature(p) ? { type: 'thinking', thinking: p.text, signature: p.signature } : undefined;
 }
-

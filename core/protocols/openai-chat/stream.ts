@@ -65,7 +65,12 @@ export class ChatStreamDecoder implements StreamDecoder {
       const e = isObj(j.error) ? j.error : j;
       this.done = true;
       const code = e.code === undefined || e.code === null ? undefined : String(e.code);
-      return [{ type: 'error', error: { type: String(e.type ?? code ?? 'api_error'), message: String(e.message ?? 'upstream error'), ...(code ? { code } : {}) } }];
+      return [
+        {
+          type: 'error',
+          error: { type: String(e.type ?? code ?? 'api_error'), message: String(e.message ?? 'upstream error'), ...(code ? { code } : {}) },
+        },
+      ];
     }
     const out: IRStreamEvent[] = [];
     if (!this.started) {
@@ -106,7 +111,8 @@ export class ChatStreamDecoder implements StreamDecoder {
         if (!isObj(tb)) continue;
         if (tb.type === 'thinking') {
           const f = this.openFlow('thinking', out);
-          if (!f.viaReasoning && typeof tb.thinking === 'string' && tb.thinking) out.push({ type: 'delta', index: f.index, delta: { type: 'thinking', text: tb.thinking } });
+          if (!f.viaReasoning && typeof tb.thinking === 'string' && tb.thinking)
+            out.push({ type: 'delta', index: f.index, delta: { type: 'thinking', text: tb.thinking } });
           if (typeof tb.signature === 'string' && tb.signature) {
             out.push({ type: 'delta', index: f.index, delta: { type: 'signature', signature: tb.signature } });
             // A signature ends its block: the next reasoning is another block with its own
@@ -296,7 +302,12 @@ export class ChatStreamEncoder implements StreamEncoder {
         const st = this.thinking.get(ev.index);
         if (!st) return '';
         this.thinking.delete(ev.index);
-        const block = thinkingBlock({ type: 'thinking', text: st.text, ...(st.signature ? { signature: st.signature } : {}), ...(st.itemId ? { itemId: st.itemId } : {}) });
+        const block = thinkingBlock({
+          type: 'thinking',
+          text: st.text,
+          ...(st.signature ? { signature: st.signature } : {}),
+          ...(st.itemId ? { itemId: st.itemId } : {}),
+        });
         return block ? this.chunk({ thinking_blocks: [block] }) : '';
       }
       case 'usage':

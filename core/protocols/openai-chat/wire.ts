@@ -34,7 +34,9 @@ class ChatTap extends BaseTap {
       try {
         const j = JSON.parse(data);
         this.m = { id: j.id, model: j.model, created: j.created };
-      } catch { /* not JSON: ignored like the SDKs would fail on it later */ }
+      } catch {
+        /* not JSON: ignored like the SDKs would fail on it later */
+      }
     }
     if (ERROR_FIRST.test(data) || b.event === 'error') {
       this.errored = true;
@@ -44,7 +46,9 @@ class ChatTap extends BaseTap {
       try {
         const u = fromChatUsage(JSON.parse(data).usage);
         if (u) this.usage = u;
-      } catch { /* ignore */ }
+      } catch {
+        /* ignore */
+      }
     }
     if (FINISH.test(data)) {
       this.finished = true;

@@ -7,7 +7,16 @@
  */
 import { GatewayError } from '../../errors.js';
 import type {
-  ImagePart, IRBuiltinTool, IRMessage, IRRequest, IRResponse, IRTool, IRToolChoice, Part, TextPart, ToolResultPart,
+  ImagePart,
+  IRBuiltinTool,
+  IRMessage,
+  IRRequest,
+  IRResponse,
+  IRTool,
+  IRToolChoice,
+  Part,
+  TextPart,
+  ToolResultPart,
 } from '../ir.js';
 import type { EncodeOptions, ProtocolCodec } from '../types.js';
 import { fromResponsesUsage, toResponsesUsage } from '../usage.js';
@@ -63,10 +72,12 @@ function contentParts(content: unknown, where: string): Array<TextPart | ImagePa
 
 function reasoningText(item: Obj): string {
   const summary = Array.isArray(item.summary)
-    ? item.summary.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean) : [];
+    ? item.summary.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean)
+    : [];
   if (summary.length > 0) return summary.join('\n\n');
   const content = Array.isArray(item.content)
-    ? item.content.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean) : [];
+    ? item.content.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean)
+    : [];
   return content.join('\n\n');
 }
 
@@ -97,10 +108,12 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
       case 'message': {
         const parts = contentParts(item.content, where);
         if (item.role === 'system' || item.role === 'developer') {
-          const text = parts.map((p) => {
-            if (p.type !== 'text') throw bad(`${where}: ${String(item.role)} messages hold text only`);
-            return p.text;
-          }).join('');
+          const text = parts
+            .map((p) => {
+              if (p.type !== 'text') throw bad(`${where}: ${String(item.role)} messages hold text only`);
+              return p.text;
+            })
+            .join('');
           if (text) system.push({ type: 'text', text });
         } else if (item.role === 'user') {
           messages.push({ role: 'user', parts });
@@ -116,15 +129,22 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
         if (typeof item.call_id !== 'string' || typeof item.name !== 'string') throw bad(`${where}: function_call needs call_id and name`);
         const name = typeof item.namespace === 'string' && item.namespace ? flatToolName(item.namespace, item.name) : item.name;
         assistant().parts.push({
-          type: 'tool_call', id: item.call_id, name, arguments: args(item.arguments),
+          type: 'tool_call',
+          id: item.call_id,
+          name,
+          arguments: args(item.arguments),
           ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
         });
         break;
       }
       case 'custom_tool_call': {
-        if (typeof item.call_id !== 'string' || typeof item.name !== 'string') throw bad(`${where}: custom_tool_call needs call_id and name`);
+        if (typeof item.call_id !== 'string' || typeof item.name !== 'string')
+          throw bad(`${where}: custom_tool_call needs call_id and name`);
         assistant().parts.push({
-          type: 'tool_call', id: item.call_id, name: item.name, arguments: JSON.stringify({ input: typeof item.input === 'string' ? item.input : '' }),
+          type: 'tool_call',
+          id: item.call_id,
+          name: item.name,
+          arguments: JSON.stringify({ input: typeof item.input === 'string' ? item.input : '' }),
           ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
         });
         break;
@@ -139,7 +159,8 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
         const part: ToolResultPart = {
           type: 'tool_result',
           callId: item.call_id,
-          content: typeof item.output === 'string' ? item.output : Array.isArray(item.output) ? contentParts(item.output, `${where}.output`) : '',
+          content:
+            typeof item.output === 'string' ? item.output : Array.isArray(item.output) ? contentParts(item.output, `${where}.output`) : '',
         };
         const last = messages[messages.length - 1];
         if (last && last.role === 'tool') last.parts.push(part);
@@ -149,7 +170,9 @@ function decodeInput(input: unknown, system: TextPart[]): IRMessage[] {
       case 'item_reference':
         // The converter resolves references to items this gateway produced for the same key;
         // what is left names an item it does not hold (never produced here, or expired).
-        throw bad(`${where}: item_reference '${String(item.id)}' is not an item this gateway can recall for this key (unknown or expired); send the item itself`);
+        throw bad(
+          `${where}: item_reference '${String(item.id)}' is not an item this gateway can recall for this key (unknown or expired); send the item itself`,
+        );
       default:
         throw bad(`${where}: '${String(type)}' items cannot be converted to another protocol`);
     }
@@ -257,8 +280,11 @@ function decodeRequest(body: Obj): IRRequest {
 }
 
 function inputContent(parts: Array<TextPart | ImagePart>): Obj[] {
-  return parts.map((p) => (p.type === 'text' ? { type: 'input_text', text: p.text }
-    : { type: 'input_image', image_url: urlFromSource(p.source), detail: p.detail ?? 'auto' }));
+  return parts.map((p) =>
+    p.type === 'text'
+      ? { type: 'input_text', text: p.text }
+      : { type: 'input_image', image_url: urlFromSource(p.source), detail: p.detail ?? 'auto' },
+  );
 }
 
 function encodeInput(messages: IRMessage[]): Obj[] {
@@ -281,12 +307,20 @@ function encodeInput(messages: IRMessage[]): Obj[] {
           // Only OpenAI's own reasoning items (its id, its encrypted_content) can go back to OpenAI.
           if (isOpenAIReasoning(p) && p.signature) {
             flush();
-            input.push({ type: 'reasoning', id: p.itemId, summary: p.text ? [{ type: 'summary_text', text: p.text }] : [], encrypted_content: p.signature });
+            input.push({
+              type: 'reasoning',
+              id: p.itemId,
+              summary: p.text ? [{ type: 'summary_text', text: p.text }] : [],
+              encrypted_content: p.signature,
+            });
           }
         } else if (p.type === 'tool_call') {
           flush();
           input.push({
-            type: 'function_call', call_id: p.id, name: p.name, arguments: p.arguments,
+            type: 'function_call',
+            call_id: p.id,
+            name: p.name,
+            arguments: p.arguments,
             ...(p.itemId && !isGatewayItemId(p.itemId) ? { id: p.itemId } : {}),
           });
         }
@@ -308,7 +342,10 @@ function encodeInput(messages: IRMessage[]): Obj[] {
 
 function encodeRequest(req: IRRequest, opts: EncodeOptions): Obj {
   const out: Obj = { model: opts.model, input: encodeInput(req.messages) };
-  const instructions = req.system.map((p) => p.text).filter(Boolean).join('\n\n');
+  const instructions = req.system
+    .map((p) => p.text)
+    .filter(Boolean)
+    .join('\n\n');
   if (instructions) out.instructions = instructions;
   if (req.maxTokens !== undefined) out.max_output_tokens = req.maxTokens;
   if (req.temperature !== undefined) out.temperature = req.temperature;
@@ -321,11 +358,15 @@ function encodeRequest(req: IRRequest, opts: EncodeOptions): Obj {
       parameters: t.parameters,
       strict: t.strict ?? false,
     }));
-    if (req.toolChoice) out.tool_choice = req.toolChoice.type === 'tool' ? { type: 'function', name: req.toolChoice.name } : req.toolChoice.type;
+    if (req.toolChoice)
+      out.tool_choice = req.toolChoice.type === 'tool' ? { type: 'function', name: req.toolChoice.name } : req.toolChoice.type;
     if (req.parallelToolCalls !== undefined) out.parallel_tool_calls = req.parallelToolCalls;
   }
   if (req.reasoning && (req.reasoning.effort || req.reasoning.summary)) {
-    out.reasoning = { ...(req.reasoning.effort ? { effort: req.reasoning.effort } : {}), ...(req.reasoning.summary ? { summary: req.reasoning.summary } : {}) };
+    out.reasoning = {
+      ...(req.reasoning.effort ? { effort: req.reasoning.effort } : {}),
+      ...(req.reasoning.summary ? { summary: req.reasoning.summary } : {}),
+    };
   }
   if (req.stream) out.stream = true;
   return out;
@@ -342,7 +383,8 @@ function decodeResponse(body: Obj): IRResponse {
       case 'message':
         for (const c of Array.isArray(item.content) ? item.content : []) {
           if (isObj(c) && c.type === 'output_text' && typeof c.text === 'string' && c.text) content.push({ type: 'text', text: c.text });
-          if (isObj(c) && c.type === 'refusal' && typeof c.refusal === 'string' && c.refusal) content.push({ type: 'text', text: c.refusal });
+          if (isObj(c) && c.type === 'refusal' && typeof c.refusal === 'string' && c.refusal)
+            content.push({ type: 'text', text: c.refusal });
         }
         break;
       case 'reasoning': {
@@ -353,7 +395,10 @@ function decodeResponse(body: Obj): IRResponse {
       case 'function_call':
         hadCall = true;
         content.push({
-          type: 'tool_call', id: String(item.call_id ?? item.id ?? ''), name: String(item.name ?? ''), arguments: args(item.arguments),
+          type: 'tool_call',
+          id: String(item.call_id ?? item.id ?? ''),
+          name: String(item.name ?? ''),
+          arguments: args(item.arguments),
           ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
         });
         break;

@@ -30,7 +30,9 @@ export function customInput(args: string): string {
   try {
     const v = JSON.parse(args);
     if (v && typeof v === 'object' && typeof v.input === 'string') return v.input;
-  } catch { /* not JSON: the text itself */ }
+  } catch {
+    /* not JSON: the text itself */
+  }
   return args;
 }
 
@@ -71,7 +73,11 @@ export function annotations(citations: readonly Citation[] | undefined, text: st
 }
 
 export const EFFORTS: Record<string, NonNullable<IRReasoning['effort']>> = {
-  minimal: 'minimal', low: 'low', medium: 'medium', high: 'high', xhigh: 'high',
+  minimal: 'minimal',
+  low: 'low',
+  medium: 'medium',
+  high: 'high',
+  xhigh: 'high',
 };
 
 /** A response's status (and incomplete reason) → IR finish. */

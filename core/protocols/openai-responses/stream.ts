@@ -29,7 +29,11 @@ const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !
 
 // ---- decoder ---------------------------------------------------------------------------------
 
-interface TextState { index: number; text: string; open: boolean }
+interface TextState {
+  index: number;
+  text: string;
+  open: boolean;
+}
 type ItemState =
   | { kind: 'message'; parts: Map<number, TextState> }
   | { kind: 'reasoning'; index: number; text: string; part: string; encrypted?: string; open: boolean }
@@ -143,7 +147,11 @@ export class ResponsesStreamDecoder implements StreamDecoder {
           const rt = r.usage?.output_tokens_details?.reasoning_tokens;
           out.push({ type: 'usage', usage: u, ...(typeof rt === 'number' ? { reasoningTokens: rt } : {}) });
         }
-        out.push({ type: 'finish', reason: finishToIR(r.status ?? (type === 'response.incomplete' ? 'incomplete' : 'completed'), r.incomplete_details, this.hadCall), stopSequence: null });
+        out.push({
+          type: 'finish',
+          reason: finishToIR(r.status ?? (type === 'response.incomplete' ? 'incomplete' : 'completed'), r.incomplete_details, this.hadCall),
+          stopSequence: null,
+        });
         out.push({ type: 'end' });
         this.done = true;
         return out;
@@ -152,14 +160,32 @@ export class ResponsesStreamDecoder implements StreamDecoder {
         const r = isObj(j.response) ? j.response : {};
         const e = isObj(r.error) ? r.error : {};
         this.done = true;
-        return [{ type: 'error', error: { type: String(e.type ?? e.code ?? 'api_error'), message: String(e.message ?? 'upstream error'), ...(e.code ? { code: String(e.code) } : {}) } }];
+        return [
+          {
+            type: 'error',
+            error: {
+              type: String(e.type ?? e.code ?? 'api_error'),
+              message: String(e.message ?? 'upstream error'),
+              ...(e.code ? { code: String(e.code) } : {}),
+            },
+          },
+        ];
       }
       case 'error': {
         // Real streams nest the error; the spec's flat form puts code and message on the event.
         const e = isObj(j.error) ? j.error : { code: j.code, message: j.message };
         this.done = true;
         const code = e.code === undefined || e.code === null ? undefined : String(e.code);
-        return [{ type: 'error', error: { type: String(e.type ?? code ?? 'api_error'), message: String(e.message ?? 'upstream error'), ...(code ? { code } : {}) } }];
+        return [
+          {
+            type: 'error',
+            error: {
+              type: String(e.type ?? code ?? 'api_error'),
+              message: String(e.message ?? 'upstream error'),
+              ...(code ? { code } : {}),
+            },
+          },
+        ];
       }
       default:
         return [];
@@ -239,8 +265,14 @@ export class ResponsesStreamDecoder implements StreamDecoder {
       this.hadCall = true;
       this.items.set(oi, { kind: 'call', index, args: '', open: true });
       out.push({
-        type: 'block_start', index,
-        block: { type: 'tool_call', id: String(item.call_id ?? item.id ?? ''), name: String(item.name ?? ''), ...(typeof item.id === 'string' ? { itemId: item.id } : {}) },
+        type: 'block_start',
+        index,
+        block: {
+          type: 'tool_call',
+          id: String(item.call_id ?? item.id ?? ''),
+          name: String(item.name ?? ''),
+          ...(typeof item.id === 'string' ? { itemId: item.id } : {}),
+        },
       });
       if (typeof item.arguments === 'string' && item.arguments) this.args(oi, item.arguments, out);
     } else {
@@ -269,7 +301,9 @@ export class ResponsesStreamDecoder implements StreamDecoder {
     if (!st.open) return;
     if (st.kind === 'reasoning') {
       if (!st.text) {
-        const summary = Array.isArray(item.summary) ? item.summary.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean) : [];
+        const summary = Array.isArray(item.summary)
+          ? item.summary.map((s: unknown) => (isObj(s) && typeof s.text === 'string' ? s.text : '')).filter(Boolean)
+          : [];
         if (summary.length > 0) this.thinking(st, summary.join('\n\n'), out);
       }
       // The item's final encrypted_content wins over the one announced when it was added.
@@ -293,7 +327,8 @@ export class ResponsesStreamDecoder implements StreamDecoder {
     }
     if (!st.open) return;
     st.open = false;
-    if (st.kind === 'reasoning' && st.encrypted) out.push({ type: 'delta', index: st.index, delta: { type: 'signature', signature: st.encrypted } });
+    if (st.kind === 'reasoning' && st.encrypted)
+      out.push({ type: 'delta', index: st.index, delta: { type: 'signature', signature: st.encrypted } });
     out.push({ type: 'block_stop', index: st.index });
   }
 
@@ -401,7 +436,10 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           m.content.push({ type: 'output_text', text: '', annotations: [] });
           this.blocks.set(e.index, { kind: 'text', contentIndex, text: '', citations: [] });
           out += this.frame('response.content_part.added', {
-            item_id: m.id, output_index: m.outIndex, content_index: contentIndex, part: { type: 'output_text', text: '', annotations: [] },
+            item_id: m.id,
+            output_index: m.outIndex,
+            content_index: contentIndex,
+            part: { type: 'output_text', text: '', annotations: [] },
           });
           return out;
         }
@@ -414,7 +452,12 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           return out + this.frame('response.output_item.added', { output_index: outIndex, item: { id, type: 'reasoning', summary: [] } });
         }
         if (b.type === 'redacted_thinking') {
-          const item = { id: reasoningItemId(this.opts.requestId, outIndex, true), type: 'reasoning', summary: [], encrypted_content: b.data };
+          const item = {
+            id: reasoningItemId(this.opts.requestId, outIndex, true),
+            type: 'reasoning',
+            summary: [],
+            encrypted_content: b.data,
+          };
           this.blocks.set(e.index, { kind: 'redacted', outIndex, item });
           return out + this.frame('response.output_item.added', { output_index: outIndex, item });
         }
@@ -424,19 +467,25 @@ export class ResponsesStreamEncoder implements StreamEncoder {
           const ids = { item_id: item.id, output_index: outIndex };
           this.output[outIndex] = item;
           this.blocks.set(e.index, { kind: 'done' });
-          return out + this.frame('response.output_item.added', { output_index: outIndex, item: { ...item, status: 'in_progress' } })
-            + this.frame('response.web_search_call.in_progress', ids)
-            + this.frame('response.web_search_call.searching', ids)
-            + this.frame('response.web_search_call.completed', ids)
-            + this.frame('response.output_item.done', { output_index: outIndex, item });
+          return (
+            out +
+            this.frame('response.output_item.added', { output_index: outIndex, item: { ...item, status: 'in_progress' } }) +
+            this.frame('response.web_search_call.in_progress', ids) +
+            this.frame('response.web_search_call.searching', ids) +
+            this.frame('response.web_search_call.completed', ids) +
+            this.frame('response.output_item.done', { output_index: outIndex, item })
+          );
         }
         const id = b.itemId ?? callItemId(this.opts.requestId, outIndex);
         const tool = this.tools.get(b.name);
         this.blocks.set(e.index, { kind: 'call', outIndex, id, callId: b.id, name: b.name, args: '', ...(tool ? { tool } : {}) });
-        return out + this.frame('response.output_item.added', {
-          output_index: outIndex,
-          item: callItem({ id: b.id, name: b.name, arguments: '' }, id, 'in_progress', tool),
-        });
+        return (
+          out +
+          this.frame('response.output_item.added', {
+            output_index: outIndex,
+            item: callItem({ id: b.id, name: b.name, arguments: '' }, id, 'in_progress', tool),
+          })
+        );
       }
       case 'delta': {
         const st = this.blocks.get(e.index);
@@ -445,7 +494,11 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         if (st.kind === 'text' && d.type === 'text' && d.text && this.message) {
           st.text += d.text;
           return this.frame('response.output_text.delta', {
-            item_id: this.message.id, output_index: this.message.outIndex, content_index: st.contentIndex, delta: d.text, logprobs: [],
+            item_id: this.message.id,
+            output_index: this.message.outIndex,
+            content_index: st.contentIndex,
+            delta: d.text,
+            logprobs: [],
           });
         }
         if (st.kind === 'reasoning') {
@@ -524,8 +577,11 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         notes.forEach((annotation, annotation_index) => {
           out += this.frame('response.output_text.annotation.added', { ...ids, annotation_index, annotation });
         });
-        return out + this.frame('response.output_text.done', { ...ids, text: st.text, logprobs: [] })
-          + this.frame('response.content_part.done', { ...ids, part });
+        return (
+          out +
+          this.frame('response.output_text.done', { ...ids, text: st.text, logprobs: [] }) +
+          this.frame('response.content_part.done', { ...ids, part })
+        );
       }
       case 'done':
         return '';
@@ -551,12 +607,16 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         const ids = { item_id: st.id, output_index: st.outIndex };
         if (st.tool?.custom) {
           const input = customInput(args);
-          return (input ? this.frame('response.custom_tool_call_input.delta', { ...ids, delta: input }) : '')
-            + this.frame('response.custom_tool_call_input.done', { ...ids, input })
-            + this.frame('response.output_item.done', { output_index: st.outIndex, item });
+          return (
+            (input ? this.frame('response.custom_tool_call_input.delta', { ...ids, delta: input }) : '') +
+            this.frame('response.custom_tool_call_input.done', { ...ids, input }) +
+            this.frame('response.output_item.done', { output_index: st.outIndex, item })
+          );
         }
-        return this.frame('response.function_call_arguments.done', { ...ids, arguments: args })
-          + this.frame('response.output_item.done', { output_index: st.outIndex, item });
+        return (
+          this.frame('response.function_call_arguments.done', { ...ids, arguments: args }) +
+          this.frame('response.output_item.done', { output_index: st.outIndex, item })
+        );
       }
     }
   }

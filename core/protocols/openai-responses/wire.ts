@@ -25,7 +25,6 @@ const SEQ = /"sequence_number"\s*:\s*(\d+)/;
 const DELTA = textKeys(['delta']);
 
 class ResponsesTap extends BaseTap {
-
   observe(b: SseBytesBlock): boolean {
     this.inspect(b);
     return true;
@@ -53,14 +52,18 @@ class ResponsesTap extends BaseTap {
         try {
           const r = JSON.parse(data).response ?? {};
           this.m = { ...this.m, id: r.id, model: r.model, created: r.created_at };
-        } catch { /* ignore */ }
+        } catch {
+          /* ignore */
+        }
         return;
       case 'response.completed':
       case 'response.incomplete':
         try {
           const u = fromResponsesUsage(JSON.parse(data).response?.usage);
           if (u) this.usage = u;
-        } catch { /* ignore */ }
+        } catch {
+          /* ignore */
+        }
         this.complete = true;
         this.started = true;
         return;
@@ -97,21 +100,24 @@ export const responsesWire: ProtocolWire = {
     const error = { type: err.type, code: err.code ?? err.type, message: err.message, param: null };
     return (
       formatJsonEvent({ type: 'error', sequence_number: seq, error }, 'error') +
-      formatJsonEvent({
-        type: 'response.failed',
-        sequence_number: seq + 1,
-        response: {
-          id: meta.id ?? 'resp_gateway',
-          object: 'response',
-          created_at: meta.created ?? Math.floor(Date.now() / 1000),
-          status: 'failed',
-          model: meta.model ?? '',
-          output: [],
-          error: { code: err.code ?? err.type, message: err.message },
-          incomplete_details: null,
-          usage: null,
+      formatJsonEvent(
+        {
+          type: 'response.failed',
+          sequence_number: seq + 1,
+          response: {
+            id: meta.id ?? 'resp_gateway',
+            object: 'response',
+            created_at: meta.created ?? Math.floor(Date.now() / 1000),
+            status: 'failed',
+            model: meta.model ?? '',
+            output: [],
+            error: { code: err.code ?? err.type, message: err.message },
+            incomplete_details: null,
+            usage: null,
+          },
         },
-      }, 'response.failed')
+        'response.failed',
+      )
     );
   },
 };

@@ -16,7 +16,16 @@
 import { systemClock, type Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type {
-  AdmitRequest, AdmitResult, KeyState, KeyStats, PeriodUsage, Settlement, SlotRequest, SlotResult, Store, StoreHealth,
+  AdmitRequest,
+  AdmitResult,
+  KeyState,
+  KeyStats,
+  PeriodUsage,
+  Settlement,
+  SlotRequest,
+  SlotResult,
+  Store,
+  StoreHealth,
 } from '../types.js';
 import { MemoryState } from './state.js';
 import { COMPACT_BYTES, Persistence } from './persistence.js';
@@ -46,13 +55,16 @@ export class MemoryStore implements Store {
 
   static async open(opts: MemoryStoreOptions = {}): Promise<MemoryStore> {
     const clock = opts.clock ?? systemClock;
-    const disk = opts.path === undefined ? undefined : new Persistence({
-      dir: opts.path,
-      flushIntervalMs: opts.flushIntervalMs ?? 1000,
-      compactBytes: opts.compactBytes ?? COMPACT_BYTES,
-      clock,
-      log: opts.log ?? silentLogger,
-    });
+    const disk =
+      opts.path === undefined
+        ? undefined
+        : new Persistence({
+            dir: opts.path,
+            flushIntervalMs: opts.flushIntervalMs ?? 1000,
+            compactBytes: opts.compactBytes ?? COMPACT_BYTES,
+            clock,
+            log: opts.log ?? silentLogger,
+          });
     const state = new MemoryState(clock, disk);
     if (disk !== undefined) await disk.load(state);
     return new MemoryStore(state, disk);

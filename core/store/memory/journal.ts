@@ -56,9 +56,45 @@ function n(v: number): string | number {
 
 export function settlementLine(op: number, seq: number, t: number, id: string, s: Settlement): string {
   const u = s.usage;
-  return '[' + op + ',' + seq + ',' + n(t) + ',' + JSON.stringify(id) + ',' + q(s.keyId) + ',' + q(s.user) + ',' + q(s.group) + ',' +
-    q(s.model) + ',' + q(s.billing) + ',' + n(u.input) + ',' + n(u.output) + ',' + n(u.cacheRead) + ',' + n(u.cacheWrite) + ',' +
-    n(s.cost) + ',' + n(s.actual) + ',' + n(s.durationMs) + ',' + q(s.windows.join(',')) + ',' + ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) + ']\n';
+  return (
+    '[' +
+    op +
+    ',' +
+    seq +
+    ',' +
+    n(t) +
+    ',' +
+    JSON.stringify(id) +
+    ',' +
+    q(s.keyId) +
+    ',' +
+    q(s.user) +
+    ',' +
+    q(s.group) +
+    ',' +
+    q(s.model) +
+    ',' +
+    q(s.billing) +
+    ',' +
+    n(u.input) +
+    ',' +
+    n(u.output) +
+    ',' +
+    n(u.cacheRead) +
+    ',' +
+    n(u.cacheWrite) +
+    ',' +
+    n(s.cost) +
+    ',' +
+    n(s.actual) +
+    ',' +
+    n(s.durationMs) +
+    ',' +
+    q(s.windows.join(',')) +
+    ',' +
+    ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) +
+    ']\n'
+  );
 }
 
 /** The line of a rarer entry (cancel, window start, reset): a keyed object. */
@@ -71,10 +107,16 @@ export function fromLine(a: unknown[]): JournalEntry | undefined {
   if (a.length < LINE_FIELDS || (a[0] !== SETTLE && a[0] !== ADMIT)) return undefined;
   const flags = a[17] as number;
   const s: Settlement = {
-    keyId: a[4] as string, user: a[5] as string, group: a[6] as string, model: a[7] as string, billing: a[8] as Settlement['billing'],
+    keyId: a[4] as string,
+    user: a[5] as string,
+    group: a[6] as string,
+    model: a[7] as string,
+    billing: a[8] as Settlement['billing'],
     usage: { input: a[9] as number, output: a[10] as number, cacheRead: a[11] as number, cacheWrite: a[12] as number },
-    cost: a[13] as number, actual: a[14] as number, durationMs: a[15] as number,
-    windows: a[16] === '' ? [] : (a[16] as string).split(',') as Window[],
+    cost: a[13] as number,
+    actual: a[14] as number,
+    durationMs: a[15] as number,
+    windows: a[16] === '' ? [] : ((a[16] as string).split(',') as Window[]),
   };
   if (flags & 1) s.estimated = true;
   if (flags & 2) s.recovered = true;

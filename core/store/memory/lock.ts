@@ -30,15 +30,25 @@ export function takeLock(dir: string, log: Logger): void {
       if (errCode(e) !== 'EEXIST') throw e;
     }
     let pid = NaN;
-    try { pid = Number.parseInt(readFileSync(file, 'utf8'), 10); } catch { /* removed meanwhile, or unreadable */ }
+    try {
+      pid = Number.parseInt(readFileSync(file, 'utf8'), 10);
+    } catch {
+      /* removed meanwhile, or unreadable */
+    }
     const held = pid === process.pid ? lockedHere.has(dir) : Number.isInteger(pid) && pid > 0 && processRuns(pid);
     if (held) {
-      throw new Error(`store folder ${dir} is in use by another gateway process (PID ${pid}, ${file}); ` +
-        'stop that process or give this gateway another store.path');
+      throw new Error(
+        `store folder ${dir} is in use by another gateway process (PID ${pid}, ${file}); ` +
+          'stop that process or give this gateway another store.path',
+      );
     }
     if (i === 0) {
       log.warn('store: taking over a stale lock', { path: file, pid: Number.isNaN(pid) ? undefined : pid });
-      try { unlinkSync(file); } catch { /* another process took it over first; the retry says so */ }
+      try {
+        unlinkSync(file);
+      } catch {
+        /* another process took it over first; the retry says so */
+      }
     }
   }
   throw new Error(`store folder ${dir} is being taken over by another gateway process (${file})`);
@@ -47,7 +57,11 @@ export function takeLock(dir: string, log: Logger): void {
 /** Gives up a lock taken by `takeLock(dir)`. */
 export function releaseLock(dir: string): void {
   lockedHere.delete(dir);
-  try { unlinkSync(join(dir, LOCK)); } catch { /* already gone */ }
+  try {
+    unlinkSync(join(dir, LOCK));
+  } catch {
+    /* already gone */
+  }
 }
 
 /** Whether a process with this PID exists (EPERM: it does, under another user). */

@@ -152,13 +152,18 @@ export class Persistence implements Recorder {
     } catch (e) {
       // Put it back for the next attempt; cut off a partial write so lines stay whole.
       this.pending.unshift(chunk.toString('utf8'));
-      try { ftruncateSync(fd, this.journalBytes); } catch { /* next write retries */ }
+      try {
+        ftruncateSync(fd, this.journalBytes);
+      } catch {
+        /* next write retries */
+      }
       this.log.error('store journal write failed', { error: e as Error });
       return;
     }
     this.journalBytes += chunk.length;
     this.unsynced = true;
-    if (this.journalBytes >= this.compactBytes) void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
+    if (this.journalBytes >= this.compactBytes)
+      void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
   }
 
   /** Runs `fn` after every earlier disk operation (one writer at a time). */
@@ -330,7 +335,13 @@ export class Persistence implements Recorder {
       this.seq++;
       n++;
       this.log.warn('store: request in flight at a crash settled by the recovery rule', {
-        requestId: id, key: s.keyId, user: s.user, model: s.model, actual: s.actual, usage: s.usage, recovered: true,
+        requestId: id,
+        key: s.keyId,
+        user: s.user,
+        model: s.model,
+        actual: s.actual,
+        usage: s.usage,
+        recovered: true,
       });
     }
     this.unresolved.clear();

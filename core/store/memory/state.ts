@@ -43,9 +43,24 @@ import { LRUCache } from 'lru-cache';
 import type { Clock } from '../../clock.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
 import {
-  dayKey, dayStart, weekStart, monthStart, nextMonthStart, minuteStart,
-  type AdmitRequest, type AdmitResult, type Claim, type ClientSignal, type KeyState, type KeyStats, type PeriodUsage,
-  type Settlement, type SlotRequest, type SlotResult, type UsageCounters, type WindowState,
+  dayKey,
+  dayStart,
+  weekStart,
+  monthStart,
+  nextMonthStart,
+  minuteStart,
+  type AdmitRequest,
+  type AdmitResult,
+  type Claim,
+  type ClientSignal,
+  type KeyState,
+  type KeyStats,
+  type PeriodUsage,
+  type Settlement,
+  type SlotRequest,
+  type SlotResult,
+  type UsageCounters,
+  type WindowState,
 } from '../types.js';
 import { RecentIds } from '../recent.js';
 
@@ -177,7 +192,16 @@ export interface DurableState {
 
 // ---- small helpers -----------------------------------------------------------------------------
 
-const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
+const zeroCounters = (): UsageCounters => ({
+  requests: 0,
+  input: 0,
+  output: 0,
+  cacheRead: 0,
+  cacheWrite: 0,
+  cost: 0,
+  actual: 0,
+  durationMs: 0,
+});
 
 function addCounters(into: UsageCounters, c: UsageCounters): void {
   into.requests += c.requests;
@@ -279,7 +303,8 @@ export class MemoryState {
   admit(req: AdmitRequest): AdmitResult {
     assertMoney('reserve', req.reserve);
     // Ids are minted by the gateway, one admission each; a repeat is a bug, never a free pass.
-    if (this.admissions.has(req.requestId) || this.settled.has(req.requestId)) throw new Error(`request ${req.requestId} was already admitted`);
+    if (this.admissions.has(req.requestId) || this.settled.has(req.requestId))
+      throw new Error(`request ${req.requestId} was already admitted`);
     const now = this.clock.now();
     // No await from here to the end: check and apply are one atomic step.
     this.toHold.length = 0;
@@ -735,19 +760,36 @@ export class MemoryState {
   /** The durable state, with the admissions in flight that carry a recovery settlement (`open`). */
   snapshot(): DurableState {
     const period = (p: Period): PeriodJson => ({ start: p.start, used: p.used });
-    const days = (u: KeyUsage) =>
-      Object.fromEntries([...u.days].map(([day, models]) => [day, Object.fromEntries(models)]));
+    const days = (u: KeyUsage) => Object.fromEntries([...u.days].map(([day, models]) => [day, Object.fromEntries(models)]));
     return {
       wallets: Object.fromEntries([...this.wallets].map(([u, w]) => [u, w.spent])),
       caps: Object.fromEntries([...this.caps].map(([u, c]) => [u, { weekly: period(c.weekly), monthly: period(c.monthly) }])),
-      plans: Object.fromEntries([...this.plans].map(([k, p]) => [k, {
-        user: p.user, group: p.group, daily: period(p.daily), weekly: period(p.weekly), monthly: period(p.monthly),
-      }])),
-      keys: Object.fromEntries([...this.keys].map(([id, k]) => [id, {
-        used: k.used,
-        windows: Object.fromEntries(WINDOWS.filter((w) => k.windows[w].start !== undefined)
-          .map((w) => [w, { start: k.windows[w].start!, used: k.windows[w].used }])),
-      }])),
+      plans: Object.fromEntries(
+        [...this.plans].map(([k, p]) => [
+          k,
+          {
+            user: p.user,
+            group: p.group,
+            daily: period(p.daily),
+            weekly: period(p.weekly),
+            monthly: period(p.monthly),
+          },
+        ]),
+      ),
+      keys: Object.fromEntries(
+        [...this.keys].map(([id, k]) => [
+          id,
+          {
+            used: k.used,
+            windows: Object.fromEntries(
+              WINDOWS.filter((w) => k.windows[w].start !== undefined).map((w) => [
+                w,
+                { start: k.windows[w].start!, used: k.windows[w].used },
+              ]),
+            ),
+          },
+        ]),
+      ),
       stats: Object.fromEntries([...this.usage].map(([id, u]) => [id, { total: u.total, days: days(u) }])),
       open: Object.fromEntries([...this.admissions].filter(([, a]) => a.recovery).map(([id, a]) => [id, { t: a.t, r: a.recovery! }])),
     };

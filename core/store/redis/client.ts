@@ -115,10 +115,14 @@ export class RedisClient {
       enableAutoPipelining: false,
     };
     if (this.cluster) {
-      const nodes = opts.url.split(',').map((u) => u.trim()).filter(Boolean).map((u) => {
-        const url = new URL(u.includes('://') ? u : `redis://${u}`);
-        return { host: url.hostname, port: Number(url.port || 6379) };
-      });
+      const nodes = opts.url
+        .split(',')
+        .map((u) => u.trim())
+        .filter(Boolean)
+        .map((u) => {
+          const url = new URL(u.includes('://') ? u : `redis://${u}`);
+          return { host: url.hostname, port: Number(url.port || 6379) };
+        });
       const first = new URL(opts.url.split(',')[0].includes('://') ? opts.url.split(',')[0] : `redis://${opts.url.split(',')[0]}`);
       const redisOptions = {
         commandTimeout: this.timeoutMs,
@@ -137,10 +141,19 @@ export class RedisClient {
         // Not on a cluster: ioredis refuses to auto-pipeline scripts whose slots differ.
         enableAutoPipelining: false,
       });
-      this.sub = new Cluster(nodes, { redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null }, enableOfflineQueue: true });
+      this.sub = new Cluster(nodes, {
+        redisOptions: { ...redisOptions, commandTimeout: undefined, maxRetriesPerRequest: null },
+        enableOfflineQueue: true,
+      });
     } else {
       this.client = new Redis(opts.url, base);
-      this.sub = new Redis(opts.url, { ...base, commandTimeout: undefined, enableOfflineQueue: true, maxRetriesPerRequest: null, enableAutoPipelining: false });
+      this.sub = new Redis(opts.url, {
+        ...base,
+        commandTimeout: undefined,
+        enableOfflineQueue: true,
+        maxRetriesPerRequest: null,
+        enableAutoPipelining: false,
+      });
     }
     // Prefixed: a command named `slots` would replace the cluster client's slot table.
     for (const name of SCRIPT_NAMES) this.client.defineCommand(`gw_${name}`, { lua: scripts[name] });

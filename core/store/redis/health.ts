@@ -55,7 +55,12 @@ export class Health implements Faults {
   private readonly onHealth?: (h: StoreHealth) => void;
 
   /** `local`: the store that serves while Redis is away (a memory store). */
-  constructor(private readonly redis: RedisClient, readonly local: Store, opts: HealthOptions, private readonly hooks: HealthHooks) {
+  constructor(
+    private readonly redis: RedisClient,
+    readonly local: Store,
+    opts: HealthOptions,
+    private readonly hooks: HealthHooks,
+  ) {
     this.divisor = opts.divisor;
     this.log = opts.log;
     this.onHealth = opts.onHealth;
@@ -85,7 +90,8 @@ export class Health implements Faults {
     if (this.downLogged || this.starting || this.closed) return;
     this.downLogged = true;
     this.log.warn('store degraded: Redis unreachable; money paths refused (503), RPM and concurrency per instance', {
-      error: (e as Error)?.message, share: `1/${this.divisor}`,
+      error: (e as Error)?.message,
+      share: `1/${this.divisor}`,
     });
     this.onHealth?.({ ready: false, degraded: this.degradedText() });
   }
@@ -113,7 +119,8 @@ export class Health implements Faults {
           const hadLogged = this.downLogged;
           this.downLogged = false;
           if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.hooks.pending() });
-          if (!wasKnown && !this.starting) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+          if (!wasKnown && !this.starting)
+            this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
           this.onHealth?.({ ready: true });
           if (!this.redis.cluster && !this.checkedMode) void this.checkMode();
           this.hooks.drain();
@@ -143,10 +150,13 @@ export class Health implements Faults {
   confirmDown(e: unknown): void {
     if (this.confirming || this.state !== 'up') return;
     this.confirming = true;
-    this.hooks.beat().then(
-      () => undefined,
-      () => this.fault(e),
-    ).finally(() => (this.confirming = false));
+    this.hooks
+      .beat()
+      .then(
+        () => undefined,
+        () => this.fault(e),
+      )
+      .finally(() => (this.confirming = false));
   }
 
   // ---- degraded mode ----------------------------------------------------------------------------

@@ -38,8 +38,17 @@ import { silentLogger, type Logger } from '../../log.js';
 import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory/index.js';
 import {
-  type AdmitRequest, type AdmitResult, type Claim, type KeyState, type KeyStats, type PeriodUsage, type Settlement,
-  type SlotRequest, type SlotResult, type Store, type StoreHealth,
+  type AdmitRequest,
+  type AdmitResult,
+  type Claim,
+  type KeyState,
+  type KeyStats,
+  type PeriodUsage,
+  type Settlement,
+  type SlotRequest,
+  type SlotResult,
+  type Store,
+  type StoreHealth,
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
@@ -133,15 +142,25 @@ export class RedisStore implements Store {
     this.instanceId = `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
 
     const scripts = loadScripts({
-      prefix: this.keys.prefix, channel: this.keys.wakeChannel(), lease: this.leaseMs, recordTtl: RECORD_TTL_MS, doneTtl: DONE_TTL_MS, windows: WINDOW_MS,
+      prefix: this.keys.prefix,
+      channel: this.keys.wakeChannel(),
+      lease: this.leaseMs,
+      recordTtl: RECORD_TTL_MS,
+      doneTtl: DONE_TTL_MS,
+      windows: WINDOW_MS,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
     // Health's hooks call parts made below: they run on connection events and failed calls, never during construction.
-    this.status = new Health(this.redis, local, { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth }, {
-      beat: () => this.reaper.beat(),
-      pending: () => this.pending.length,
-      drain: () => void this.drain(),
-    });
+    this.status = new Health(
+      this.redis,
+      local,
+      { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth },
+      {
+        beat: () => this.reaper.beat(),
+        pending: () => this.pending.length,
+        drain: () => void this.drain(),
+      },
+    );
     this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
@@ -195,7 +214,8 @@ export class RedisStore implements Store {
 
   /** Claims grouped by hash slot (cluster), or one part for everything (single Redis). */
   private partition(req: AdmitRequest, slot?: Part['slot']): Part[] {
-    if (!this.cluster) return [{ tag: this.keys.request(req.requestId), claims: req.claims.map((claim, index) => ({ index, claim })), slot }];
+    if (!this.cluster)
+      return [{ tag: this.keys.request(req.requestId), claims: req.claims.map((claim, index) => ({ index, claim })), slot }];
     const parts = new Map<string, Part>();
     const partFor = (tag: string) => {
       let p = parts.get(tag);
@@ -246,7 +266,7 @@ export class RedisStore implements Store {
     if (failures.length > 0) {
       // Take back what got applied — and, where the answer was lost, what may have been (its
       // cancel marker also refuses an admission that reaches Redis later). Now, or once Redis answers.
-      const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && (results[i]).reason instanceof Unavailable);
+      const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && results[i].reason instanceof Unavailable);
       const lostIndex = this.cluster && results[parts.length].status === 'rejected';
       const undo = [...admittedTags, ...unknown];
       if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
@@ -304,7 +324,8 @@ export class RedisStore implements Store {
     const live: LiveAdmission = { tags };
     this.live.set(req.requestId, live);
     if (!sr) return { ok: true };
-    if (!slot) return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
+    if (!slot)
+      return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
     if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
     live.slot = { scope: sr.scope, id: slot.id };
     if (state === 1) return { ok: true, slot: Promise.resolve(this.slots.granted(sr.scope, slot.id, req.requestId)) };
@@ -407,13 +428,18 @@ export class RedisStore implements Store {
       if ((await this.ops.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
       return;
     }
-    const codes = await Promise.all(this.ops.settleTags(op.id, op.s, op.tags).map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)));
+    const codes = await Promise.all(
+      this.ops.settleTags(op.id, op.s, op.tags).map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)),
+    );
     if (this.cluster) await this.ops.indexDel(instance, op.id);
     if (codes.includes(2)) this.lateSettlement(op);
   }
 
   private lateSettlement(op: { id: string; s: Settlement }): void {
-    this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', { requestId: op.id, actual: op.s.actual });
+    this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', {
+      requestId: op.id,
+      actual: op.s.actual,
+    });
   }
 
   // ---- the rest of the Store interface ----------------------------------------------------------

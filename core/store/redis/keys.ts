@@ -28,7 +28,9 @@
  * (nor holds a separator of the packed script arguments, 0x1c-0x1f).
  */
 function tagSafe(s: string): string {
-  return /[%{}\x1c-\x1f]/.test(s) ? s.replace(/[%{}\x1c-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`) : s;
+  return /[%{}\x1c-\x1f]/.test(s)
+    ? s.replace(/[%{}\x1c-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`)
+    : s;
 }
 
 /** Tags of names seen (users, keys, groups, accounts: bounded by the config), built once each. */
@@ -39,7 +41,8 @@ export class Keys {
 
   constructor(readonly prefix: string) {
     // Braces would change a key's hash slot; control characters separate the scripts' packed values.
-    if (/[{}\x00-\x1f]/.test(prefix)) throw new Error(`store prefix ${JSON.stringify(prefix)} must not contain { or } or control characters`);
+    if (/[{}\x00-\x1f]/.test(prefix))
+      throw new Error(`store prefix ${JSON.stringify(prefix)} must not contain { or } or control characters`);
   }
 
   private tag(kind: string, name: string): string {

@@ -36,7 +36,13 @@ export class Ops {
   }
 
   /** One part's admission: its claims (with their indexes in the request, or all of them), its slot; `indexEntry` for a single Redis. */
-  async admit(req: AdmitRequest, tag: string, claims: readonly { index: number; claim: Claim }[] | readonly Claim[], sl: PartSlot | undefined, indexEntry: string): Promise<number[]> {
+  async admit(
+    req: AdmitRequest,
+    tag: string,
+    claims: readonly { index: number; claim: Claim }[] | readonly Claim[],
+    sl: PartSlot | undefined,
+    indexEntry: string,
+  ): Promise<number[]> {
     const rec = this.keys.record(tag, req.requestId);
     const keys = [rec, this.keys.done(tag, req.requestId), this.cluster ? rec : this.ownIndex];
     const args = [now(this.clock), int(req.reserve), req.requestId, this.cluster ? '' : indexEntry];

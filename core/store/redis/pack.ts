@@ -59,9 +59,35 @@ export function packSettlement(s: Settlement): string {
   const u = s.usage;
   let windows = '';
   for (const w of s.windows) if (WINDOW_MS[w] !== undefined) windows += (windows ? ',' : '') + w;
-  return field(s.keyId) + SEP + field(s.user) + SEP + field(s.group) + SEP + field(s.model) + SEP + s.billing + SEP + int(s.actual) + SEP +
-    int(s.cost) + SEP + int(u.input) + SEP + int(u.output) + SEP + int(u.cacheRead) + SEP + int(u.cacheWrite) + SEP +
-    int(Math.max(0, Math.round(s.durationMs))) + SEP + windows + SEP + (s.estimated ? '1' : '0');
+  return (
+    field(s.keyId) +
+    SEP +
+    field(s.user) +
+    SEP +
+    field(s.group) +
+    SEP +
+    field(s.model) +
+    SEP +
+    s.billing +
+    SEP +
+    int(s.actual) +
+    SEP +
+    int(s.cost) +
+    SEP +
+    int(u.input) +
+    SEP +
+    int(u.output) +
+    SEP +
+    int(u.cacheRead) +
+    SEP +
+    int(u.cacheWrite) +
+    SEP +
+    int(Math.max(0, Math.round(s.durationMs))) +
+    SEP +
+    windows +
+    SEP +
+    (s.estimated ? '1' : '0')
+  );
 }
 
 export function unpackSettlement(text: string): Settlement {
@@ -73,9 +99,17 @@ export function unpackSettlement(text: string): Settlement {
     return v;
   };
   return {
-    keyId: f[0], user: f[1], group: f[2], model: f[3], billing: f[4], actual: n(5), cost: n(6),
-    usage: { input: n(7), output: n(8), cacheRead: n(9), cacheWrite: n(10) }, durationMs: n(11),
-    windows: f[12] ? (f[12].split(',') as Window[]) : [], estimated: f[13] === '1' || undefined,
+    keyId: f[0],
+    user: f[1],
+    group: f[2],
+    model: f[3],
+    billing: f[4],
+    actual: n(5),
+    cost: n(6),
+    usage: { input: n(7), output: n(8), cacheRead: n(9), cacheWrite: n(10) },
+    durationMs: n(11),
+    windows: f[12] ? (f[12].split(',') as Window[]) : [],
+    estimated: f[13] === '1' || undefined,
   };
 }
 

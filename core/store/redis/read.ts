@@ -18,7 +18,16 @@ import { now } from './pack.js';
 
 const WINDOW_SPEC = WINDOWS.map((w) => `${w}:${WINDOW_MS[w]}`).join(',');
 
-const zeroCounters = (): UsageCounters => ({ requests: 0, input: 0, output: 0, cacheRead: 0, cacheWrite: 0, cost: 0, actual: 0, durationMs: 0 });
+const zeroCounters = (): UsageCounters => ({
+  requests: 0,
+  input: 0,
+  output: 0,
+  cacheRead: 0,
+  cacheWrite: 0,
+  cost: 0,
+  actual: 0,
+  durationMs: 0,
+});
 const COUNTER_NAMES = Object.keys(zeroCounters()) as (keyof UsageCounters)[];
 
 export class Reads {
@@ -73,7 +82,11 @@ export class Reads {
   async keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats> {
     return this.read(async () => {
       const k = this.keys;
-      const r = (await this.redis.run('read', [k.totals(keyId), k.days(keyId), k.ring(keyId)], [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)])) as Reply[];
+      const r = (await this.redis.run(
+        'read',
+        [k.totals(keyId), k.days(keyId), k.ring(keyId)],
+        [now(this.clock), 'stats', fromDay, toDay, k.dayPrefix(keyId)],
+      )) as Reply[];
       const total = zeroCounters();
       const flat = r[0] as string[];
       for (let i = 0; i < flat.length; i += 2) {
@@ -95,7 +108,16 @@ export class Reads {
     const kc = this.keys.counters(keyId);
     const fields: string[] = ['used', '0'];
     for (const w of WINDOWS) fields.push(`${w}:u`, '0');
-    await this.read(() => this.redis.cmd((c) => c.multi().hset(kc, ...fields).hdel(kc, ...WINDOWS.map((w) => `${w}:s`)).exec().then(check)));
+    await this.read(() =>
+      this.redis.cmd((c) =>
+        c
+          .multi()
+          .hset(kc, ...fields)
+          .hdel(kc, ...WINDOWS.map((w) => `${w}:s`))
+          .exec()
+          .then(check),
+      ),
+    );
   }
 
   // ---- remembered items -------------------------------------------------------------------------

@@ -66,7 +66,9 @@ export class Reaper {
     if (this.health.state !== 'up' || this.health.closed || Date.now() - this.health.upSince < this.leaseMs) return;
     let dead: string[];
     try {
-      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter((i) => i !== this.instanceId);
+      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter(
+        (i) => i !== this.instanceId,
+      );
     } catch (e) {
       if (e instanceof Unavailable) return;
       throw e;
@@ -101,7 +103,8 @@ export class Reaper {
         const tags = this.cluster ? this.ops.settleTags(id, s, entry.p) : [this.keys.request(id)];
         const codes = await Promise.all(tags.map((tag) => this.ops.settlePart(id, tag, s, entry.packed, 'r', instance)));
         if (codes.includes(4)) return; // it renewed its lease: alive after all
-        if (codes.includes(1)) this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
+        if (codes.includes(1))
+          this.log.warn('store: recovered an admission of a dead instance', { instance, requestId: id, actual: s.actual, model: s.model });
       } else {
         await Promise.all(this.ops.cancelTags(id, entry.p).map((tag) => this.ops.cancelPart(id, tag, 0, instance)));
       }

@@ -51,7 +51,10 @@ function luaString(s: string): string {
 export function loadScripts(settings: ScriptSettings): Record<ScriptName, string> {
   if (!cache) {
     const dir = scriptDir();
-    cache = Object.fromEntries(['lib', 'ops', ...SCRIPT_NAMES].map((n) => [n, readFileSync(path.join(dir, `${n}.lua`), 'utf8')])) as Record<ScriptName | 'lib' | 'ops', string>;
+    cache = Object.fromEntries(['lib', 'ops', ...SCRIPT_NAMES].map((n) => [n, readFileSync(path.join(dir, `${n}.lua`), 'utf8')])) as Record<
+      ScriptName | 'lib' | 'ops',
+      string
+    >;
   }
   const int = (n: number) => String(Math.trunc(n));
   const head = [
@@ -60,8 +63,12 @@ export function loadScripts(settings: ScriptSettings): Record<ScriptName, string
     `local LEASE = ${int(settings.lease)}`,
     `local RECORD_TTL = ${int(settings.recordTtl)}`,
     `local DONE_TTL = ${int(settings.doneTtl)}`,
-    `local WINDOW_MS = { ${Object.entries(settings.windows).map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`).join(', ')} }`,
+    `local WINDOW_MS = { ${Object.entries(settings.windows)
+      .map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`)
+      .join(', ')} }`,
   ].join('\n');
   const lib = cache.lib;
-  return Object.fromEntries(SCRIPT_NAMES.map((n) => [n, `${head}\n${lib}\n${WITH_OPS.has(n) ? `${cache!.ops}\n` : ''}${cache![n]}`])) as Record<ScriptName, string>;
+  return Object.fromEntries(
+    SCRIPT_NAMES.map((n) => [n, `${head}\n${lib}\n${WITH_OPS.has(n) ? `${cache!.ops}\n` : ''}${cache![n]}`]),
+  ) as Record<ScriptName, string>;
 }

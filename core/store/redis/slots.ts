@@ -153,7 +153,12 @@ export class Slots {
   wait(req: SlotRequest, id: string, requestId?: string): Promise<SlotResult> {
     return new Promise<SlotResult>((resolve) => {
       const w: Waiter = {
-        id, scope: req.scope, req, requestId, resolve, done: false,
+        id,
+        scope: req.scope,
+        req,
+        requestId,
+        resolve,
+        done: false,
         deadline: Date.now() + Math.max(0, req.maxWaitMs),
         timer: setTimeout(() => void this.giveUp(w, 'timeout'), Math.min(Math.max(0, req.maxWaitMs), 2_147_483_647)),
         poll: setInterval(() => void this.pollWaiter(w), WAITER_POLL_MS),
@@ -260,15 +265,22 @@ export class Slots {
   /** The heartbeat's part: renews the leases of the slots held and the places of the waiters, per scope. */
   renew(): Promise<unknown> {
     const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
-    return Promise.all([...scopes].map(async (scope) => {
-      const held = [...(this.held.get(scope) ?? [])];
-      const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
-      if (held.length === 0 && waiting.length === 0) return;
-      const lost = (await this.redis.run('slots', this.keys.slots(scope), ['renew', String(held.length), ...held, ...waiting])) as string[];
-      for (const id of lost) {
-        if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
-      }
-    }));
+    return Promise.all(
+      [...scopes].map(async (scope) => {
+        const held = [...(this.held.get(scope) ?? [])];
+        const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
+        if (held.length === 0 && waiting.length === 0) return;
+        const lost = (await this.redis.run('slots', this.keys.slots(scope), [
+          'renew',
+          String(held.length),
+          ...held,
+          ...waiting,
+        ])) as string[];
+        for (const id of lost) {
+          if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
+        }
+      }),
+    );
   }
 
   /** close(): every waiter is answered `aborted`. */

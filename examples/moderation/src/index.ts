@@ -43,7 +43,12 @@ export default definePlugin<ModerationOptions>({
     additionalProperties: false,
     required: ['patterns'],
     properties: {
-      patterns: { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 }, description: 'Regular expressions, case-insensitive' },
+      patterns: {
+        type: 'array',
+        minItems: 1,
+        items: { type: 'string', minLength: 1 },
+        description: 'Regular expressions, case-insensitive',
+      },
       message: { type: 'string', minLength: 1, description: 'The message clients get' },
     },
   },

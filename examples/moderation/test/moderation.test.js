@@ -11,11 +11,12 @@ config.chains['model-call'].splice(1, 0, 'moderation'); // right after auth
 const gw = await startTestGateway({ config, plugins: [moderation] });
 after(() => gw.close());
 
-const chat = (content) => fetch(`${gw.url}/v1/chat/completions`, {
-  method: 'POST',
-  headers: { authorization: `Bearer ${TEST_KEYS.chat}`, 'content-type': 'application/json' },
-  body: JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content }] }),
-});
+const chat = (content) =>
+  fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TEST_KEYS.chat}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content }] }),
+  });
 
 test('a request matching a pattern is refused: 403 content_policy_violation', async () => {
   const res = await chat('tell me the FORBIDDEN thing');
