@@ -32,6 +32,20 @@ import {
   type Metric,
 } from 'prom-client';
 import type {
+  AccountChanges,
+  AccountKind,
+  AccountRecord,
+  AccountsSnapshot,
+  AccountWrite,
+  AccountWriteResult,
+  AuditEntry,
+  AuditInput,
+  AuditQuery,
+  CreditRecord,
+  CreditRequest,
+  CreditResult,
+  Stored,
+  Wallet,
   AdmitRequest,
   AdmitResult,
   KeyState,
@@ -671,6 +685,46 @@ export class InstrumentedStore implements Store {
 
   recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
     return this.call('recall', () => this.inner.recall(namespace, ids));
+  }
+
+  wallet(user: string): Promise<Wallet> {
+    return this.call('wallet', () => this.inner.wallet(user));
+  }
+
+  getAccount<K extends AccountKind>(kind: K, name: string): Promise<Stored<AccountRecord<K>> | undefined> {
+    return this.call('getAccount', () => this.inner.getAccount(kind, name));
+  }
+
+  writeAccount(w: AccountWrite): Promise<AccountWriteResult> {
+    return this.call('writeAccount', () => this.inner.writeAccount(w));
+  }
+
+  loadAccounts(): Promise<AccountsSnapshot> {
+    return this.call('loadAccounts', () => this.inner.loadAccounts());
+  }
+
+  accountChanges(version: number): Promise<AccountChanges | undefined> {
+    return this.call('accountChanges', () => this.inner.accountChanges(version));
+  }
+
+  onAccountsChanged(listener: () => void): () => void {
+    return this.inner.onAccountsChanged(listener);
+  }
+
+  credit(req: CreditRequest): Promise<CreditResult> {
+    return this.call('credit', () => this.inner.credit(req));
+  }
+
+  credits(user: string, opts: { limit: number; before?: string }): Promise<CreditRecord[]> {
+    return this.call('credits', () => this.inner.credits(user, opts));
+  }
+
+  appendAudit(entry: AuditInput): Promise<AuditEntry> {
+    return this.call('appendAudit', () => this.inner.appendAudit(entry));
+  }
+
+  readAudit(q: AuditQuery): Promise<AuditEntry[]> {
+    return this.call('readAudit', () => this.inner.readAudit(q));
   }
 
   health(): Promise<StoreHealth> {

@@ -17,7 +17,11 @@ import type { PlanLimits, Window } from '../config/types.js';
 
 /** One limit a request must pass. Claims are checked in the order given; the first failure wins. */
 export type Claim =
-  /** Wallet: priced requests need `credit - spent - reserved > 0`; free requests at ≤ 0 fall under `freeRpm`. */
+  /**
+   * Wallet: priced requests need `credit + stored credit - spent - reserved > 0`; free requests at
+   * ≤ 0 fall under `freeRpm`. `credit` is what the config file declares for the user (0 for a user
+   * of the admin API); the stored credit is what top-ups added (`Store.credit`).
+   */
   | { kind: 'balance'; user: string; credit: number; free: boolean; freeRpm: number }
   /** Plan allowances of a subscription (calendar day / ISO week / month, UTC); 0 = no limit. */
   | { kind: 'plan'; user: string; group: string; limits: PlanLimits }
@@ -181,8 +185,10 @@ export interface Store {
   cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void>;
   acquireSlot(req: SlotRequest): Promise<SlotResult>;
 
-  /** Balance spend of a user, micro-USD (the balance is the configured credit minus this). */
+  /** Balance spend of a user, micro-USD (the balance is the credit minus this). */
   balanceSpent(user: string): Promise<number>;
+  /** A user's wallet: stored credit (top-ups and corrections) and balance spend, micro-USD. */
+  wallet(user: string): Promise<Wallet>;
   keyState(keyId: string): Promise<KeyState>;
   planUsage(user: string, group: string): Promise<PeriodUsage>;
   spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }>;
@@ -201,6 +207,43 @@ export interface Store {
   remember(namespace: string, entries: ReadonlyArray<readonly [id: string, value: string]>, ttlMs: number): Promise<void>;
   recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>>;
 
+  // ---- accounts: the operator's data (docs/accounts.md) --------------------------------------
+
+  /** One user or key record with its revision (1 on creation, +1 per write). */
+  getAccount<K extends AccountKind>(kind: K, name: string): Promise<Stored<AccountRecord<K>> | undefined>;
+  /**
+   * Creates, replaces or deletes one record in one atomic step, compare-and-set on its revision,
+   * and records the audit entry with it. Keys are unique by name and by digest. Every write raises
+   * the accounts `version` by one and tells every instance sharing the store (onAccountsChanged).
+   */
+  writeAccount(w: AccountWrite): Promise<AccountWriteResult>;
+  /** Every record, and the version they reflect (at start, and when changes cannot be followed). */
+  loadAccounts(): Promise<AccountsSnapshot>;
+  /**
+   * The records written after `version` (a deleted one as `record: null`), and the version they
+   * bring the caller to; undefined when the store can no longer tell (load everything instead).
+   */
+  accountChanges(version: number): Promise<AccountChanges | undefined>;
+  /**
+   * Calls `listener` (best effort, at most once per write, possibly for a write of this very
+   * instance) when any instance changed a record: a hint to call `accountChanges` now. Returns
+   * the function that stops the calls.
+   */
+  onAccountsChanged(listener: () => void): () => void;
+  /**
+   * Adds `amount` (micro-USD, negative for a correction) to a user's stored credit in one atomic
+   * step with its record (and, with `idempotency`, the key's record: the same key and fingerprint
+   * answer the first result again; another fingerprint is refused). A correction that would take
+   * the balance (`baseCredit` + stored credit − spent) below zero is refused and changes nothing.
+   */
+  credit(req: CreditRequest): Promise<CreditResult>;
+  /** A user's credit records, newest first, at most `limit`, older than the record id `before`. */
+  credits(user: string, opts: { limit: number; before?: string }): Promise<CreditRecord[]>;
+  /** Appends one audit entry (writeAccount records its own); entries older than the retention go. */
+  appendAudit(entry: AuditInput): Promise<AuditEntry>;
+  /** Audit entries, newest first, filtered, at most `limit`, older than the entry id `before`. */
+  readAudit(q: AuditQuery): Promise<AuditEntry[]>;
+
   /** Whether the store can serve now (cheap; called by /readyz). */
   health(): Promise<StoreHealth>;
 
@@ -208,6 +251,166 @@ export interface Store {
   flush(): Promise<void>;
   close(): Promise<void>;
 }
+
+export interface Wallet {
+  /** Credit added through the store (top-ups, corrections); the config file's credit is not here. */
+  credit: number;
+  /** Balance spend. */
+  spent: number;
+}
+
+// ---- accounts -------------------------------------------------------------------------------
+//
+// Users and keys created through the admin API live in the store, so that every instance sharing it
+// serves the same ones; the config file may declare others (core/accounts merges the two). Records
+// hold settings only: money is in the wallet counters (credit, spent) next to every other limit.
+
+export interface SubscriptionRecord {
+  group: string;
+  /** Epoch ms. */
+  expiresAt: number;
+  status: 'active' | 'suspended';
+}
+
+/** A user's settings (config.md `users.<name>`, without `balance`: credit is the wallet's). */
+export interface UserRecord {
+  name: string;
+  status: 'active' | 'inactive';
+  /** Requests per minute across the user's keys; 0 = unlimited. */
+  rpm: number;
+  /** Concurrent requests; 0 = unlimited. */
+  concurrency: number;
+  queue: { size: number; maxWaitMs: number };
+  /** micro-USD; 0 = none. */
+  spendCaps: { weekly: number; monthly: number };
+  /** Personal rate per group, ppm. */
+  rates: Record<string, number>;
+  subscriptions: SubscriptionRecord[];
+  /** Free text for the operator (a customer id, an email). */
+  note?: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** An API key's settings. The secret itself is never stored: its SHA-256 `digest` is. */
+export interface KeyRecord {
+  name: string;
+  /** SHA-256 hex of the key; unique among keys. */
+  digest: string;
+  /** What may be shown of the key: its first 6 and last 4 characters. */
+  hint: string;
+  user: string;
+  group?: string;
+  enabled: boolean;
+  /** micro-USD over the key's life; 0 = unlimited. */
+  quota: number;
+  /** micro-USD per window; 0 = unlimited. */
+  windows: Record<Window, number>;
+  /** Epoch ms. */
+  expiresAt?: number;
+  ipAllow: string[];
+  ipDeny: string[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export type AccountKind = 'user' | 'key';
+export type AccountRecord<K extends AccountKind = AccountKind> = K extends 'user' ? UserRecord : KeyRecord;
+
+export interface Stored<T> {
+  value: T;
+  rev: number;
+}
+
+export interface AccountWrite {
+  kind: AccountKind;
+  name: string;
+  /** The new record (its `name` must be `name`), or null to delete it. */
+  value: UserRecord | KeyRecord | null;
+  /** The revision the writer read: 0 when the record must not exist yet. */
+  expectRev: number;
+  /** Recorded with the write, in the same atomic step. */
+  audit: AuditInput;
+}
+
+export type AccountWriteResult =
+  | { ok: true; rev: number; version: number; audit: AuditEntry }
+  /** `conflict`: the record's revision is not `expectRev` (it exists, or changed, or is gone). */
+  | { ok: false; reason: 'conflict' | 'digest_taken' };
+
+export interface AccountsSnapshot {
+  version: number;
+  users: Stored<UserRecord>[];
+  keys: Stored<KeyRecord>[];
+}
+
+export interface AccountChanges {
+  version: number;
+  users: { name: string; record: Stored<UserRecord> | null }[];
+  keys: { name: string; record: Stored<KeyRecord> | null }[];
+}
+
+/** Who changed what, as the admin API records it (never a secret: records show the key's hint). */
+export interface AuditInput {
+  /** The admin token's name. */
+  actor: string;
+  /** The client address of the admin call. */
+  ip: string;
+  method: string;
+  path: string;
+  /** e.g. `user.create`, `key.update`, `key.rotate`, `topup`. */
+  action: string;
+  /** e.g. `user:alice`, `key:ci-runner`. */
+  target: string;
+  before: unknown;
+  after: unknown;
+}
+
+export interface AuditEntry extends AuditInput {
+  /** Store-assigned, ordered by time: a cursor for `readAudit`. */
+  id: string;
+  /** Epoch ms (store time). */
+  at: number;
+}
+
+export interface AuditQuery {
+  limit: number;
+  before?: string;
+  actor?: string;
+  target?: string;
+  /** Epoch ms bounds. */
+  since?: number;
+  until?: number;
+}
+
+export interface CreditRequest {
+  user: string;
+  /** micro-USD, a safe integer; negative for a correction. */
+  amount: number;
+  /** The user's credit declared in the config file (0 for a user of the admin API). */
+  baseCredit: number;
+  reference: string;
+  /** The Idempotency-Key and a fingerprint of what was asked (same key, other fingerprint: refused). */
+  idempotency?: { key: string; fingerprint: string };
+  audit: AuditInput;
+}
+
+export interface CreditRecord {
+  /** Store-assigned, ordered by time. */
+  id: string;
+  user: string;
+  amount: number;
+  reference: string;
+  /** Epoch ms (store time). */
+  at: number;
+  /** The wallet's stored credit and spend right after. */
+  credit: number;
+  spent: number;
+  actor: string;
+}
+
+export type CreditResult =
+  { ok: true; record: CreditRecord; replayed: boolean } | { ok: false; reason: 'idempotency_conflict' | 'below_zero' };
 
 // ---- calendar helpers shared by both stores (UTC) ------------------------------------------
 //

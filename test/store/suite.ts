@@ -6,7 +6,17 @@
  */
 import type { Test } from 'tap';
 import { ManualClock } from '../../core/clock.js';
-import type { AdmitResult, Claim, Settlement, SlotRequest, SlotResult, Store } from '../../core/store/types.js';
+import type {
+  AdmitResult,
+  AuditInput,
+  Claim,
+  KeyRecord,
+  Settlement,
+  SlotRequest,
+  SlotResult,
+  Store,
+  UserRecord,
+} from '../../core/store/types.js';
 import type { Window } from '../../core/config/types.js';
 
 export interface StoreFactory {
@@ -987,6 +997,381 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     t.equal(await freeSlots(after, 'user:u1', 1), 1, "the dead process's slot is free again");
     await after.settle('crash-recover', settlement({ actual: 999 }));
     t.equal((await after.keyState('k1')).used, 230, 'a late settlement of a recovered request changes nothing');
+    await after.close();
+  });
+
+  // ---- accounts --------------------------------------------------------------------------------
+
+  const audit = (action: string, target: string, over: Partial<AuditInput> = {}): AuditInput => ({
+    actor: 'ops',
+    ip: '127.0.0.1',
+    method: 'POST',
+    path: '/admin/x',
+    action,
+    target,
+    before: null,
+    after: null,
+    ...over,
+  });
+  const userRec = (name: string, over: Partial<UserRecord> = {}): UserRecord => ({
+    name,
+    status: 'active',
+    rpm: 0,
+    concurrency: 0,
+    queue: { size: 16, maxWaitMs: 30_000 },
+    spendCaps: { weekly: 0, monthly: 0 },
+    rates: {},
+    subscriptions: [],
+    createdAt: T0,
+    updatedAt: T0,
+    ...over,
+  });
+  const keyRec = (name: string, digest: string, over: Partial<KeyRecord> = {}): KeyRecord => ({
+    name,
+    digest,
+    hint: 'sk-abc…wxyz',
+    user: 'u1',
+    group: 'g1',
+    enabled: true,
+    quota: 0,
+    windows: { '5h': 0, '1d': 0, '7d': 0 },
+    ipAllow: [],
+    ipDeny: [],
+    createdAt: T0,
+    updatedAt: T0,
+    ...over,
+  });
+
+  test('accounts: create once, compare-and-set by revision, delete; keys unique by digest', async (t) => {
+    const { store } = await open();
+    t.equal(await store.getAccount('user', 'alice'), undefined, 'nothing yet');
+    const created = await store.writeAccount({
+      kind: 'user',
+      name: 'alice',
+      value: userRec('alice'),
+      expectRev: 0,
+      audit: audit('user.create', 'user:alice'),
+    });
+    t.match(created, { ok: true, rev: 1, version: 1 });
+    t.same(
+      await store.writeAccount({
+        kind: 'user',
+        name: 'alice',
+        value: userRec('alice'),
+        expectRev: 0,
+        audit: audit('user.create', 'user:alice'),
+      }),
+      {
+        ok: false,
+        reason: 'conflict',
+      },
+      'a second create of the same name is a conflict',
+    );
+    const got = await store.getAccount('user', 'alice');
+    t.same(got, { rev: 1, value: userRec('alice') }, 'read back exactly, with its revision');
+    t.match(
+      await store.writeAccount({
+        kind: 'user',
+        name: 'alice',
+        value: userRec('alice', { rpm: 5 }),
+        expectRev: 1,
+        audit: audit('user.update', 'user:alice'),
+      }),
+      {
+        ok: true,
+        rev: 2,
+        version: 2,
+      },
+    );
+    t.same(
+      await store.writeAccount({
+        kind: 'user',
+        name: 'alice',
+        value: userRec('alice', { rpm: 9 }),
+        expectRev: 1,
+        audit: audit('user.update', 'user:alice'),
+      }),
+      { ok: false, reason: 'conflict' },
+      'a write from a stale revision changes nothing',
+    );
+    t.equal((await store.getAccount('user', 'alice'))?.value.rpm, 5);
+
+    t.match(
+      await store.writeAccount({
+        kind: 'key',
+        name: 'k-a',
+        value: keyRec('k-a', 'd1'),
+        expectRev: 0,
+        audit: audit('key.create', 'key:k-a'),
+      }),
+      { ok: true },
+    );
+    t.same(
+      await store.writeAccount({
+        kind: 'key',
+        name: 'k-b',
+        value: keyRec('k-b', 'd1'),
+        expectRev: 0,
+        audit: audit('key.create', 'key:k-b'),
+      }),
+      { ok: false, reason: 'digest_taken' },
+      'another key with the same digest is refused',
+    );
+    t.match(
+      await store.writeAccount({
+        kind: 'key',
+        name: 'k-a',
+        value: keyRec('k-a', 'd2'),
+        expectRev: 1,
+        audit: audit('key.rotate', 'key:k-a'),
+      }),
+      { ok: true, rev: 2 },
+      'rotated',
+    );
+    t.match(
+      await store.writeAccount({
+        kind: 'key',
+        name: 'k-b',
+        value: keyRec('k-b', 'd1'),
+        expectRev: 0,
+        audit: audit('key.create', 'key:k-b'),
+      }),
+      { ok: true },
+      'the old digest is free again',
+    );
+    t.match(await store.writeAccount({ kind: 'key', name: 'k-a', value: null, expectRev: 2, audit: audit('key.delete', 'key:k-a') }), {
+      ok: true,
+      rev: 0,
+    });
+    t.equal(await store.getAccount('key', 'k-a'), undefined, 'deleted');
+    t.match(
+      await store.writeAccount({
+        kind: 'key',
+        name: 'k-c',
+        value: keyRec('k-c', 'd2'),
+        expectRev: 0,
+        audit: audit('key.create', 'key:k-c'),
+      }),
+      { ok: true },
+      "a deleted key's digest is free",
+    );
+    await store.close();
+  });
+
+  test('accounts: load everything at a version, then follow the changes from it; listeners hear of writes', async (t) => {
+    const { store } = await open();
+    let heard = 0;
+    const stop = store.onAccountsChanged(() => heard++);
+    await store.writeAccount({ kind: 'user', name: 'u-a', value: userRec('u-a'), expectRev: 0, audit: audit('user.create', 'user:u-a') });
+    await store.writeAccount({
+      kind: 'key',
+      name: 'k-a',
+      value: keyRec('k-a', 'da', { user: 'u-a' }),
+      expectRev: 0,
+      audit: audit('key.create', 'key:k-a'),
+    });
+    const snap = await store.loadAccounts();
+    t.equal(snap.version, 2);
+    t.same(
+      snap.users.map((u) => u.value.name),
+      ['u-a'],
+    );
+    t.same(
+      snap.keys.map((k) => [k.value.name, k.rev]),
+      [['k-a', 1]],
+    );
+    t.same(await store.accountChanges(2), { version: 2, users: [], keys: [] }, 'nothing after the version loaded');
+    await store.writeAccount({
+      kind: 'key',
+      name: 'k-a',
+      value: keyRec('k-a', 'da', { user: 'u-a', enabled: false }),
+      expectRev: 1,
+      audit: audit('key.update', 'key:k-a'),
+    });
+    await store.writeAccount({ kind: 'user', name: 'u-b', value: userRec('u-b'), expectRev: 0, audit: audit('user.create', 'user:u-b') });
+    await store.writeAccount({ kind: 'user', name: 'u-b', value: null, expectRev: 1, audit: audit('user.delete', 'user:u-b') });
+    const ch = await store.accountChanges(2);
+    t.equal(ch?.version, 5);
+    t.same(
+      ch?.keys,
+      [{ name: 'k-a', record: { rev: 2, value: keyRec('k-a', 'da', { user: 'u-a', enabled: false }) } }],
+      'the key as it is now',
+    );
+    t.same(ch?.users, [{ name: 'u-b', record: null }], 'a record written then deleted reads as deleted');
+    await eventually(t, () => heard >= 5, 'a notice per write');
+    stop();
+    const before = heard;
+    await store.writeAccount({ kind: 'user', name: 'u-c', value: userRec('u-c'), expectRev: 0, audit: audit('user.create', 'user:u-c') });
+    await ticks(5);
+    t.equal(heard, before, 'no notice once stopped');
+    t.equal(await store.accountChanges(99), undefined, 'a version ahead of the store: load everything again');
+    await store.close();
+  });
+
+  test('credit: top-ups add to the wallet the balance claim reads; a correction below zero is refused', async (t) => {
+    const { store } = await open();
+    t.same(await store.wallet('u1'), { credit: 0, spent: 0 }, 'a new wallet starts at zero');
+    t.notOk((await admit(store, 100, balance(0))).ok, 'no credit anywhere: refused');
+    const r = await store.credit({ user: 'u1', amount: 5_000, baseCredit: 0, reference: 'inv-1', audit: audit('topup', 'user:u1') });
+    t.match(r, {
+      ok: true,
+      replayed: false,
+      record: { user: 'u1', amount: 5_000, reference: 'inv-1', credit: 5_000, spent: 0, actor: 'ops' },
+    });
+    t.same(await store.wallet('u1'), { credit: 5_000, spent: 0 });
+    const a = await admit(store, 3_000, balance(0));
+    t.ok(a.ok, 'the stored credit counts for the balance claim');
+    await store.settle(a.id, settlement({ actual: 4_000 }));
+    t.same(await store.wallet('u1'), { credit: 5_000, spent: 4_000 });
+    t.ok((await admit(store, 10, balance(0))).ok, '1,000 left');
+    t.ok((await admit(store, 10, balance(500))).ok, "the config file's credit adds to it");
+    t.same(
+      await store.credit({ user: 'u1', amount: -1_001, baseCredit: 0, reference: 'fix', audit: audit('topup', 'user:u1') }),
+      { ok: false, reason: 'below_zero' },
+      'a correction that would leave the balance below zero',
+    );
+    t.match(
+      await store.credit({ user: 'u1', amount: -1_001, baseCredit: 1, reference: 'fix', audit: audit('topup', 'user:u1') }),
+      { ok: true, record: { credit: 3_999 } },
+      'the base credit counts',
+    );
+    t.match(
+      await store.credit({ user: 'u1', amount: -1_000, baseCredit: 0, reference: 'fix 2', audit: audit('topup', 'user:u1') }),
+      { ok: false },
+      'balance 0 - 1000',
+    );
+    const list = await store.credits('u1', { limit: 10 });
+    t.same(
+      list.map((c) => c.reference),
+      ['fix', 'inv-1'],
+      'newest first, refused ones not recorded',
+    );
+    t.same(
+      (await store.credits('u1', { limit: 10, before: list[0].id })).map((c) => c.reference),
+      ['inv-1'],
+      'paged by id',
+    );
+    await store.close();
+  });
+
+  test('credit: an Idempotency-Key answers its first result; another body under it is refused; racing retries apply once', async (t) => {
+    const { store } = await open();
+    const req = (amount: number, fingerprint: string) => ({
+      user: 'u1',
+      amount,
+      baseCredit: 0,
+      reference: 'inv-9',
+      idempotency: { key: 'idem-1', fingerprint },
+      audit: audit('topup', 'user:u1'),
+    });
+    const results = await Promise.all(Array.from({ length: 20 }, () => store.credit(req(1_000, 'fp-a'))));
+    t.equal(results.filter((r) => r.ok && !r.replayed).length, 1, 'one of twenty racing retries applied');
+    t.ok(
+      results.every((r) => r.ok),
+      'every retry answered with the result',
+    );
+    const ids = new Set(results.map((r) => (r.ok ? r.record.id : '')));
+    t.equal(ids.size, 1, 'the same record each time');
+    t.same(await store.wallet('u1'), { credit: 1_000, spent: 0 }, 'credited once');
+    t.same(await store.credit(req(2_000, 'fp-b')), { ok: false, reason: 'idempotency_conflict' });
+    t.same(await store.wallet('u1'), { credit: 1_000, spent: 0 }, 'unchanged');
+    t.match(await store.credit({ ...req(1_000, 'fp-a'), user: 'u2' }), { ok: true, replayed: false }, 'the key is scoped to the user');
+    await store.close();
+  });
+
+  test('audit: every account write leaves an entry; entries read newest first, filtered and paged', async (t) => {
+    const { store, clock } = await open();
+    await store.writeAccount({
+      kind: 'user',
+      name: 'a',
+      value: userRec('a'),
+      expectRev: 0,
+      audit: audit('user.create', 'user:a', { after: { name: 'a' } }),
+    });
+    clock.set(T0 + 1_000);
+    await store.writeAccount({
+      kind: 'user',
+      name: 'b',
+      value: userRec('b'),
+      expectRev: 0,
+      audit: audit('user.create', 'user:b', { actor: 'billing' }),
+    });
+    clock.set(T0 + 2_000);
+    await store.credit({ user: 'a', amount: 1, baseCredit: 0, reference: 'r', audit: audit('topup', 'user:a', { actor: 'billing' }) });
+    clock.set(T0 + 3_000);
+    const appended = await store.appendAudit(audit('key.reset-quota', 'key:x'));
+    t.match(appended, { actor: 'ops', action: 'key.reset-quota', at: T0 + 3_000 });
+    const all = await store.readAudit({ limit: 10 });
+    t.same(
+      all.map((e) => e.action),
+      ['key.reset-quota', 'topup', 'user.create', 'user.create'],
+      'newest first',
+    );
+    t.same(all[3].after, { name: 'a' }, 'before and after kept');
+    t.same(
+      all.map((e) => e.at),
+      [T0 + 3_000, T0 + 2_000, T0 + 1_000, T0],
+      'store time',
+    );
+    t.same(
+      (await store.readAudit({ limit: 10, actor: 'billing' })).map((e) => e.target),
+      ['user:a', 'user:b'],
+    );
+    t.same(
+      (await store.readAudit({ limit: 10, target: 'user:a' })).map((e) => e.action),
+      ['topup', 'user.create'],
+    );
+    t.same(
+      (await store.readAudit({ limit: 10, since: T0 + 1_000, until: T0 + 2_000 })).map((e) => e.at),
+      [T0 + 2_000, T0 + 1_000],
+    );
+    const page1 = await store.readAudit({ limit: 2 });
+    const page2 = await store.readAudit({ limit: 2, before: page1[1].id });
+    t.same(
+      [...page1, ...page2].map((e) => e.id),
+      all.map((e) => e.id),
+      'pages follow each other',
+    );
+    await store.close();
+  });
+
+  tap.test(`${f.name}: accounts, credits, Idempotency-Keys and the audit trail outlive the process`, crashOpts, async (t) => {
+    const { store, clock } = await open();
+    await store.writeAccount({ kind: 'user', name: 'dur', value: userRec('dur'), expectRev: 0, audit: audit('user.create', 'user:dur') });
+    await store.writeAccount({
+      kind: 'key',
+      name: 'dur-k',
+      value: keyRec('dur-k', 'dd', { user: 'dur' }),
+      expectRev: 0,
+      audit: audit('key.create', 'key:dur-k'),
+    });
+    const topup = await store.credit({
+      user: 'dur',
+      amount: 7_000,
+      baseCredit: 0,
+      reference: 'r1',
+      idempotency: { key: 'idem-dur', fingerprint: 'fp' },
+      audit: audit('topup', 'user:dur'),
+    });
+    const after = await f.die!(store, clock);
+    t.same((await after.getAccount('key', 'dur-k'))?.value.user, 'dur', 'the key');
+    t.equal((await after.loadAccounts()).version, 2, 'the version');
+    t.same(await after.wallet('dur'), { credit: 7_000, spent: 0 }, 'the credit');
+    const again = await after.credit({
+      user: 'dur',
+      amount: 7_000,
+      baseCredit: 0,
+      reference: 'r1',
+      idempotency: { key: 'idem-dur', fingerprint: 'fp' },
+      audit: audit('topup', 'user:dur'),
+    });
+    t.same(again, topup.ok ? { ...topup, replayed: true } : topup, 'a retry after the restart answers the first result');
+    t.same(await after.wallet('dur'), { credit: 7_000, spent: 0 }, 'and credits nothing');
+    t.same(
+      (await after.readAudit({ limit: 10 })).map((e) => e.action),
+      ['topup', 'key.create', 'user.create'],
+      'the audit trail',
+    );
     await after.close();
   });
 

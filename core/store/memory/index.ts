@@ -5,8 +5,9 @@
  * This file is the `Store` (the contract is in ../types.ts) and nothing else: it composes
  * - state.ts: the counters and their rules (admission, settlement, cancel, slots, reads), pure
  *   and synchronous;
+ * - accounts.ts: the records of users and keys, the audit trail, credit records (pure too);
  * - persistence.ts: the store folder (snapshot, journal, compaction, lock, crash recovery), only
- *   with `path`; it is the state's `Recorder`.
+ *   with `path`; it is the state's `Recorder` and the accounts' `AccountRecorder`.
  * Each method hands the call to the state in the same turn: no `await` is added before or inside
  * an admission, so its check-and-apply stays one atomic step.
  *
@@ -16,6 +17,20 @@
 import { systemClock, type Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type {
+  AccountChanges,
+  AccountKind,
+  AccountRecord,
+  AccountsSnapshot,
+  AccountWrite,
+  AccountWriteResult,
+  AuditEntry,
+  AuditInput,
+  AuditQuery,
+  CreditRecord,
+  CreditRequest,
+  CreditResult,
+  Stored,
+  Wallet,
   AdmitRequest,
   AdmitResult,
   KeyState,
@@ -28,6 +43,7 @@ import type {
   StoreHealth,
 } from '../types.js';
 import { MemoryState } from './state.js';
+import { AccountBook } from './accounts.js';
 import { COMPACT_BYTES, Persistence } from './persistence.js';
 
 export interface MemoryStoreOptions {
@@ -39,7 +55,12 @@ export interface MemoryStoreOptions {
   log?: Logger;
   /** Journal size that triggers compaction (default 4 MB). */
   compactBytes?: number;
+  /** How long audit entries are kept (default 90 days). */
+  auditRetentionMs?: number;
 }
+
+/** How long audit entries are kept unless the options say otherwise. */
+export const AUDIT_RETENTION_MS = 90 * 86_400_000;
 
 export class MemoryStore implements Store {
   readonly kind = 'memory' as const;
@@ -49,6 +70,8 @@ export class MemoryStore implements Store {
 
   private constructor(
     private readonly state: MemoryState,
+    private readonly book: AccountBook,
+    private readonly clock: Clock,
     /** Undefined without `path`: nothing on disk. */
     private readonly disk: Persistence | undefined,
   ) {}
@@ -66,8 +89,9 @@ export class MemoryStore implements Store {
             log: opts.log ?? silentLogger,
           });
     const state = new MemoryState(clock, disk);
-    if (disk !== undefined) await disk.load(state);
-    return new MemoryStore(state, disk);
+    const book = new AccountBook(opts.auditRetentionMs ?? AUDIT_RETENTION_MS, disk);
+    if (disk !== undefined) await disk.load(state, book);
+    return new MemoryStore(state, book, clock, disk);
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -90,6 +114,10 @@ export class MemoryStore implements Store {
 
   async balanceSpent(user: string): Promise<number> {
     return this.state.balanceSpent(user);
+  }
+
+  async wallet(user: string): Promise<Wallet> {
+    return this.state.wallet(user);
   }
 
   async keyState(keyId: string): Promise<KeyState> {
@@ -119,6 +147,65 @@ export class MemoryStore implements Store {
 
   async recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
     return this.state.recall(namespace, ids);
+  }
+
+  // ---- accounts ------------------------------------------------------------------------------------
+
+  async getAccount<K extends AccountKind>(kind: K, name: string): Promise<Stored<AccountRecord<K>> | undefined> {
+    return this.book.get(kind, name);
+  }
+
+  async writeAccount(w: AccountWrite): Promise<AccountWriteResult> {
+    this.assertOpen();
+    return this.book.write(w, this.clock.now());
+  }
+
+  async loadAccounts(): Promise<AccountsSnapshot> {
+    return this.book.load();
+  }
+
+  async accountChanges(version: number): Promise<AccountChanges | undefined> {
+    return this.book.changes(version);
+  }
+
+  onAccountsChanged(listener: () => void): () => void {
+    return this.book.onChanged(listener);
+  }
+
+  async credit(req: CreditRequest): Promise<CreditResult> {
+    this.assertOpen();
+    const now = this.clock.now();
+    // One synchronous step: the Idempotency-Key, the check, the money and its record.
+    if (req.idempotency) {
+      const earlier = this.book.idempotent(req.user, req.idempotency.key, now);
+      if (earlier) {
+        return earlier.fingerprint === req.idempotency.fingerprint
+          ? { ok: true, record: { ...earlier.record }, replayed: true }
+          : { ok: false, reason: 'idempotency_conflict' };
+      }
+    }
+    const after = this.state.addCredit(req.user, req.amount, req.baseCredit);
+    if (!after) return { ok: false, reason: 'below_zero' };
+    const record = this.book.credited(
+      { user: req.user, amount: req.amount, reference: req.reference, credit: after.credit, spent: after.spent, actor: req.audit.actor },
+      req.idempotency,
+      req.audit,
+      now,
+    );
+    return { ok: true, record, replayed: false };
+  }
+
+  async credits(user: string, opts: { limit: number; before?: string }): Promise<CreditRecord[]> {
+    return this.book.creditsOf(user, opts.limit, opts.before);
+  }
+
+  async appendAudit(entry: AuditInput): Promise<AuditEntry> {
+    this.assertOpen();
+    return this.book.appendAudit(entry, this.clock.now());
+  }
+
+  async readAudit(q: AuditQuery): Promise<AuditEntry[]> {
+    return this.book.readAudit(q);
   }
 
   async health(): Promise<StoreHealth> {

@@ -11,14 +11,28 @@
  *   ever: an upgrade replays an old journal).
  */
 import type { Window } from '../../config/types.js';
-import type { Settlement } from '../types.js';
+import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, Stored, UserRecord } from '../types.js';
 
 export type JournalEntry =
   | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
   | { seq: number; op: 'admit'; t: number; id: string; r: Settlement }
   | { seq: number; op: 'cancel'; t: number; id: string }
   | { seq: number; op: 'wstart'; t: number; key: string; w: Window }
-  | { seq: number; op: 'reset'; t: number; key: string };
+  | { seq: number; op: 'reset'; t: number; key: string }
+  /** An account record written (null: deleted), with the accounts version it made and its audit entry. */
+  | {
+      seq: number;
+      op: 'acct';
+      t: number;
+      kind: AccountKind;
+      name: string;
+      rec: Stored<UserRecord | KeyRecord> | null;
+      ver: number;
+      audit: AuditEntry;
+    }
+  /** A wallet credit (top-up or correction) with its Idempotency-Key, if any, and its audit entry. */
+  | { seq: number; op: 'credit'; t: number; rec: CreditRecord; idem?: { key: string; fingerprint: string }; audit: AuditEntry }
+  | { seq: number; op: 'audit'; t: number; entry: AuditEntry };
 
 type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
 

@@ -36,8 +36,9 @@ import { join } from 'node:path';
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../log.js';
 import type { Window } from '../../config/types.js';
-import type { Settlement } from '../types.js';
+import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, Stored, UserRecord } from '../types.js';
 import type { DurableState, MemoryState, Recorder } from './state.js';
+import type { AccountBook, AccountRecorder, DurableAccounts } from './accounts.js';
 import { ADMIT, SETTLE, entryLine, fromLine, settlementLine, type JournalEntry, type KeyedEntry } from './journal.js';
 import { releaseLock, takeLock } from './lock.js';
 
@@ -50,6 +51,8 @@ interface SnapshotJson extends DurableState {
   v: 1;
   seq: number;
   savedAt: number;
+  /** Absent in snapshots written before accounts were data. */
+  accounts?: DurableAccounts;
 }
 
 export interface PersistenceOptions {
@@ -63,7 +66,7 @@ export interface PersistenceOptions {
   log: Logger;
 }
 
-export class Persistence implements Recorder {
+export class Persistence implements Recorder, AccountRecorder {
   private readonly dir: string;
   private readonly flushIntervalMs: number;
   private readonly compactBytes: number;
@@ -71,6 +74,7 @@ export class Persistence implements Recorder {
   private readonly log: Logger;
   /** The state this folder holds (given to load()). */
   private state!: MemoryState;
+  private book!: AccountBook;
   private seq = 0;
   private pending: string[] = [];
   /** The journal's file descriptor (appends are synchronous writes, once per event-loop turn). */
@@ -116,6 +120,20 @@ export class Persistence implements Recorder {
 
   reset(key: string, t: number): void {
     this.append({ op: 'reset', t, key });
+  }
+
+  // ---- what the accounts record (AccountRecorder) ----------------------------------------------
+
+  accountWritten(kind: AccountKind, name: string, rec: Stored<UserRecord | KeyRecord> | null, ver: number, audit: AuditEntry): void {
+    this.append({ op: 'acct', t: audit.at, kind, name, rec, ver, audit });
+  }
+
+  credited(rec: CreditRecord, idem: { key: string; fingerprint: string } | undefined, audit: AuditEntry): void {
+    this.append(idem ? { op: 'credit', t: rec.at, rec, idem, audit } : { op: 'credit', t: rec.at, rec, audit });
+  }
+
+  audited(entry: AuditEntry): void {
+    this.append({ op: 'audit', t: entry.at, entry });
   }
 
   // ---- journal ---------------------------------------------------------------------------------
@@ -228,7 +246,8 @@ export class Persistence implements Recorder {
   }
 
   private snapshot(): SnapshotJson {
-    return { v: 1, seq: this.seq, savedAt: this.clock.now(), ...this.state.snapshot() };
+    const now = this.clock.now();
+    return { v: 1, seq: this.seq, savedAt: now, ...this.state.snapshot(), accounts: this.book.snapshot(now) };
   }
 
   private restore(s: SnapshotJson): void {
@@ -236,13 +255,15 @@ export class Persistence implements Recorder {
     this.seq = s.seq;
     for (const [id, o] of Object.entries(s.open ?? {})) this.unresolved.set(id, o);
     this.state.restore(s);
+    if (s.accounts) this.book.restore(s.accounts);
   }
 
   // ---- open and close --------------------------------------------------------------------------
 
   /** Takes the folder's lock and loads it into `state` (fresh); then journals what it records. */
-  async load(state: MemoryState): Promise<void> {
+  async load(state: MemoryState, book: AccountBook): Promise<void> {
     this.state = state;
+    this.book = book;
     const dir = this.dir;
     await mkdir(dir, { recursive: true });
     takeLock(dir, this.log);
@@ -314,6 +335,18 @@ export class Persistence implements Recorder {
           break;
         case 'reset':
           state.applyReset(e.key);
+          break;
+        case 'acct':
+          this.book.applyWrite(e.kind, e.name, e.rec, e.ver);
+          this.book.applyAudit(e.audit, e.t);
+          break;
+        case 'credit':
+          state.applyCredit(e.rec.user, e.rec.amount);
+          this.book.applyCredit(e.rec, e.idem, e.t);
+          this.book.applyAudit(e.audit, e.t);
+          break;
+        case 'audit':
+          this.book.applyAudit(e.entry, e.t);
           break;
         default:
           this.log.warn('store journal: unknown entry', { line: i + 1 });

@@ -115,6 +115,8 @@ interface KeyCounters extends Held {
 
 interface Wallet extends Held {
   spent: number;
+  /** Credit added through the store (top-ups, corrections); the claim brings the config file's. */
+  credit: number;
 }
 
 interface PlanCounters {
@@ -180,7 +182,10 @@ type PeriodJson = { start: number; used: number };
 
 /** The durable state as JSON (the body of persistence.ts's snapshot). */
 export interface DurableState {
+  /** user → balance spend */
   wallets: Record<string, number>;
+  /** user → stored credit (absent in snapshots written before top-ups existed) */
+  credits?: Record<string, number>;
   caps: Record<string, { weekly: PeriodJson; monthly: PeriodJson }>;
   /** keyed by planKey(user, group) */
   plans: Record<string, { user: string; group: string; daily: PeriodJson; weekly: PeriodJson; monthly: PeriodJson }>;
@@ -380,12 +385,13 @@ export class MemoryState {
     const minute = Math.floor(now / MINUTE);
     switch (c.kind) {
       case 'balance': {
-        const w = this.wallet(c.user);
-        if (c.credit - w.spent - w.reserved > 0) {
+        const w = this.walletOf(c.user);
+        const credit = c.credit + w.credit;
+        if (credit - w.spent - w.reserved > 0) {
           this.toHold.push(w);
           return OK;
         }
-        if (!c.free) return c.credit - w.spent > 0 ? HELD : FAIL;
+        if (!c.free) return credit - w.spent > 0 ? HELD : FAIL;
         let fc = this.freeCalls.get(c.user);
         if (fc === undefined) this.freeCalls.set(c.user, (fc = { minute, count: 0 }));
         const used = fc.minute === minute ? fc.count : 0;
@@ -500,7 +506,7 @@ export class MemoryState {
       w.used += s.actual;
     }
     if (s.billing === 'balance') {
-      this.wallet(s.user).spent += s.actual;
+      this.walletOf(s.user).spent += s.actual;
       const cap = this.cap(s.user);
       rollPeriod(cap.weekly, weekStart(now));
       rollPeriod(cap.monthly, monthStart(now));
@@ -626,6 +632,29 @@ export class MemoryState {
     return this.wallets.get(user)?.spent ?? 0;
   }
 
+  wallet(user: string): { credit: number; spent: number } {
+    const w = this.wallets.get(user);
+    return { credit: w?.credit ?? 0, spent: w?.spent ?? 0 };
+  }
+
+  /**
+   * Adds `amount` (micro-USD, signed) to a user's stored credit, unless it is a correction that
+   * would take the balance (`baseCredit` + credit − spent) below zero: then nothing changes and
+   * undefined is returned. The wallet after, otherwise.
+   */
+  /** A credit replayed from the journal (it was checked when it was made). */
+  applyCredit(user: string, amount: number): void {
+    this.walletOf(user).credit += amount;
+  }
+
+  addCredit(user: string, amount: number, baseCredit: number): { credit: number; spent: number } | undefined {
+    if (!Number.isSafeInteger(amount)) throw new TypeError(`amount must be an integer (micro-USD), got ${amount}`);
+    const w = this.walletOf(user);
+    if (amount < 0 && baseCredit + w.credit + amount - w.spent < 0) return undefined;
+    w.credit += amount;
+    return { credit: w.credit, spent: w.spent };
+  }
+
   keyState(keyId: string): KeyState {
     const now = this.clock.now();
     const k = this.keys.get(keyId);
@@ -713,8 +742,8 @@ export class MemoryState {
 
   // ---- counters (created on first touch; never replaced, since admissions hold references) -----
 
-  private wallet(user: string): Wallet {
-    return getOr(this.wallets, user, () => ({ spent: 0, reserved: 0 }));
+  private walletOf(user: string): Wallet {
+    return getOr(this.wallets, user, () => ({ spent: 0, reserved: 0, credit: 0 }));
   }
 
   private cap(user: string): CapCounters {
@@ -763,6 +792,7 @@ export class MemoryState {
     const days = (u: KeyUsage) => Object.fromEntries([...u.days].map(([day, models]) => [day, Object.fromEntries(models)]));
     return {
       wallets: Object.fromEntries([...this.wallets].map(([u, w]) => [u, w.spent])),
+      credits: Object.fromEntries([...this.wallets].filter(([, w]) => w.credit !== 0).map(([u, w]) => [u, w.credit])),
       caps: Object.fromEntries([...this.caps].map(([u, c]) => [u, { weekly: period(c.weekly), monthly: period(c.monthly) }])),
       plans: Object.fromEntries(
         [...this.plans].map(([k, p]) => [
@@ -797,7 +827,8 @@ export class MemoryState {
 
   /** Loads a snapshot's durable state into a fresh state; `s.open` is left to the caller (crash recovery). */
   restore(s: DurableState): void {
-    for (const [user, spent] of Object.entries(s.wallets)) this.wallet(user).spent = spent;
+    for (const [user, spent] of Object.entries(s.wallets)) this.walletOf(user).spent = spent;
+    for (const [user, credit] of Object.entries(s.credits ?? {})) this.walletOf(user).credit = credit;
     for (const [user, c] of Object.entries(s.caps)) {
       const cap = this.cap(user);
       Object.assign(cap.weekly, c.weekly);

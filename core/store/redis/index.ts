@@ -38,6 +38,20 @@ import { silentLogger, type Logger } from '../../log.js';
 import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory/index.js';
 import {
+  type AccountChanges,
+  type AccountKind,
+  type AccountRecord,
+  type AccountsSnapshot,
+  type AccountWrite,
+  type AccountWriteResult,
+  type AuditEntry,
+  type AuditInput,
+  type AuditQuery,
+  type CreditRecord,
+  type CreditRequest,
+  type CreditResult,
+  type Stored,
+  type Wallet,
   type AdmitRequest,
   type AdmitResult,
   type Claim,
@@ -60,8 +74,11 @@ import { Ops, type PartSlot } from './ops.js';
 import { Reaper } from './reaper.js';
 import { Slots, type AdmissionSlot } from './slots.js';
 import { Reads } from './read.js';
+import { Accounts } from './accounts.js';
 
 const RECENT_MAX = 100_000;
+/** How long audit entries are kept unless the options say otherwise. */
+const AUDIT_RETENTION_MS = 90 * 86_400_000;
 const PENDING_MAX = 100_000;
 const CLOSE_DRAIN_MS = 2_000;
 
@@ -84,6 +101,8 @@ export interface RedisStoreOptions {
   log?: Logger;
   /** Called when Redis goes away or comes back. */
   onHealth?: (h: StoreHealth) => void;
+  /** How long audit entries are kept (default 90 days). */
+  auditRetentionMs?: number;
 }
 
 interface Part {
@@ -123,6 +142,7 @@ export class RedisStore implements Store {
   private readonly slots: Slots;
   private readonly reaper: Reaper;
   private readonly reads: Reads;
+  private readonly accounts: Accounts;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly cluster: boolean;
@@ -165,6 +185,7 @@ export class RedisStore implements Store {
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
+    this.accounts = new Accounts(this.redis, this.status, this.keys, opts.clock, opts.auditRetentionMs ?? AUDIT_RETENTION_MS, this.log);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -452,6 +473,10 @@ export class RedisStore implements Store {
     return this.reads.balanceSpent(user);
   }
 
+  wallet(user: string): Promise<Wallet> {
+    return this.reads.wallet(user);
+  }
+
   keyState(keyId: string): Promise<KeyState> {
     return this.reads.keyState(keyId);
   }
@@ -478,6 +503,44 @@ export class RedisStore implements Store {
 
   recall(namespace: string, ids: readonly string[]): Promise<Array<string | undefined>> {
     return this.reads.recall(namespace, ids);
+  }
+
+  // ---- accounts (accounts.ts) ---------------------------------------------------------------------
+
+  getAccount<K extends AccountKind>(kind: K, name: string): Promise<Stored<AccountRecord<K>> | undefined> {
+    return this.accounts.get(kind, name);
+  }
+
+  writeAccount(w: AccountWrite): Promise<AccountWriteResult> {
+    return this.accounts.write(w);
+  }
+
+  loadAccounts(): Promise<AccountsSnapshot> {
+    return this.accounts.load();
+  }
+
+  accountChanges(version: number): Promise<AccountChanges | undefined> {
+    return this.accounts.changes(version);
+  }
+
+  onAccountsChanged(listener: () => void): () => void {
+    return this.accounts.onChanged(listener);
+  }
+
+  credit(req: CreditRequest): Promise<CreditResult> {
+    return this.accounts.credit(req);
+  }
+
+  credits(user: string, opts: { limit: number; before?: string }): Promise<CreditRecord[]> {
+    return this.accounts.credits(user, opts);
+  }
+
+  appendAudit(entry: AuditInput): Promise<AuditEntry> {
+    return this.accounts.appendAudit(entry);
+  }
+
+  readAudit(q: AuditQuery): Promise<AuditEntry[]> {
+    return this.accounts.readAudit(q);
   }
 
   async health(): Promise<StoreHealth> {

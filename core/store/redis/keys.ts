@@ -12,6 +12,8 @@
  *   {q}          admission records and done markers (single Redis; on a cluster they sit in the
  *                hash slot of each part of the request: {k:<key>}, {u:<user>}, {g:<group>})
  *   {i} / {i:<instance>}   the live-instance registry / one instance's admissions (for the reaper)
+ *   {acct}       the accounts: user and key records, digest index, version, change log, audit
+ *                (accounts.ts); a user's credit records and top-up Idempotency-Keys are under {u:<user>}
  *
  * Key counters sit under the key, not under its user, so they follow the key when the config
  * moves it to another user or group. On a cluster a request's admission and settlement therefore
@@ -153,5 +155,25 @@ export class Keys {
 
   wakeChannel(): string {
     return `${this.prefix}slot-wake`;
+  }
+
+  /** Where account writes are announced (accounts.ts). */
+  accountsChannel(): string {
+    return `${this.prefix}accounts`;
+  }
+
+  /** The accounts' keys, all in one hash slot: users, keys, digests, ver, log, audit. */
+  accounts(suffix: 'users' | 'keys' | 'digests' | 'ver' | 'log' | 'audit'): string {
+    return this.key('acct', suffix);
+  }
+
+  /** A user's credit records (a stream). */
+  credits(user: string): string {
+    return this.key(this.user(user), 'credits');
+  }
+
+  /** A top-up's Idempotency-Key, scoped to the user it tops up. */
+  idempotency(user: string, key: string): string {
+    return this.key(this.user(user), `idem:${key}`);
   }
 }

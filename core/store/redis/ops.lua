@@ -16,7 +16,7 @@ local ALREADY = -1
 -- A[4] index entry ('' = none)
 -- A[5..8] the concurrency slot: tag ('' = none), lease id, limit, queue size
 -- A[9] the claims, LIST-separated; each SEP-separated: global index, kind, hash tag, parameters
---   b balance (u:<user>; credit, free 0/1, freeRpm)   p plan (u:<user>; group, daily, weekly, monthly)
+--   b balance (u:<user>; the config file's credit, free 0/1, freeRpm; the stored credit is the wallet's)   p plan (u:<user>; group, daily, weekly, monthly)
 --   q key quota (k:<key>; limit)   w key window (k:<key>; name, limit, duration)
 --   c spend cap (u:<user>; w|m, limit)   r rpm (u:, g: or a: tag; limit)
 -- Returns {1} admitted ({1, s} with a slot: s = 1 granted, 0 queued, 2 queue full),
@@ -104,7 +104,7 @@ local function admit_op(K, A)
     elseif kind == 'q' then
       hwant2(k1, 'used', 'res')
     elseif kind == 'b' then
-      hwant2(k1, 'spent', 'res')
+      hwant(k1, 'spent', 'res', 'credit')
     else -- p
       want_plan(k1)
     end
@@ -155,7 +155,8 @@ local function admit_op(K, A)
         retry = (weekly and (start + 7 * DAY) or next_month_start(now)) - now
       end
     elseif kind == 'b' then
-      local credit, spent, res = cl.n1, hnum(k1, 'spent'), hnum(k1, 'res')
+      -- The claim's credit (the config file's) plus what top-ups stored (accounts.lua).
+      local credit, spent, res = cl.n1 + hnum(k1, 'credit'), hnum(k1, 'spent'), hnum(k1, 'res')
       if credit - spent - res > 0 then
         -- held (claims.holds)
       elseif not cl.free then

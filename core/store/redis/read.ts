@@ -10,7 +10,7 @@
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../log.js';
 import { WINDOWS, WINDOW_MS, type Window } from '../../config/types.js';
-import type { KeyState, KeyStats, PeriodUsage, UsageCounters, WindowState } from '../types.js';
+import type { KeyState, KeyStats, PeriodUsage, UsageCounters, Wallet, WindowState } from '../types.js';
 import { check, refuse, Unavailable, type RedisClient, type Reply } from './client.js';
 import type { Health } from './health.js';
 import type { Keys } from './keys.js';
@@ -51,6 +51,13 @@ export class Reads {
 
   async balanceSpent(user: string): Promise<number> {
     return this.read(async () => Number((await this.redis.cmd((c) => c.hget(this.keys.wallet(user), 'spent'))) ?? 0));
+  }
+
+  async wallet(user: string): Promise<Wallet> {
+    return this.read(async () => {
+      const [credit, spent] = await this.redis.cmd((c) => c.hmget(this.keys.wallet(user), 'credit', 'spent'));
+      return { credit: Number(credit ?? 0), spent: Number(spent ?? 0) };
+    });
   }
 
   async keyState(keyId: string): Promise<KeyState> {

@@ -70,7 +70,10 @@ export class Slots {
     private readonly live: ReadonlyMap<string, SlotHolder>,
     private readonly log: Logger,
   ) {
-    redis.sub.on('message', (_ch: string, id: string) => this.onWake(id));
+    const wake = keys.wakeChannel();
+    redis.sub.on('message', (ch: string, id: string) => {
+      if (ch === wake) this.onWake(id);
+    });
     redis.sub.subscribe(keys.wakeChannel()).catch(() => undefined);
   }
 
