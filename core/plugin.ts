@@ -45,6 +45,7 @@ import type { RequestContext } from './context.js';
 import type { Attempt, Outcome, StreamFrame } from './types.js';
 import type { GatewayConfig } from './config/types.js';
 import type { Store } from './store/types.js';
+import type { AccountView } from './accounts/directory.js';
 import type { Clock } from './clock.js';
 import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
@@ -53,6 +54,11 @@ export interface PluginDeps {
   /** The frozen config this instance belongs to. */
   config: GatewayConfig;
   store: Store;
+  /**
+   * Who may call: the users and keys of this config load (the file's) and of the store (the admin
+   * API's), looked up synchronously (core/accounts/directory.ts).
+   */
+  accounts: AccountView;
   clock: Clock;
   log: Logger;
   /**

@@ -12,6 +12,7 @@ import type { Logger } from './log.js';
 import type { Metrics } from './metrics.js';
 import { compileChain, type CompiledChain } from './pipeline.js';
 import type { RouteInfo } from './types.js';
+import type { AccountDirectory, AccountView } from './accounts/directory.js';
 
 export interface CompiledRoute {
   info: RouteInfo;
@@ -20,6 +21,7 @@ export interface CompiledRoute {
 
 export interface RuntimeDeps {
   store: Store;
+  accounts: AccountDirectory;
   clock: Clock;
   log: Logger;
   metrics: Metrics;
@@ -33,6 +35,8 @@ export class Runtime {
 
   private constructor(
     readonly config: GatewayConfig,
+    /** The users and keys this config load serves (its file's and the store's). */
+    readonly accounts: AccountView,
     private readonly instances: ReadonlyMap<string, PluginInstance>,
     private readonly routes: ReadonlyMap<string, CompiledRoute>,
     private readonly paths: ReadonlySet<string>,
@@ -41,10 +45,19 @@ export class Runtime {
 
   static async create(loaded: LoadedConfig, deps: RuntimeDeps): Promise<Runtime> {
     const { config } = loaded;
+    const accounts = deps.accounts.view(config);
     const instances = new Map<string, PluginInstance>();
     try {
       for (const [name, plan] of loaded.plugins) {
-        const pdeps: PluginDeps = { ...deps, config, instanceName: name, log: deps.log.child({ plugin: name }) };
+        const pdeps: PluginDeps = {
+          store: deps.store,
+          clock: deps.clock,
+          metrics: deps.metrics,
+          accounts,
+          config,
+          instanceName: name,
+          log: deps.log.child({ plugin: name }),
+        };
         instances.set(name, await plan.definition.create(plan.options, pdeps));
       }
     } catch (e) {
@@ -57,7 +70,7 @@ export class Runtime {
       routes.set(`${r.method} ${r.path}`, { info: routeInfo(r), chain: compileChain(r.chain, instances) });
       paths.add(r.path);
     }
-    return new Runtime(config, instances, routes, paths, deps.log);
+    return new Runtime(config, accounts, instances, routes, paths, deps.log);
   }
 
   /** The route for a method and path (the query string is not part of matching). */

@@ -40,6 +40,7 @@ import { usageHandler } from './handlers/usage.js';
 import { adminHandler } from './handlers/admin.js';
 import { FailedRequestLog, type Secrets } from './failed-requests.js';
 import { AccountPools } from './pool/index.js';
+import { AccountDirectory } from './accounts/directory.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
   models: modelsHandler,
@@ -111,6 +112,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private bodyMemory = new BodyMemory(Number.MAX_SAFE_INTEGER);
   url = '';
 
+  /** The store's users and keys, followed by this process (core/accounts). */
+  readonly accounts: AccountDirectory;
+
   private constructor(
     private readonly opts: GatewayOptions<U>,
     readonly store: Store,
@@ -119,6 +123,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     readonly metrics: Metrics,
   ) {
     this.pools = new AccountPools({ store, clock, log, metrics });
+    this.accounts = new AccountDirectory(store, clock, log);
   }
 
   static async start<U extends LocalUpstream = LocalUpstream>(opts: GatewayOptions<U>): Promise<Gateway<U>> {
@@ -138,7 +143,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const gw = new Gateway<U>(opts, store, clock, log, metrics);
     try {
       await gw.startMocks(loaded.config);
-      gw.runtime = await Runtime.create(loaded, { store, clock, log, metrics });
+      await gw.accounts.start();
+      gw.runtime = await Runtime.create(loaded, { store, accounts: gw.accounts, clock, log, metrics });
       gw.pools.configure(loaded.config);
       gw.keepFailedRequests(loaded.config);
       await gw.listen(loaded.config);
@@ -199,7 +205,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       }
     }
     if (c.server.adminToken) plain.push(c.server.adminToken);
-    return { plain: plain.filter((s) => s.length >= 6), digests: new Set(c.keysByDigest.keys()) };
+    return { plain: plain.filter((s) => s.length >= 6), digests: new Set([...c.keysByDigest.keys(), ...this.accounts.digests()]) };
   }
 
   private listen(config: GatewayConfig): Promise<void> {
@@ -402,7 +408,13 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         this.log.warn('metrics.listen changed: it takes effect on restart');
       }
       await this.startMocks(loaded.config);
-      const next = await Runtime.create(loaded, { store: this.store, clock: this.clock, log: this.log, metrics: this.metrics });
+      const next = await Runtime.create(loaded, {
+        store: this.store,
+        accounts: this.accounts,
+        clock: this.clock,
+        log: this.log,
+        metrics: this.metrics,
+      });
       const old = this.runtime;
       this.runtime = next;
       this.pools.configure(next.config);
@@ -722,6 +734,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     }
     this.failed?.close();
     this.transport.close();
+    this.accounts.close();
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
     if (!this.opts.store) await this.store.close();

@@ -135,8 +135,9 @@ export const usageHandler: Handler = async (ctx) => {
     });
     return;
   }
-  const spent = await store.balanceSpent(key.user);
-  const left = (user?.balance ?? 0) - spent;
+  // The file's credit (a file user's `balance`) plus what top-ups stored, minus the spend.
+  const wallet = await store.wallet(key.user);
+  const left = (user?.balance ?? 0) + wallet.credit - wallet.spent;
   const balance = microsToUsd(left);
   sendJson(ctx, 200, {
     mode: 'unrestricted',

@@ -12,7 +12,11 @@
  *
  * Credentials: `Authorization: Bearer` (scheme case-insensitive), then `x-api-key`, then
  * `x-goog-api-key` (the neutral `x-alt-api-key` too). A key is looked up by its SHA-256 digest,
- * never compared as a plain string.
+ * never compared as a plain string, among the config file's keys and the store's (made through the
+ * admin API; `deps.accounts`, synchronous). A stored key is refused with a retryable 503
+ * billing_service_error while this instance cannot confirm its copy of the store's keys is current
+ * (the store unreachable beyond the bound of docs/accounts.md): a key revoked meanwhile must not be
+ * served.
  */
 import crypto from 'node:crypto';
 import { definePlugin } from '../../core/plugin.js';
@@ -63,7 +67,7 @@ export default definePlugin<AuthOptions>({
   name: 'auth',
   description: 'API key authentication and the group endpoint matrix',
   schema: authSchema,
-  create(_options, { config }) {
+  create(_options, { config, accounts }) {
     return {
       onRequest(ctx) {
         if (keyInQuery(ctx.req.url ?? '/')) throw new GatewayError('API_KEY_IN_QUERY');
@@ -75,11 +79,15 @@ export default definePlugin<AuthOptions>({
         const first = values[0];
         if (!KEY_FORMAT.test(first)) throw new GatewayError('INVALID_API_KEY');
         const digest = sha256Hex(first);
-        const key = config.keysByDigest.get(digest);
-        if (!key) throw new GatewayError('INVALID_API_KEY');
+        const found = accounts.keyByDigest(digest);
+        if (!found) throw new GatewayError('INVALID_API_KEY');
         if (values.length > 1) throw new GatewayError('INVALID_API_KEY', { message: 'More than one API key was sent' });
+        if (found.source === 'store' && !accounts.directory.isFresh()) {
+          throw new GatewayError('BILLING_SERVICE', { message: 'The key cannot be checked right now, please retry later' });
+        }
+        const key = found.key;
         if (!key.enabled) throw new GatewayError('API_KEY_DISABLED');
-        const user = config.users[key.user];
+        const user = accounts.user(key.user);
         if (!user) throw new GatewayError('USER_NOT_FOUND');
         if (user.status !== 'active') throw new GatewayError('USER_INACTIVE');
         ctx.key = key;
@@ -93,6 +101,8 @@ export default definePlugin<AuthOptions>({
         }
         if (!key.group) throw new GatewayError('NO_GROUP');
         const group = config.groups[key.group];
+        // A stored key's group may have left the config since the key was made: as good as none.
+        if (!group) throw new GatewayError('NO_GROUP');
         ctx.group = group;
         const access = endpointAccess(group, ctx.route.protocol, ctx.route.handler);
         if (access === 'not_found') throw new GatewayError('ENDPOINT_NOT_SERVED');

@@ -10,26 +10,11 @@ import net from 'node:net';
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import { createSlot, normaliseIp, type RequestContext } from '../../core/context.js';
+import { compileList } from '../../core/ip.js';
+import type { KeyConfig } from '../../core/config/types.js';
 import { ipFilterSchema, type IpFilterOptions } from './schema.js';
 
-export function compileList(entries: readonly string[], where: string): net.BlockList | undefined {
-  if (entries.length === 0) return undefined;
-  const list = new net.BlockList();
-  for (const raw of entries) {
-    const e = raw.trim();
-    const [addr, bits] = e.split('/');
-    const family = net.isIP(addr);
-    if (family === 0) throw new Error(`${where}: '${raw}' is not an IP address or CIDR`);
-    const type = family === 4 ? 'ipv4' : 'ipv6';
-    if (bits === undefined) list.addAddress(addr, type);
-    else {
-      const n = Number(bits);
-      if (!/^\d+$/.test(bits) || n > (family === 4 ? 32 : 128)) throw new Error(`${where}: '${raw}' has an invalid prefix length`);
-      list.addSubnet(addr, n, type);
-    }
-  }
-  return list;
-}
+export { compileList };
 
 /** The address as the filter saw it ('' when X-Forwarded-For hid it). */
 const CLIENT_IP = createSlot<string>('ip-filter.client');
@@ -74,15 +59,23 @@ export default definePlugin<IpFilterOptions>({
     const allow = compileList(options.allow, 'ip-filter allow');
     const deny = compileList(options.deny, 'ip-filter deny');
     const trusted = compileList(config.server.trustedProxies, 'server.trusted_proxies');
-    const perKey = new Map<string, { allow?: net.BlockList; deny?: net.BlockList }>();
-    for (const k of config.keys) {
-      if (k.ipAllow.length || k.ipDeny.length) {
-        perKey.set(k.id, { allow: compileList(k.ipAllow, `key ${k.id} ip_allow`), deny: compileList(k.ipDeny, `key ${k.id} ip_deny`) });
+    // Per key, compiled once per key object: the file's keys now (a bad entry fails the load), the
+    // store's on first use (the admin API checked their entries; a changed key is a new object).
+    const perKey = new WeakMap<KeyConfig, { allow?: net.BlockList; deny?: net.BlockList }>();
+    const listsOf = (k: KeyConfig) => {
+      let lists = perKey.get(k);
+      if (!lists) {
+        lists = { allow: compileList(k.ipAllow, `key ${k.id} ip_allow`), deny: compileList(k.ipDeny, `key ${k.id} ip_deny`) };
+        perKey.set(k, lists);
       }
-    }
+      return lists;
+    };
+    for (const k of config.keys) listsOf(k);
     const checkKey = (ctx: RequestContext, ip: string) => {
-      const own = ctx.key ? perKey.get(ctx.key.id) : undefined;
-      if (own) check(ip, own.allow, own.deny);
+      const key = ctx.key;
+      if (!key || (key.ipAllow.length === 0 && key.ipDeny.length === 0)) return;
+      const own = listsOf(key);
+      check(ip, own.allow, own.deny);
     };
     return {
       onRequest(ctx) {

@@ -25,8 +25,9 @@ function checkSubscription(ctx: RequestContext): void {
 /** Routes that call no model: a plan needs its subscription, a balance some credit left. */
 async function eligible(ctx: RequestContext, user: UserConfig, group: GroupConfig): Promise<void> {
   if (group.billing === 'plan') return checkSubscription(ctx);
-  const spent = await ctx.store.balanceSpent(user.name);
-  if (user.balance - spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
+  // The file's credit (`balance`), what top-ups stored, minus the spend.
+  const wallet = await ctx.store.wallet(user.name);
+  if (user.balance + wallet.credit - wallet.spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
 }
 
 export default definePlugin<QuotaOptions>({
