@@ -17,7 +17,7 @@ import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js
 import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
 import type { PluginRegistry } from './plugin.js';
 import type { Outcome, ParsedBody } from './types.js';
-import { RequestContext } from './context.js';
+import { RequestContext, normaliseIp } from './context.js';
 import { GatewayError, renderError, toGatewayError } from './errors.js';
 import { BodyMemory, readBody, recordedBody } from './body.js';
 import { KEEPALIVE } from './sse.js';
@@ -37,7 +37,7 @@ import type { Handler } from './handlers/types.js';
 import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
-import { adminHandler } from './handlers/admin.js';
+import { AdminApi } from './admin/index.js';
 import { FailedRequestLog, type Secrets } from './failed-requests.js';
 import { AccountPools } from './pool/index.js';
 import { AccountDirectory } from './accounts/directory.js';
@@ -114,6 +114,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
 
   /** The store's users and keys, followed by this process (core/accounts). */
   readonly accounts: AccountDirectory;
+  private readonly admin: AdminApi;
 
   private constructor(
     private readonly opts: GatewayOptions<U>,
@@ -124,6 +125,19 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   ) {
     this.pools = new AccountPools({ store, clock, log, metrics });
     this.accounts = new AccountDirectory(store, clock, log);
+    this.admin = new AdminApi({
+      current: () => this.runtime,
+      directory: this.accounts,
+      store,
+      pools: this.pools,
+      clock,
+      log,
+      reload: async () => {
+        const err = await this.reload();
+        if (!err) this.opts.onAdminReload?.();
+        return err;
+      },
+    });
   }
 
   static async start<U extends LocalUpstream = LocalUpstream>(opts: GatewayOptions<U>): Promise<Gateway<U>> {
@@ -137,6 +151,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       (await openStore(loaded.config.store, clock, log, {
         workers: loaded.config.server.workers,
         onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
+        auditRetentionMs: loaded.config.admin.auditRetentionMs,
       }));
     metrics.storeDegraded.set((await opened.health()).degraded ? 1 : 0);
     const store = instrumentStore(opened, metrics);
@@ -459,16 +474,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       const method = req.method ?? 'GET';
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
-        await adminHandler(req, res, {
-          config: rt.config,
-          store: this.store,
-          pools: this.pools,
-          reload: async () => {
-            const err = await this.reload();
-            if (!err) this.opts.onAdminReload?.();
-            return err;
-          },
-        });
+        await this.admin.handle(req, res, normaliseIp(req.socket.remoteAddress ?? ''));
         return;
       }
       const route = rt.match(method, pathname);

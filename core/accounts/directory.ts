@@ -301,9 +301,8 @@ export class AccountView {
 
   /** Every key, file first then store, each in name order. */
   allKeys(): { key: KeyConfig; source: Source; record?: Stored<KeyRecord> }[] {
-    const file = this.config.keys.map((key) => ({ key, source: 'file' }));
-    file.sort((a, b) => (a.key.name < b.key.name ? -1 : a.key.name > b.key.name ? 1 : 0));
-    const out: { key: KeyConfig; source: Source; record?: Stored<KeyRecord> }[] = file;
+    const out: { key: KeyConfig; source: Source; record?: Stored<KeyRecord> }[] = this.config.keys.map((key) => ({ key, source: 'file' }));
+    out.sort((a, b) => (a.key.name < b.key.name ? -1 : a.key.name > b.key.name ? 1 : 0));
     for (const name of this.directory.storedKeyNames()) {
       if (this.fileKeyNames.has(name)) continue;
       const k = this.directory.storedKey(name)!;

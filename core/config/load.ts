@@ -14,7 +14,10 @@ import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
 import { gatewaySchema } from './schema.js';
+import { KEY_FORMAT } from '../accounts/secret.js';
 import type {
+  AdminConfig,
+  AdminToken,
   AccountConfig,
   GatewayConfig,
   GroupConfig,
@@ -83,8 +86,6 @@ function pathString(segs: readonly Seg[]): string {
   for (const s of segs) out += typeof s === 'number' ? `[${s}]` : out ? `.${s}` : s;
   return out;
 }
-
-const KEY_FORMAT = /^(sk-[0-9a-fA-F]{64}|[A-Za-z0-9_-]{16,})$/;
 
 export function sha256Hex(s: string): string {
   return createHash('sha256').update(s, 'utf8').digest('hex');
@@ -592,6 +593,7 @@ async function loadChecked(
       token: raw.metrics?.token || undefined,
       keyLabels: raw.metrics?.key_labels ?? false,
     },
+    admin: adminConfig(raw, server.adminToken, fail),
     failedRequests: {
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
@@ -614,6 +616,34 @@ async function loadChecked(
     routes,
   };
   return { config: deepFreeze(config), plugins: plans, warnings };
+}
+
+/** The admin API's tokens (server.admin_token is `admin`) as digests, names unique. */
+function adminConfig(raw: any, adminToken: string | undefined, fail: (segs: readonly Seg[], msg: string) => void): AdminConfig {
+  const tokens: AdminToken[] = [];
+  if (adminToken) tokens.push({ name: 'admin', digest: createHash('sha256').update(adminToken).digest('hex') });
+  (raw.admin?.tokens ?? []).forEach((t: any, i: number) => {
+    const segs: Seg[] = ['admin', 'tokens', i];
+    if ((t.token === undefined) === (t.token_sha256 === undefined)) {
+      fail(segs, 'give exactly one of token and token_sha256');
+      return;
+    }
+    if (tokens.some((o) => o.name === t.name)) {
+      fail([...segs, 'name'], `token name '${t.name}' is used twice${t.name === 'admin' ? ' (server.admin_token is named admin)' : ''}`);
+      return;
+    }
+    const digest = t.token_sha256 ? String(t.token_sha256).toLowerCase() : createHash('sha256').update(String(t.token)).digest('hex');
+    if (tokens.some((o) => o.digest === digest)) {
+      fail(segs, `token '${t.name}' is the same secret as token '${tokens.find((o) => o.digest === digest)!.name}'`);
+      return;
+    }
+    tokens.push({ name: t.name, digest });
+  });
+  return {
+    tokens,
+    auditRetentionMs: parseDuration(raw.admin?.audit_retention ?? '90d'),
+    authFailuresPerMinute: raw.admin?.auth_failures_per_minute ?? 10,
+  };
 }
 
 /** Replaces `${VAR}` and `${VAR:-default}` in string scalars; `$${` stays a literal `${`. */

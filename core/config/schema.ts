@@ -227,6 +227,39 @@ export const gatewaySchema = {
         },
       },
     },
+    admin: {
+      type: 'object',
+      additionalProperties: false,
+      description: 'The admin API under /admin/ (docs/accounts.md): its tokens and its audit trail',
+      properties: {
+        tokens: {
+          type: 'array',
+          description:
+            'Named bearer tokens of the admin API, besides server.admin_token (named `admin`); the name is what the audit trail records as the actor',
+          items: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['name'],
+            properties: {
+              name: { type: 'string', pattern: '^[A-Za-z0-9_.-]{1,64}$', description: 'Who this token is, in the audit trail and logs' },
+              token: { type: 'string', minLength: 16, description: 'The token itself (e.g. ${ADMIN_TOKEN_OPS}); only its SHA-256 is kept' },
+              token_sha256: {
+                type: 'string',
+                pattern: '^[0-9a-fA-F]{64}$',
+                description: 'The SHA-256 (hex) of the token instead of the token (`gateway keygen` prints both)',
+              },
+            },
+          },
+        },
+        audit_retention: { ...duration, default: '90d', description: 'Audit entries older than this are dropped' },
+        auth_failures_per_minute: {
+          type: 'integer',
+          minimum: 1,
+          default: 10,
+          description: 'Failed admin authentications allowed per client IP and minute; past it 429 until the minute ends',
+        },
+      },
+    },
     failed_requests: {
       type: 'object',
       additionalProperties: false,

@@ -53,6 +53,19 @@ export interface ServerConfig {
   streamKeepaliveMs: number;
 }
 
+/** One admin API token: its name (the audit trail's actor) and its SHA-256 digest. */
+export interface AdminToken {
+  name: string;
+  digest: string;
+}
+
+export interface AdminConfig {
+  /** Every token that opens the admin API (server.admin_token is the one named `admin`); none: off. */
+  tokens: readonly AdminToken[];
+  auditRetentionMs: number;
+  authFailuresPerMinute: number;
+}
+
 export interface StoreConfig {
   kind: 'memory' | 'redis';
   path?: string;
@@ -228,6 +241,7 @@ export interface GatewayConfig {
   server: Readonly<ServerConfig>;
   store: Readonly<StoreConfig>;
   metrics: Readonly<MetricsConfig>;
+  admin: Readonly<AdminConfig>;
   failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;

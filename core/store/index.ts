@@ -11,6 +11,8 @@ export interface OpenStoreOptions {
   workers?: number;
   /** Told when the store's health changes (Redis away / back). */
   onHealth?: (h: StoreHealth) => void;
+  /** How long admin audit entries are kept (admin.audit_retention). */
+  auditRetentionMs?: number;
 }
 
 export async function openStore(cfg: StoreConfig, clock: Clock, log: Logger, opts: OpenStoreOptions = {}): Promise<Store> {
@@ -26,7 +28,8 @@ export async function openStore(cfg: StoreConfig, clock: Clock, log: Logger, opt
       clock: clock === systemClock ? undefined : clock,
       log,
       onHealth: opts.onHealth,
+      auditRetentionMs: opts.auditRetentionMs,
     });
   }
-  return MemoryStore.open({ path: cfg.path, flushIntervalMs: cfg.flushIntervalMs, clock, log });
+  return MemoryStore.open({ path: cfg.path, flushIntervalMs: cfg.flushIntervalMs, clock, log, auditRetentionMs: opts.auditRetentionMs });
 }

@@ -18,14 +18,13 @@
  * (the store unreachable beyond the bound of docs/accounts.md): a key revoked meanwhile must not be
  * served.
  */
-import crypto from 'node:crypto';
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import type { RequestContext } from '../../core/context.js';
 import { endpointAccess } from '../../core/routing.js';
+import { KEY_FORMAT, sha256Hex } from '../../core/accounts/secret.js';
 import { authSchema, type AuthOptions } from './schema.js';
 
-const KEY_FORMAT = /^(sk-[0-9a-fA-F]{64}|[A-Za-z0-9_-]{16,})$/;
 const BEARER = /^bearer\s+(.*)$/i;
 const ALT_HEADERS = ['x-goog-api-key', 'x-alt-api-key'] as const;
 
@@ -56,12 +55,6 @@ function keyInQuery(target: string): boolean {
   const url = new URL(target, 'http://gateway');
   return url.searchParams.has('key') || url.searchParams.has('api_key');
 }
-
-/** SHA-256, hex: the one-shot `crypto.hash` where Node has it (20.12+), else a Hash object. */
-const sha256Hex: (s: string) => string =
-  typeof crypto.hash === 'function'
-    ? (s) => crypto.hash('sha256', s, 'hex')
-    : (s) => crypto.createHash('sha256').update(s, 'utf8').digest('hex');
 
 export default definePlugin<AuthOptions>({
   name: 'auth',
