@@ -3,18 +3,21 @@
 -- compare-and-set on its revision, the digest index of keys, the version, the change log, the
 -- audit entry, and the notice to every instance.
 --
--- ARGV[1] op, ARGV[2] now ('0' = TIME); the rest per op below.
+-- ARGV[1] op, ARGV[2] now ('0' = TIME); the rest per op below. A write (write, credit) also takes
+-- a deadline in Redis time (its last argument; '0' = none): run later than that — Redis was frozen
+-- while the call waited, and its caller has given up and answered 503 — it changes nothing and
+-- answers {-2}.
 --
 -- write  KEYS: records hash (users or keys), digests hash, version, change log, audit stream
 --        ARGV[3] kind (u|k) [4] name [5] expected revision [6] record JSON ('' = delete)
---        [7] digest (keys) [8] audit JSON without id and at [9] audit retention ms [10] channel
+--        [7] digest (keys) [8] audit JSON without id and at [9] audit retention ms [10] channel [11] deadline
 --        → {1, rev, version, audit id, now} | {0, 'conflict' | 'digest_taken'}
 -- load   KEYS: users hash, keys hash, version  → {version, users (name, stored)…, keys (name, stored)…}
 -- changes KEYS: users hash, keys hash, version, change log  ARGV[3] since
 --        → {version, [kind:name, stored or false]…} | {-1} when `since` is ahead of the store (it lost data)
 -- credit KEYS: wallet hash, idempotency key, credits stream
 --        ARGV[3] amount [4] base credit [5] the record's JSON fields without id, at, credit, spent
---        (a fragment starting with a comma) [6] fingerprint ('' = no key) [7] key TTL ms
+--        (a fragment starting with a comma) [6] fingerprint ('' = no key) [7] key TTL ms [8] deadline
 --        → {1, id, at, credit, spent} | {2, stored record text} (replay) | {3} (other fingerprint) | {4} (below zero)
 -- audit  KEYS: audit stream  ARGV[3] audit JSON without id and at  [4] retention ms  → {id, now}
 --
@@ -22,6 +25,12 @@
 
 local op = ARGV[1]
 local now = now_ms(ARGV[2])
+
+local function expired(deadline)
+  if deadline == '0' then return false end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(deadline)
+end
 
 local function rev_of(stored)
   if not stored then return 0 end
@@ -36,6 +45,7 @@ local function add_audit(k, fields, retention)
 end
 
 if op == 'write' then
+  if expired(ARGV[11]) then return { -2 } end
   local kind, name, expect, value, digest = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
   local cur = redis.call('HGET', KEYS[1], name)
   local rev = rev_of(cur)
@@ -77,6 +87,7 @@ elseif op == 'changes' then
   end
   return out
 elseif op == 'credit' then
+  if expired(ARGV[8]) then return { -2 } end
   local amount, base, fields, fp = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
   if fp ~= '' then
     local got = redis.call('GET', KEYS[2])

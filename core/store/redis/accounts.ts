@@ -14,9 +14,10 @@
  *   entry is appended right after, in the accounts' slot: if that second call fails the credit
  *   stands (its record is in the credits stream) and the failure is logged with the entry.
  * - While Redis is away (health.ts) every call here fails closed: 503 billing_service_error, and
- *   nothing changes. A call that timed out may or may not have applied: a record write is guarded
- *   by its revision (retrying it is a conflict if it went through), a top-up by its
- *   Idempotency-Key.
+ *   nothing changes. A write carries a deadline in Redis time, just before its caller's timeout
+ *   (the offset between this process's clock and Redis TIME is measured with a TIME call, again
+ *   every minute): a write Redis runs only after it (Redis was frozen while the call waited, and the
+ *   caller has answered 503) changes nothing. So a write answered 503 never applies later.
  * - Redis time (or the test clock) stamps records, audit entries and credit records. Audit and
  *   credit ids are the stream ids (`<ms>-<n>`, Redis time).
  */
@@ -74,8 +75,15 @@ function entryOf<T>(e: Reply): T & { id: string } {
   return { id, ...(JSON.parse(fields[1]) as T) };
 }
 
+/** How long a measured offset to Redis TIME is trusted. */
+const OFFSET_TTL_MS = 60_000;
+/** Kept between a write's deadline in Redis and its caller's timeout. */
+const DEADLINE_MARGIN_MS = 25;
+
 export class Accounts {
   private readonly listeners = new Set<() => void>();
+  /** Redis TIME minus this process's clock (ms), its uncertainty, and when it was measured. */
+  private offset: { ms: number; error: number; at: number } | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -110,6 +118,19 @@ export class Accounts {
     }
   }
 
+  /** The deadline of a write sent now, in Redis time (see the top). */
+  private async deadline(): Promise<string> {
+    const now = Date.now();
+    if (!this.offset || now - this.offset.at > OFFSET_TTL_MS) {
+      const t0 = Date.now();
+      const [s, us] = await this.call(() => this.redis.cmd((c) => c.time()));
+      const t1 = Date.now();
+      this.offset = { ms: Number(s) * 1000 + Math.floor(Number(us) / 1000) - (t0 + t1) / 2, error: (t1 - t0) / 2 + 1, at: t1 };
+    }
+    const o = this.offset;
+    return String(Math.floor(Date.now() + o.ms + this.redis.timeoutMs - o.error - DEADLINE_MARGIN_MS));
+  }
+
   private hashOf(kind: AccountKind): string {
     return this.keys.accounts(kind === 'user' ? 'users' : 'keys');
   }
@@ -123,6 +144,7 @@ export class Accounts {
     if (w.value !== null && w.value.name !== w.name) throw new TypeError(`record name '${w.value.name}' written as '${w.name}'`);
     const k = this.keys;
     const digest = w.kind === 'key' && w.value !== null ? (w.value as KeyRecord).digest : '';
+    const deadline = await this.deadline();
     // A deleted key's digest leaves the index: the script reads it from the stored record.
     const r = (await this.call(() =>
       this.redis.run(
@@ -139,9 +161,11 @@ export class Accounts {
           auditFields(w.audit),
           String(this.auditRetentionMs),
           k.accountsChannel(),
+          deadline,
         ],
       ),
     )) as Reply[];
+    if (r[0] === -2) throw refuse(new Unavailable('Redis ran the write after its deadline'));
     if (r[0] === 0) return { ok: false, reason: r[1] as 'conflict' | 'digest_taken' };
     const audit: AuditEntry = { id: r[3] as string, at: r[4] as number, ...structuredClone(w.audit) };
     return { ok: true, rev: r[1] as number, version: r[2] as number, audit };
@@ -191,6 +215,7 @@ export class Accounts {
     // The record's own fields, as a JSON fragment the script completes (`{"at":…,"credit":…,"spent":…` + this + `}`).
     const fields = JSON.stringify({ user: req.user, amount: req.amount, reference: req.reference, actor: req.audit.actor }).slice(1, -1);
     const idem = req.idempotency;
+    const deadline = await this.deadline();
     const r = (await this.call(() =>
       this.redis.run(
         'accounts',
@@ -203,9 +228,11 @@ export class Accounts {
           `,${fields}`,
           idem?.fingerprint ?? '',
           String(IDEMPOTENCY_TTL_MS),
+          deadline,
         ],
       ),
     )) as Reply[];
+    if (r[0] === -2) throw refuse(new Unavailable('Redis ran the credit after its deadline'));
     if (r[0] === 2) {
       const text = r[1] as string;
       const nl = text.indexOf('\n');
