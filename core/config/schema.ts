@@ -517,7 +517,7 @@ export const gatewaySchema = {
       type: 'object',
       propertyNames: name,
       description:
-        "A map of user name → user. The store keeps a user's spend, plan usage and caps under the name: renaming a user starts a fresh wallet",
+        "A map of user name → user (users can also be made through the admin API: docs/accounts.md; a name declared here is the file's, read-only there). The store keeps a user's spend, top-ups, plan usage and caps under the name: renaming a user starts a fresh wallet",
       additionalProperties: {
         type: 'object',
         additionalProperties: false,
@@ -571,7 +571,8 @@ export const gatewaySchema = {
     },
     keys: {
       type: 'array',
-      description: 'API keys. Each has exactly one of `key` and `key_sha256`; the gateway keeps only digests and looks keys up by digest',
+      description:
+        "API keys (keys can also be made through the admin API: docs/accounts.md; a name declared here is the file's, read-only there). Each has exactly one of `key` and `key_sha256`; the gateway keeps only digests and looks keys up by digest",
       items: {
         type: 'object',
         additionalProperties: false,

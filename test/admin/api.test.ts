@@ -354,6 +354,34 @@ t.test('races: one name created twice, one Idempotency-Key twice — exactly one
   t.equal((await admin.get('/admin/users/racer')).json.wallet.credit_usd, 1);
 });
 
+t.test('a key deleted while its stream is in flight: the stream completes and is billed; the next request is refused', async (t) => {
+  await admin.post('/admin/users', { name: 'streamer' });
+  await admin.post('/admin/users/streamer/topups', { amount_usd: 5, reference: 's' }, { 'idempotency-key': 'stream-seed' });
+  const key = (await admin.post('/admin/keys', { user: 'streamer', group: 'chat', name: 'stream-key' })).json.key as string;
+  const stream = await sdk(key).chat.completions.create({
+    model: 'chat-model',
+    stream: true,
+    stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: 'a slow answer [[mock: chunk_delay=40]]' }],
+  });
+  let deleted = false;
+  let text = '';
+  let usage: unknown;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.usage) usage = chunk.usage;
+    if (!deleted) {
+      deleted = true;
+      t.equal((await admin.del('/admin/keys/stream-key')).status, 204, 'deleted mid-stream');
+    }
+  }
+  t.ok(text.length > 0 && usage, 'the stream ran to its end, with its usage');
+  const spent = (await admin.get('/admin/users/streamer')).json.wallet.spent_usd;
+  t.ok(spent > 0, `and was billed (${spent} USD)`);
+  const after = await call(`${g.url}/v1/chat/completions`, { headers: bearer(key), json: chatBody() });
+  t.same([after.status, after.json.code], [401, 'INVALID_API_KEY'], 'the next request is refused');
+});
+
 t.test('1,000 top-ups racing spending: balance = credits − recorded spend, exactly', async (t) => {
   await admin.post('/admin/users', { name: 'spender' });
   const k = (await admin.post('/admin/keys', { user: 'spender', group: 'chat', name: 'spender-key' })).json.key;
