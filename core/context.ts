@@ -11,7 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, type ErrorFormat } from './errors.js';
 import type { GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, UserConfig } from './config/types.js';
-import type { Claim, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
+import type { Claim, EstimateReason, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
 import { Abort } from './signal.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
@@ -142,6 +142,8 @@ export class RequestContext {
   usage?: Usage;
   /** True when `usage` is an estimate (the upstream never reported it). */
   usageEstimated = false;
+  /** Why `usage` is an estimate (its ledger record says so). */
+  estimateReason?: EstimateReason;
   /** The model that answered. */
   answeredModel?: ModelConfig;
   /** Streams: milliseconds from the request to its first content event sent to the client. */

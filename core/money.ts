@@ -19,6 +19,8 @@ export interface Usage {
   output: number;
   cacheRead: number;
   cacheWrite: number;
+  /** Reasoning tokens counted within `output`, when the upstream reports them (never priced apart). */
+  reasoning?: number;
 }
 
 export const ZERO_USAGE: Readonly<Usage> = Object.freeze({ input: 0, output: 0, cacheRead: 0, cacheWrite: 0 });

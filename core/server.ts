@@ -38,6 +38,8 @@ import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
 import { AdminApi } from './admin/index.js';
+import { FileLedgerReader, type LedgerReader } from './ledger/index.js';
+import type { LedgerFiles } from './ledger/files.js';
 import { FailedRequestLog, type Secrets } from './failed-requests.js';
 import { AccountPools } from './pool/index.js';
 import { AccountDirectory } from './accounts/directory.js';
@@ -115,6 +117,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   /** The store's users and keys, followed by this process (core/accounts). */
   readonly accounts: AccountDirectory;
   private readonly admin: AdminApi;
+  /** Where ledger queries are answered (the day files the store writes, or PostgreSQL). */
+  private ledgerReader?: LedgerReader;
 
   private constructor(
     private readonly opts: GatewayOptions<U>,
@@ -132,6 +136,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       pools: this.pools,
       clock,
       log,
+      ledger: () => this.ledgerReader,
       reload: async () => {
         const err = await this.reload();
         if (!err) this.opts.onAdminReload?.();
@@ -152,10 +157,13 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         workers: loaded.config.server.workers,
         onHealth: (h) => metrics.storeDegraded.set(h.degraded ? 1 : 0),
         auditRetentionMs: loaded.config.admin.auditRetentionMs,
+        ledger: loaded.config.ledger.dir ? { dir: loaded.config.ledger.dir, retentionMs: loaded.config.ledger.retentionMs } : undefined,
       }));
     metrics.storeDegraded.set((await opened.health()).degraded ? 1 : 0);
     const store = instrumentStore(opened, metrics);
     const gw = new Gateway<U>(opts, store, clock, log, metrics);
+    const files = (opened as { ledger?: LedgerFiles }).ledger;
+    if (files) gw.ledgerReader = new FileLedgerReader(files);
     try {
       await gw.startMocks(loaded.config);
       await gw.accounts.start();

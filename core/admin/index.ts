@@ -50,6 +50,8 @@ import {
 } from './openapi.js';
 import { AdminError, iso, invalid, pageLimit, readJson, sendError, sendJson, time, toUsd, usd, validator } from './http.js';
 import { auditRecord, auditView, keyView, topupView, userView } from './views.js';
+import * as ledger from './ledger.js';
+import type { LedgerReader } from '../ledger/index.js';
 
 const DAY = 86_400_000;
 /** Compare-and-set attempts of one write before it answers 409 conflict. */
@@ -65,6 +67,8 @@ export interface AdminDeps {
   clock: Clock;
   log: Logger;
   reload(): Promise<ConfigError | undefined>;
+  /** The ledger's reader, when the gateway keeps a ledger (core/ledger). */
+  ledger(): LedgerReader | undefined;
 }
 
 interface Call {
@@ -149,6 +153,21 @@ export class AdminApi {
     r('GET', '/admin/keys/{name}/usage', (c) => this.keyUsage(c));
     r('POST', '/admin/keys/{name}/reset-quota', (c) => this.resetQuota(c));
     r('GET', '/admin/audit', (c) => this.listAudit(c));
+    r('GET', '/admin/ledger/summary', (c) => ledger.summary(c.res, c.url, ledger.need(this.deps.ledger()), this.deps.clock.now()));
+    r('GET', '/admin/ledger/records', (c) => ledger.records(c.res, c.url, ledger.need(this.deps.ledger()), this.deps.clock.now()));
+    r('GET', '/admin/ledger/export', (c) =>
+      ledger.exportRecords(c.req, c.res, c.url, ledger.need(this.deps.ledger()), this.deps.clock.now()),
+    );
+    r('GET', '/admin/ledger/reconcile', (c) =>
+      ledger.reconcileRange(
+        c.res,
+        c.url,
+        ledger.need(this.deps.ledger()),
+        this.deps.store,
+        c.accounts.allKeys().map((k) => k.key.id),
+        this.deps.clock.now(),
+      ),
+    );
     r('POST', '/admin/reload', (c) => this.reload(c));
     r('GET', '/admin/accounts', async (c) => sendJson(c.res, 200, this.deps.pools?.view() ?? { providers: [] }));
   }

@@ -335,6 +335,131 @@ const AuditEntry = {
   },
 };
 
+const nullable = (type: string) => ({ type: [type, 'null'] });
+const LedgerRecord = {
+  type: 'object',
+  additionalProperties: false,
+  required: [
+    'id',
+    'type',
+    'ts',
+    'user',
+    'key',
+    'group',
+    'model_requested',
+    'model',
+    'provider',
+    'account',
+    'protocol_in',
+    'protocol_out',
+    'stream',
+    'status',
+    'billing',
+    'input_tokens',
+    'output_tokens',
+    'cache_read_tokens',
+    'cache_write_tokens',
+    'reasoning_tokens',
+    'usage_source',
+    'estimate_reason',
+    'list_micros',
+    'rate_ppm',
+    'charged_micros',
+    'duration_ms',
+    'ttft_ms',
+    'attempts',
+    'reference',
+    'actor',
+  ],
+  properties: {
+    id: { type: 'string', description: 'The request id, or credit:<id>' },
+    type: { enum: ['request', 'topup', 'correction'] },
+    ts: { type: 'integer', description: 'Epoch ms' },
+    user: { type: 'string' },
+    key: nullable('string'),
+    group: nullable('string'),
+    model_requested: nullable('string'),
+    model: nullable('string'),
+    provider: nullable('string'),
+    account: nullable('string'),
+    protocol_in: nullable('string'),
+    protocol_out: nullable('string'),
+    stream: nullable('boolean'),
+    status: nullable('integer'),
+    billing: { enum: ['balance', 'plan', null] },
+    input_tokens: { type: 'integer' },
+    output_tokens: { type: 'integer' },
+    cache_read_tokens: { type: 'integer' },
+    cache_write_tokens: { type: 'integer' },
+    reasoning_tokens: nullable('integer'),
+    usage_source: { enum: ['reported', 'estimated', null] },
+    estimate_reason: { enum: ['client_disconnect', 'cut_at_reservation', 'upstream_cut', 'no_usage_reported', 'crash_recovery', null] },
+    list_micros: { type: 'integer' },
+    rate_ppm: nullable('integer'),
+    charged_micros: { type: 'integer', description: 'Charged (requests) or credited (top-ups; corrections negative), micro-USD' },
+    duration_ms: nullable('integer'),
+    ttft_ms: nullable('integer'),
+    attempts: nullable('integer'),
+    reference: nullable('string'),
+    actor: nullable('string'),
+  },
+};
+const LedgerSummary = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['from', 'to', 'by', 'source', 'data'],
+  properties: {
+    from: { type: 'string' },
+    to: { type: 'string' },
+    by: { type: 'array', items: { type: 'string' } },
+    source: { enum: ['files', 'postgres'] },
+    data: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['records', 'requests', 'charged_usd', 'list_usd', 'credited_usd'],
+        properties: {
+          user: { type: 'string' },
+          key: { type: 'string' },
+          model: { type: 'string' },
+          group: { type: 'string' },
+          day: { type: 'string' },
+          type: { type: 'string' },
+          records: { type: 'integer' },
+          requests: { type: 'integer' },
+          input_tokens: { type: 'integer' },
+          output_tokens: { type: 'integer' },
+          cache_read_tokens: { type: 'integer' },
+          cache_write_tokens: { type: 'integer' },
+          list_usd: { type: 'number' },
+          charged_usd: { type: 'number' },
+          credited_usd: { type: 'number' },
+          estimated: { type: 'integer' },
+        },
+      },
+    },
+  },
+};
+const Reconciliation = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['from', 'to', 'source', 'ok', 'differences'],
+  properties: {
+    from: { type: 'string' },
+    to: { type: 'string' },
+    source: { type: 'string' },
+    ok: { type: 'boolean' },
+    differences: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['what', 'field', 'ledger', 'store'],
+        properties: { what: { type: 'string' }, field: { type: 'string' }, ledger: { type: 'integer' }, store: { type: 'integer' } },
+      },
+    },
+  },
+};
+
 const page = (item: object) => ({
   type: 'object',
   additionalProperties: false,
@@ -373,6 +498,13 @@ const limitCursor = [
   { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 200, default: 50 } },
   { name: 'cursor', in: 'query', schema: { type: 'string' }, description: 'next_cursor of the previous page' },
 ];
+const ledgerRange = [
+  { name: 'from', in: 'query', schema: { type: 'string', format: 'date' }, description: 'First UTC day (default: 30 days before to)' },
+  { name: 'to', in: 'query', schema: { type: 'string', format: 'date' }, description: 'Last UTC day, included (default: today)' },
+  { name: 'user', in: 'query', schema: { type: 'string' } },
+  { name: 'key', in: 'query', schema: { type: 'string' } },
+  { name: 'type', in: 'query', schema: { enum: ['request', 'topup', 'correction'] } },
+];
 const idempotencyKey = {
   name: 'Idempotency-Key',
   in: 'header',
@@ -409,6 +541,10 @@ export const OPENAPI = {
       CreateKey,
       UpdateKey,
       RotateKey,
+      LedgerRecord,
+      LedgerSummary,
+      Reconciliation,
+      LedgerPage: page(ref('LedgerRecord')),
       UserPage: page(ref('User')),
       KeyPage: page(ref('Key')),
       TopupPage: page(ref('Topup')),
@@ -563,6 +699,44 @@ export const OPENAPI = {
           ...limitCursor,
         ],
         responses: { 200: { description: 'A page of entries', content: json(ref('AuditPage')) }, ...errors(400), ...common },
+      },
+    },
+    '/admin/ledger/summary': {
+      get: {
+        summary: 'Ledger totals over UTC days, grouped (docs/ledger.md)',
+        parameters: [
+          ...ledgerRange,
+          { name: 'by', in: 'query', schema: { type: 'string' }, description: 'Comma-separated: user, key, model, group, day, type' },
+        ],
+        responses: { 200: { description: 'Totals', content: json(ref('LedgerSummary')) }, ...errors(400, 404), ...common },
+      },
+    },
+    '/admin/ledger/records': {
+      get: {
+        summary: 'Ledger records, oldest first, a page at a time',
+        parameters: [...ledgerRange, ...limitCursor],
+        responses: { 200: { description: 'A page of records', content: json(ref('LedgerPage')) }, ...errors(400, 404), ...common },
+      },
+    },
+    '/admin/ledger/export': {
+      get: {
+        summary: 'Every record of the range, streamed as JSON Lines or CSV',
+        parameters: [...ledgerRange, { name: 'format', in: 'query', schema: { enum: ['jsonl', 'csv'], default: 'jsonl' } }],
+        responses: {
+          200: {
+            description: 'The records',
+            content: { 'application/x-ndjson': { schema: { type: 'string' } }, 'text/csv': { schema: { type: 'string' } } },
+          },
+          ...errors(400, 404),
+          ...common,
+        },
+      },
+    },
+    '/admin/ledger/reconcile': {
+      get: {
+        summary: "The ledger against the store's counters, key by key, day by day, model by model",
+        parameters: ledgerRange,
+        responses: { 200: { description: 'Differences (none: ok)', content: json(ref('Reconciliation')) }, ...errors(400, 404), ...common },
       },
     },
     '/admin/reload': {

@@ -594,6 +594,21 @@ async function loadChecked(
       keyLabels: raw.metrics?.key_labels ?? false,
     },
     admin: adminConfig(raw, server.adminToken, fail),
+    ledger: {
+      dir: raw.ledger?.dir
+        ? path.resolve(baseDir, raw.ledger.dir)
+        : store.kind === 'memory'
+          ? store.path && path.join(store.path, 'ledger')
+          : path.resolve(baseDir, './data/ledger'),
+      retentionMs: parseDuration(raw.ledger?.retention ?? '400d'),
+      postgres: raw.ledger?.postgres
+        ? {
+            url: raw.ledger.postgres.url,
+            table: raw.ledger.postgres.table ?? 'ledger_records',
+            batchSize: raw.ledger.postgres.batch_size ?? 500,
+          }
+        : undefined,
+    },
     failedRequests: {
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),

@@ -227,6 +227,37 @@ export const gatewaySchema = {
         },
       },
     },
+    ledger: {
+      type: 'object',
+      additionalProperties: false,
+      description:
+        'The usage ledger (docs/ledger.md): a record per billed request and per top-up, in day files (JSON Lines) and, optionally, PostgreSQL',
+      properties: {
+        dir: {
+          type: 'string',
+          description:
+            "Folder of the day files (relative to this file). Default: the store folder's `ledger/` (memory store), else ./data/ledger. With the memory store and no store folder there is no ledger",
+        },
+        retention: { ...duration, default: '400d', description: 'Day files older than this are deleted' },
+        postgres: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['url'],
+          description:
+            'Also write every record to PostgreSQL (and answer ledger queries from it); the day files are its outbox while it is unreachable',
+          properties: {
+            url: { type: 'string', description: 'postgres://user:password@host:5432/db (e.g. ${LEDGER_DATABASE_URL})' },
+            table: {
+              type: 'string',
+              pattern: '^[a-z_][a-z0-9_]{0,62}$',
+              default: 'ledger_records',
+              description: 'The table (created by the migrations at start)',
+            },
+            batch_size: { type: 'integer', minimum: 1, maximum: 10000, default: 500, description: 'Records per INSERT' },
+          },
+        },
+      },
+    },
     admin: {
       type: 'object',
       additionalProperties: false,

@@ -53,6 +53,13 @@ export interface ServerConfig {
   streamKeepaliveMs: number;
 }
 
+export interface LedgerConfig {
+  /** Folder of the day files; undefined: no ledger (memory store without a folder). */
+  dir?: string;
+  retentionMs: number;
+  postgres?: { url: string; table: string; batchSize: number };
+}
+
 /** One admin API token: its name (the audit trail's actor) and its SHA-256 digest. */
 export interface AdminToken {
   name: string;
@@ -242,6 +249,7 @@ export interface GatewayConfig {
   store: Readonly<StoreConfig>;
   metrics: Readonly<MetricsConfig>;
   admin: Readonly<AdminConfig>;
+  ledger: Readonly<LedgerConfig>;
   failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;

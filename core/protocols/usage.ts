@@ -16,7 +16,19 @@ export function fromChatUsage(u: any): Usage | undefined {
   const detailWrite = u.prompt_tokens_details?.cache_write_tokens;
   const write = n(detailWrite ?? u.cache_creation_input_tokens);
   const inside = detailWrite !== undefined ? write : 0;
-  return { input: Math.max(0, n(u.prompt_tokens) - cached - inside), output: n(u.completion_tokens), cacheRead: cached, cacheWrite: write };
+  const out: Usage = {
+    input: Math.max(0, n(u.prompt_tokens) - cached - inside),
+    output: n(u.completion_tokens),
+    cacheRead: cached,
+    cacheWrite: write,
+  };
+  return withReasoning(out, u.completion_tokens_details?.reasoning_tokens);
+}
+
+/** Reasoning tokens, when reported, on the usage (not a bucket: they are part of `output`). */
+function withReasoning(u: Usage, reasoning: unknown): Usage {
+  if (typeof reasoning === 'number' && Number.isFinite(reasoning) && reasoning > 0) u.reasoning = Math.floor(reasoning);
+  return u;
 }
 
 export function toChatUsage(u: Usage, reasoningTokens?: number): Record<string, unknown> {
@@ -60,7 +72,13 @@ export function fromResponsesUsage(u: any): Usage | undefined {
   if (!u || typeof u !== 'object') return undefined;
   const cached = n(u.input_tokens_details?.cached_tokens);
   const write = n(u.input_tokens_details?.cache_write_tokens);
-  return { input: Math.max(0, n(u.input_tokens) - cached - write), output: n(u.output_tokens), cacheRead: cached, cacheWrite: write };
+  const out: Usage = {
+    input: Math.max(0, n(u.input_tokens) - cached - write),
+    output: n(u.output_tokens),
+    cacheRead: cached,
+    cacheWrite: write,
+  };
+  return withReasoning(out, u.output_tokens_details?.reasoning_tokens);
 }
 
 export function toResponsesUsage(u: Usage, reasoningTokens?: number): Record<string, unknown> {
@@ -76,12 +94,15 @@ export function toResponsesUsage(u: Usage, reasoningTokens?: number): Record<str
 
 /** Merges a cumulative partial usage into what is known (later values overwrite). */
 export function mergeUsage(known: Usage | undefined, p: Partial<Usage>): Usage {
-  return {
+  const out: Usage = {
     input: p.input ?? known?.input ?? 0,
     output: p.output ?? known?.output ?? 0,
     cacheRead: p.cacheRead ?? known?.cacheRead ?? 0,
     cacheWrite: p.cacheWrite ?? known?.cacheWrite ?? 0,
   };
+  const reasoning = p.reasoning ?? known?.reasoning;
+  if (reasoning !== undefined) out.reasoning = reasoning;
+  return out;
 }
 
 /** Rough token estimate of text (≈ 4 characters a token), for when no usage was reported. */

@@ -13,6 +13,8 @@ export interface OpenStoreOptions {
   onHealth?: (h: StoreHealth) => void;
   /** How long admin audit entries are kept (admin.audit_retention). */
   auditRetentionMs?: number;
+  /** The ledger's day files (ledger.dir): the memory store writes them with its journal. */
+  ledger?: { dir: string; retentionMs: number };
 }
 
 export async function openStore(cfg: StoreConfig, clock: Clock, log: Logger, opts: OpenStoreOptions = {}): Promise<Store> {
@@ -31,5 +33,12 @@ export async function openStore(cfg: StoreConfig, clock: Clock, log: Logger, opt
       auditRetentionMs: opts.auditRetentionMs,
     });
   }
-  return MemoryStore.open({ path: cfg.path, flushIntervalMs: cfg.flushIntervalMs, clock, log, auditRetentionMs: opts.auditRetentionMs });
+  return MemoryStore.open({
+    path: cfg.path,
+    flushIntervalMs: cfg.flushIntervalMs,
+    clock,
+    log,
+    auditRetentionMs: opts.auditRetentionMs,
+    ledger: opts.ledger,
+  });
 }

@@ -13,7 +13,7 @@
  * injected Clock; Redis: the server's TIME), so every instance agrees on when a window resets.
  */
 import type { Usage } from '../money.js';
-import type { PlanLimits, Window } from '../config/types.js';
+import type { PlanLimits, ProtocolName, Window } from '../config/types.js';
 
 /** One limit a request must pass. Claims are checked in the order given; the first failure wins. */
 export type Claim =
@@ -91,6 +91,47 @@ export interface Settlement {
   estimated?: boolean;
   /** Applied by crash recovery (the admission's `recovery`), not by the request itself. */
   recovered?: boolean;
+  /**
+   * The request's details for its ledger record (core/ledger): stored with the settlement, never
+   * read by the counters. Absent on settlements that predate the ledger.
+   */
+  detail?: SettlementDetail;
+}
+
+/** Why a request's usage is an estimate rather than what the upstream reported. */
+export type EstimateReason =
+  /** The client left before the upstream reported its usage: billed for what was generated. */
+  | 'client_disconnect'
+  /** The stream passed its reservation and was ended as a length stop. */
+  | 'cut_at_reservation'
+  /** The upstream stream broke off before its usage. */
+  | 'upstream_cut'
+  /** The upstream answered without usage. */
+  | 'no_usage_reported'
+  /** The process died with the request in flight; settled by the recovery rule at the next start. */
+  | 'crash_recovery';
+
+/** What a settlement carries for its ledger record beyond what the counters need. */
+export interface SettlementDetail {
+  /** The model the client asked for (gateway id), before any fallback. */
+  requestedModel: string;
+  provider: string;
+  /** `<provider>/<account>` that answered. */
+  account?: string;
+  protocolIn: ProtocolName;
+  protocolOut: ProtocolName;
+  stream: boolean;
+  /** HTTP status the client got (499: it left first). */
+  status: number;
+  /** Reasoning tokens within `output`, when the upstream reported them. */
+  reasoning?: number;
+  /** Set when `estimated`. */
+  estimateReason?: EstimateReason;
+  /** The rate applied to the list price, ppm (the group multiplier or the user's personal rate). */
+  ratePpm: number;
+  ttftMs?: number;
+  /** Upstream attempts made (accounts and fallback models). */
+  attempts: number;
 }
 
 export interface SlotRequest {

@@ -51,6 +51,7 @@ export async function deliverJson(ctx: RequestContext, attempt: Attempt, up: Ups
   if (!out.usage) {
     ctx.usage = estimateUsage(ctx, 0, out.body.length);
     ctx.usageEstimated = true;
+    ctx.estimateReason = 'no_usage_reported';
   }
   // With its length, as the providers send it (not chunked): the whole answer is in hand. An
   // ASCII answer (most are) has the same bytes in latin1, which encodes as a plain copy, far

@@ -87,4 +87,5 @@ export function billInput(ctx: RequestContext, attempt: Attempt): void {
   ctx.answeredModel = attempt.model;
   ctx.usage = estimateUsage(ctx, 0);
   ctx.usageEstimated = true;
+  ctx.estimateReason = 'client_disconnect';
 }

@@ -353,6 +353,7 @@ export class StreamDelivery {
     }
     this.settleUsage(false);
     ctx.usageEstimated = true;
+    ctx.estimateReason = 'cut_at_reservation';
     const usage = ctx.usage ?? this.estimate();
     const frames = translator.truncate ? translator.truncate(usage) : '';
     ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
@@ -424,9 +425,11 @@ export class StreamDelivery {
       if (!complete) u.output = Math.max(u.output, estimateTokens(chars));
       ctx.usage = u;
       ctx.usageEstimated = u.output !== reported.output;
+      if (ctx.usageEstimated) ctx.estimateReason = ctx.clientGone.aborted ? 'client_disconnect' : 'upstream_cut';
     } else if (chars > 0 || complete) {
       ctx.usage = this.estimate();
       ctx.usageEstimated = true;
+      ctx.estimateReason = complete ? 'no_usage_reported' : ctx.clientGone.aborted ? 'client_disconnect' : 'upstream_cut';
     }
   }
 

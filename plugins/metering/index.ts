@@ -10,6 +10,14 @@ import { priceUsage } from '../../core/money.js';
 import { WINDOWS } from '../../core/config/types.js';
 import { chargeRate } from '../../core/billing.js';
 import { meteringSchema, type MeteringOptions } from './schema.js';
+import type { ModelConfig } from '../../core/config/types.js';
+import type { Attempt } from '../../core/types.js';
+
+/** The attempt that answered: the last one of the answering model. */
+function answeringAttempt(attempts: readonly Attempt[], model: ModelConfig): Attempt | undefined {
+  for (let i = attempts.length - 1; i >= 0; i--) if (attempts[i].model === model) return attempts[i];
+  return undefined;
+}
 
 export default definePlugin<MeteringOptions>({
   name: 'metering',
@@ -18,10 +26,12 @@ export default definePlugin<MeteringOptions>({
   requires: ['auth'],
   create(_o, { log }) {
     return {
-      async onFinally(ctx) {
+      async onFinally(ctx, outcome) {
         const { key, user, group, usage, answeredModel: model } = ctx;
         if (!key || !group || !usage || !model || ctx.route.handler) return;
-        const charge = priceUsage(usage, model.price, chargeRate(user, group));
+        const ratePpm = chargeRate(user, group);
+        const charge = priceUsage(usage, model.price, ratePpm);
+        const answering = answeringAttempt(ctx.attempts, model);
         try {
           await ctx.store.settle(ctx.ledgerId, {
             keyId: key.id,
@@ -35,6 +45,21 @@ export default definePlugin<MeteringOptions>({
             durationMs: ctx.clock.now() - ctx.startedAt,
             windows: WINDOWS.filter((w) => key.windows[w] > 0),
             estimated: ctx.usageEstimated || undefined,
+            // The ledger record's details (core/ledger), stored with the settlement.
+            detail: {
+              requestedModel: ctx.requested?.model.id ?? ctx.parsed?.model ?? model.id,
+              provider: model.provider,
+              account: answering?.account?.id,
+              protocolIn: ctx.route.protocol ?? answering?.upstreamProtocol ?? 'openai-chat',
+              protocolOut: answering?.upstreamProtocol ?? ctx.route.protocol ?? 'openai-chat',
+              stream: ctx.parsed?.stream ?? false,
+              status: outcome.status,
+              reasoning: usage.reasoning,
+              estimateReason: ctx.usageEstimated ? (ctx.estimateReason ?? (outcome.clientAborted ? 'client_disconnect' : 'no_usage_reported')) : undefined,
+              ratePpm,
+              ttftMs: ctx.ttftMs,
+              attempts: ctx.attempts.length,
+            },
           });
           ctx.admission.markSettled();
           // The core's token and cost metrics and the access log line read it.

@@ -11,7 +11,7 @@ import type { ProtocolName } from '../../core/config/types.js';
 import { hubConversion } from '../../core/protocols/convert.js';
 import { SseParser } from '../../core/sse.js';
 import { fromAnthropicUsage, fromChatUsage } from '../../core/protocols/usage.js';
-import { OPTS, PROTOCOLS, curlBody, parseArgs, readJson, responseSeen, sees, text, transcripts, type Seen } from './helpers.js';
+import { buckets, OPTS, PROTOCOLS, curlBody, parseArgs, readJson, responseSeen, sees, text, transcripts, type Seen } from './helpers.js';
 
 const ZERO = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
 const jsonFetch = (body: string) => async () => new Response(body, { status: 200, headers: { 'content-type': 'application/json' } });
@@ -40,7 +40,7 @@ async function seesJson(p: ProtocolName, body: string): Promise<Seen> {
             : m.stop_reason === 'refusal'
               ? 'refusal'
               : 'stop',
-      usage: fromAnthropicUsage(m.usage) ?? ZERO,
+      usage: buckets(fromAnthropicUsage(m.usage)) ?? ZERO,
     };
   }
   const client = new OpenAI({ apiKey: 'k', baseURL: 'http://sdk.test', maxRetries: 0, fetch: jsonFetch(body) });
@@ -54,7 +54,7 @@ async function seesJson(p: ProtocolName, body: string): Promise<Seen> {
       thinking: msg.reasoning_content ?? '',
       signatures: (msg.thinking_blocks ?? []).map((b: any) => b.signature),
       finish: fr === 'length' ? 'length' : fr === 'tool_calls' ? 'tool' : fr === 'content_filter' ? 'refusal' : 'stop',
-      usage: fromChatUsage(c.usage) ?? ZERO,
+      usage: buckets(fromChatUsage(c.usage)) ?? ZERO,
     };
   }
   return responseSeen(await client.responses.create({ model: 'm', input: 'hi' }));
@@ -77,7 +77,7 @@ for (const [from, rel] of RESPONSES) {
     for (const to of PROTOCOLS) {
       const conv = hubConversion(to, from)!;
       const out = conv.response(text, OPTS);
-      t.same(out.usage, src.usage, `${from} → ${to}: usage reported to billing = the upstream's buckets`);
+      t.same(buckets(out.usage), src.usage, `${from} → ${to}: usage reported to billing = the upstream's buckets`);
       t.same(await seesJson(to, out.body), src, `${from} → ${to}: the user sees the same answer`);
     }
   });
@@ -175,7 +175,7 @@ t.test('the hub stream translator over every transcript', async (t) => {
         }
         t.ok(end.complete, `${name}: complete`);
         const seen = await sees(to, out);
-        t.same(tx.usage() ?? ZERO, seen.usage, `${name}: what billing records is what the client was told`);
+        t.same(buckets(tx.usage()) ?? ZERO, seen.usage, `${name}: what billing records is what the client was told`);
         t.ok(tx.outputChars() >= seen.text.length, `${name}: output characters counted`);
       }
     }

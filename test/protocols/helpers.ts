@@ -120,6 +120,11 @@ export interface Seen {
 
 const ZERO: Usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
 
+/** A usage's four billed buckets (reasoning tokens are a detail within `output`, not a bucket). */
+export function buckets(u: Usage | undefined): Usage | undefined {
+  return u && { input: u.input, output: u.output, cacheRead: u.cacheRead, cacheWrite: u.cacheWrite };
+}
+
 export function parseArgs(s: unknown): unknown {
   if (typeof s !== 'string' || s.trim() === '') return {};
   try {
@@ -157,7 +162,7 @@ export async function anthropicSees(text: string): Promise<{ seen: Seen; message
       .join(''),
     signatures: blocks.filter((b) => b.type === 'thinking' || b.type === 'redacted_thinking').map((b) => b.signature ?? b.data),
     finish,
-    usage: fromAnthropicUsage(message.usage) ?? ZERO,
+    usage: buckets(fromAnthropicUsage(message.usage)) ?? ZERO,
   };
   return { seen, message };
 }
@@ -192,7 +197,7 @@ export async function chatSees(text: string): Promise<{ seen: Seen; completion: 
     signatures: blocks.map((b) => b.signature ?? b.data),
     finish:
       fr === 'length' ? 'length' : fr === 'tool_calls' || fr === 'function_call' ? 'tool' : fr === 'content_filter' ? 'refusal' : 'stop',
-    usage: fromChatUsage(completion.usage) ?? ZERO,
+    usage: buckets(fromChatUsage(completion.usage)) ?? ZERO,
   };
   return { seen, completion, chunks };
 }
@@ -224,7 +229,7 @@ export function responseSeen(r: any): Seen {
       .join(''),
     signatures: output.filter((o) => o.type === 'reasoning' && o.encrypted_content).map((o) => o.encrypted_content),
     finish,
-    usage: fromResponsesUsage(r.usage) ?? ZERO,
+    usage: buckets(fromResponsesUsage(r.usage)) ?? ZERO,
   };
 }
 

@@ -44,6 +44,7 @@ import type {
 } from '../types.js';
 import { MemoryState } from './state.js';
 import { AccountBook } from './accounts.js';
+import { LedgerFiles } from '../../ledger/files.js';
 import { COMPACT_BYTES, Persistence } from './persistence.js';
 
 export interface MemoryStoreOptions {
@@ -57,6 +58,11 @@ export interface MemoryStoreOptions {
   compactBytes?: number;
   /** How long audit entries are kept (default 90 days). */
   auditRetentionMs?: number;
+  /**
+   * The ledger's day files (core/ledger/files.ts), written with the journal: a record per
+   * settlement and credit. Only with `path` (without a journal there is nothing to be exact with).
+   */
+  ledger?: { dir: string; retentionMs: number };
 }
 
 /** How long audit entries are kept unless the options say otherwise. */
@@ -74,10 +80,17 @@ export class MemoryStore implements Store {
     private readonly clock: Clock,
     /** Undefined without `path`: nothing on disk. */
     private readonly disk: Persistence | undefined,
+    /** Written by `disk`; closed after it. */
+    private readonly ledgerFiles?: LedgerFiles,
   ) {}
 
   static async open(opts: MemoryStoreOptions = {}): Promise<MemoryStore> {
     const clock = opts.clock ?? systemClock;
+    const log = opts.log ?? silentLogger;
+    const ledger =
+      opts.path !== undefined && opts.ledger
+        ? new LedgerFiles({ dir: opts.ledger.dir, retentionMs: opts.ledger.retentionMs, log })
+        : undefined;
     const disk =
       opts.path === undefined
         ? undefined
@@ -86,12 +99,18 @@ export class MemoryStore implements Store {
             flushIntervalMs: opts.flushIntervalMs ?? 1000,
             compactBytes: opts.compactBytes ?? COMPACT_BYTES,
             clock,
-            log: opts.log ?? silentLogger,
+            log,
+            ledger,
           });
     const state = new MemoryState(clock, disk);
     const book = new AccountBook(opts.auditRetentionMs ?? AUDIT_RETENTION_MS, disk);
-    if (disk !== undefined) await disk.load(state, book);
-    return new MemoryStore(state, book, clock, disk);
+    try {
+      if (disk !== undefined) await disk.load(state, book);
+    } catch (e) {
+      ledger?.close();
+      throw e;
+    }
+    return new MemoryStore(state, book, clock, disk, ledger);
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -222,9 +241,18 @@ export class MemoryStore implements Store {
     return this.closing;
   }
 
-  private doClose(): Promise<void> {
+  private async doClose(): Promise<void> {
     this.closed = true;
-    return this.disk !== undefined ? this.disk.close() : Promise.resolve();
+    try {
+      if (this.disk !== undefined) await this.disk.close();
+    } finally {
+      this.ledgerFiles?.close();
+    }
+  }
+
+  /** The ledger's day files this store writes (undefined without a store folder or a ledger). */
+  get ledger(): LedgerFiles | undefined {
+    return this.ledgerFiles;
   }
 
   private assertOpen(): void {

@@ -11,7 +11,7 @@
  *   ever: an upgrade replays an old journal).
  */
 import type { Window } from '../../config/types.js';
-import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, Stored, UserRecord } from '../types.js';
+import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, SettlementDetail, Stored, UserRecord } from '../types.js';
 
 export type JournalEntry =
   | { seq: number; op: 'settle'; t: number; id: string; s: Settlement }
@@ -43,7 +43,8 @@ export type KeyedEntry = DistributiveOmit<JournalEntry, 'seq'>;
  * The positional journal line of a settlement (`SETTLE`) or of an admission with its recovery
  * settlement (`ADMIT`):
  *   [op, seq, t, id, keyId, user, group, model, billing, input, output, cacheRead, cacheWrite,
- *    cost, actual, durationMs, windows (comma-separated), flags (1 estimated, 2 recovered)]
+ *    cost, actual, durationMs, windows (comma-separated), flags (1 estimated, 2 recovered), detail?]
+ * `detail` (the ledger record's details, an object) is there when the settlement has one.
  * Older journals hold the same entries as keyed objects (`JournalEntry`); both are read.
  */
 export const SETTLE = 1;
@@ -107,6 +108,7 @@ export function settlementLine(op: number, seq: number, t: number, id: string, s
     q(s.windows.join(',')) +
     ',' +
     ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) +
+    (s.detail ? ',' + JSON.stringify(s.detail) : '') +
     ']\n'
   );
 }
@@ -134,6 +136,8 @@ export function fromLine(a: unknown[]): JournalEntry | undefined {
   };
   if (flags & 1) s.estimated = true;
   if (flags & 2) s.recovered = true;
+  const detail = a[LINE_FIELDS];
+  if (detail !== null && typeof detail === 'object') s.detail = detail as SettlementDetail;
   const [, seq, t, id] = a as [number, number, number, string];
   return a[0] === SETTLE ? { seq, op: 'settle', t, id, s } : { seq, op: 'admit', t, id, r: s };
 }

@@ -41,6 +41,9 @@ import type { DurableState, MemoryState, Recorder } from './state.js';
 import type { AccountBook, AccountRecorder, DurableAccounts } from './accounts.js';
 import { ADMIT, SETTLE, entryLine, fromLine, settlementLine, type JournalEntry, type KeyedEntry } from './journal.js';
 import { releaseLock, takeLock } from './lock.js';
+import type { LedgerFiles } from '../../ledger/files.js';
+import { fileLine } from '../../ledger/files.js';
+import { creditRecord, requestRecord } from '../../ledger/record.js';
 
 /** Journal size that triggers compaction, unless the store options say otherwise. */
 export const COMPACT_BYTES = 4 * 1024 * 1024;
@@ -64,6 +67,8 @@ export interface PersistenceOptions {
   compactBytes: number;
   clock: Clock;
   log: Logger;
+  /** The ledger's day files (core/ledger): a record per settlement and credit, written with the journal. */
+  ledger?: LedgerFiles;
 }
 
 export class Persistence implements Recorder, AccountRecorder {
@@ -91,8 +96,14 @@ export class Persistence implements Recorder, AccountRecorder {
   private chain: Promise<void> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
+  private readonly ledger: LedgerFiles | undefined;
+  /** The ledger's last `seq` when the folder was loaded. */
+  private ledgerSeq = 0;
+  /** Ledger lines waiting for this turn's write, after the journal's. */
+  private ledgerPending: { ts: number; line: string }[] = [];
 
   constructor(opts: PersistenceOptions) {
+    this.ledger = opts.ledger;
     this.dir = opts.dir;
     this.flushIntervalMs = opts.flushIntervalMs;
     this.compactBytes = opts.compactBytes;
@@ -108,6 +119,7 @@ export class Persistence implements Recorder, AccountRecorder {
 
   settled(id: string, t: number, s: Settlement): void {
     this.appendLine(settlementLine(SETTLE, ++this.seq, t, id, s));
+    if (this.ledger) this.ledgerPending.push({ ts: t, line: fileLine(this.seq, requestRecord(id, t, s)) });
   }
 
   cancelled(id: string, t: number): void {
@@ -130,6 +142,7 @@ export class Persistence implements Recorder, AccountRecorder {
 
   credited(rec: CreditRecord, idem: { key: string; fingerprint: string } | undefined, audit: AuditEntry): void {
     this.append(idem ? { op: 'credit', t: rec.at, rec, idem, audit } : { op: 'credit', t: rec.at, rec, audit });
+    if (this.ledger) this.ledgerPending.push({ ts: rec.at, line: fileLine(this.seq, creditRecord(rec)) });
   }
 
   audited(entry: AuditEntry): void {
@@ -180,8 +193,23 @@ export class Persistence implements Recorder, AccountRecorder {
     }
     this.journalBytes += chunk.length;
     this.unsynced = true;
-    if (this.journalBytes >= this.compactBytes)
+    this.writeLedger();
+    if (this.journalBytes >= this.compactBytes && this.ledgerPending.length === 0)
       void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
+  }
+
+  /**
+   * The ledger's lines of what the journal now holds, in one write. Should it fail they wait for
+   * the next turn (and compaction waits for them: the journal must keep what the ledger lacks).
+   */
+  private writeLedger(): void {
+    if (!this.ledger || this.ledgerPending.length === 0) return;
+    try {
+      this.ledger.appendSync(this.ledgerPending);
+      this.ledgerPending = [];
+    } catch (e) {
+      this.log.error('ledger write failed; retried with the next write', { error: e as Error, waiting: this.ledgerPending.length });
+    }
   }
 
   /** Runs `fn` after every earlier disk operation (one writer at a time). */
@@ -201,10 +229,14 @@ export class Persistence implements Recorder, AccountRecorder {
     const fd = this.journal;
     if (fd === undefined) return;
     this.writeNow();
+    this.writeLedger();
     if (this.pending.length > 0 && !this.compacting) throw new Error('store journal write failed');
-    if (!this.unsynced) return;
-    this.unsynced = false;
-    await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
+    if (this.ledgerPending.length > 0) throw new Error('ledger write failed');
+    if (this.unsynced) {
+      this.unsynced = false;
+      await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
+    }
+    await this.ledger?.sync();
   }
 
   // ---- snapshot --------------------------------------------------------------------------------
@@ -212,6 +244,9 @@ export class Persistence implements Recorder, AccountRecorder {
   /** Writes a snapshot of the whole state and empties the journal. Run through serial(). */
   private async compact(): Promise<void> {
     const dir = this.dir;
+    // The journal is the ledger's only other copy of what the ledger has not written yet.
+    this.writeLedger();
+    if (this.ledgerPending.length > 0) throw new Error('ledger lines are waiting to be written: compaction postponed');
     const snap = JSON.stringify(this.snapshot());
     // Everything buffered so far is in the snapshot; keep it until the snapshot is durable.
     // Appends made while it is written wait in `pending` (written after the truncation below).
@@ -272,8 +307,16 @@ export class Persistence implements Recorder, AccountRecorder {
       const snapText = await readIfExists(join(dir, SNAPSHOT));
       if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
       const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
+      // What the ledger already has: the journal's settlements and credits past it are written again.
+      this.ledgerSeq = this.ledger ? await this.ledger.lastSeq() : 0;
       const replayed = this.replay(journalText);
       const recovered = this.recoverUnresolved();
+      if (this.ledger && this.ledgerPending.length > 0) {
+        this.log.info('ledger: writing the records the journal holds and the ledger lacks', { records: this.ledgerPending.length });
+        this.ledger.appendSync(this.ledgerPending);
+        this.ledgerPending = [];
+        await this.ledger.sync();
+      }
       this.journal = openSync(join(dir, JOURNAL), 'a');
       this.journalBytes = Buffer.byteLength(journalText);
       await syncDir(dir); // the journal's directory entry, if it was just created
@@ -322,7 +365,11 @@ export class Persistence implements Recorder, AccountRecorder {
       switch (e.op) {
         case 'settle':
           this.unresolved.delete(e.id);
-          if (!state.isSettled(e.id)) state.applySettlement(e.id, e.s, e.t);
+          if (!state.isSettled(e.id)) {
+            state.applySettlement(e.id, e.s, e.t);
+            if (this.ledger && e.seq > this.ledgerSeq)
+              this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, requestRecord(e.id, e.t, e.s)) });
+          }
           break;
         case 'admit':
           if (!state.isSettled(e.id)) this.unresolved.set(e.id, { t: e.t, r: e.r });
@@ -344,6 +391,7 @@ export class Persistence implements Recorder, AccountRecorder {
           state.applyCredit(e.rec.user, e.rec.amount);
           this.book.applyCredit(e.rec, e.idem, e.t);
           this.book.applyAudit(e.audit, e.t);
+          if (this.ledger && e.seq > this.ledgerSeq) this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, creditRecord(e.rec)) });
           break;
         case 'audit':
           this.book.applyAudit(e.entry, e.t);
@@ -366,6 +414,7 @@ export class Persistence implements Recorder, AccountRecorder {
       const s: Settlement = { ...r, estimated: true, recovered: true };
       this.state.applySettlement(id, s, t);
       this.seq++;
+      if (this.ledger) this.ledgerPending.push({ ts: t, line: fileLine(this.seq, requestRecord(id, t, s)) });
       n++;
       this.log.warn('store: request in flight at a crash settled by the recovery rule', {
         requestId: id,

@@ -1,0 +1,180 @@
+/**
+ * The embedded ledger: append-only JSON Lines files on disk, one per UTC day
+ * (`<dir>/YYYY-MM-DD.jsonl`), each line a record (record.ts) with the store's `seq` in front.
+ *
+ * - Written by the store's persistence in the same event-loop turn as its journal, after the journal
+ *   (one synchronous write per turn), and fsynced with it: a record exists for every settlement the
+ *   store made durable, with the same guarantee as the counters. A crash between the two writes
+ *   leaves the journal ahead; at the next start the store writes again every settlement and credit
+ *   of its journal past the ledger's last `seq` (`lastSeq`), so nothing is missing and nothing is
+ *   written twice.
+ * - `seq` orders the records of one store folder; a store with no journal of its own (Redis) writes
+ *   `seq: 0` and relies on the record ids instead (drain.ts).
+ * - Files older than the retention are deleted (checked at start and hourly).
+ * - Reading streams line by line (readline): a month of records is never held in memory.
+ */
+import { closeSync, fsync, fsyncSync, mkdirSync, openSync, readdirSync, unlinkSync, writeSync, createReadStream, statSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import path from 'node:path';
+import readline from 'node:readline';
+import type { Logger } from '../log.js';
+import { dayKey } from '../store/types.js';
+import type { LedgerRecord } from './record.js';
+
+const FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
+const HOUR = 3_600_000;
+
+/**
+ * A record's file line: `seq` first, then the record's fields in `FIELDS` order (record.ts builds
+ * its objects in that order, so no replacer is needed).
+ */
+export function fileLine(seq: number, r: LedgerRecord): string {
+  return `{"seq":${seq},${JSON.stringify(r).slice(1)}\n`;
+}
+
+export interface LedgerFilesOptions {
+  dir: string;
+  /** Day files older than this are deleted. */
+  retentionMs: number;
+  log: Logger;
+  now?: () => number;
+}
+
+export class LedgerFiles {
+  readonly dir: string;
+  private fd: number | undefined;
+  private fdDay = '';
+  private unsynced = false;
+  private readonly retentionMs: number;
+  private readonly log: Logger;
+  private readonly now: () => number;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(opts: LedgerFilesOptions) {
+    this.dir = opts.dir;
+    this.retentionMs = opts.retentionMs;
+    this.log = opts.log;
+    this.now = opts.now ?? Date.now;
+    mkdirSync(this.dir, { recursive: true });
+    this.prune();
+    this.timer = setInterval(() => this.prune(), HOUR);
+    this.timer.unref();
+  }
+
+  /** Appends lines (each ending in a newline) of the records at `ts` (epoch ms), in one synchronous write per day file. */
+  appendSync(lines: { ts: number; line: string }[]): void {
+    let i = 0;
+    while (i < lines.length) {
+      const day = dayKey(lines[i].ts);
+      let text = '';
+      while (i < lines.length && dayKey(lines[i].ts) === day) text += lines[i++].line;
+      const fd = this.fileFor(day);
+      const buf = Buffer.from(text, 'utf8');
+      let off = 0;
+      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      this.unsynced = true;
+    }
+  }
+
+  private fileFor(day: string): number {
+    if (this.fd !== undefined && this.fdDay === day) return this.fd;
+    if (this.fd !== undefined) {
+      // Yesterday's file is done: make it durable before moving on.
+      try {
+        fsyncSync(this.fd);
+      } catch {
+        /* the next sync reports it */
+      }
+      closeSync(this.fd);
+    }
+    this.fd = openSync(path.join(this.dir, `${day}.jsonl`), 'a');
+    this.fdDay = day;
+    return this.fd;
+  }
+
+  /** fsyncs what was written (the store calls it with its journal's fsync). */
+  sync(): Promise<void> {
+    const fd = this.fd;
+    if (fd === undefined || !this.unsynced) return Promise.resolve();
+    this.unsynced = false;
+    return new Promise((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    if (this.fd !== undefined) {
+      try {
+        fsyncSync(this.fd);
+      } finally {
+        closeSync(this.fd);
+        this.fd = undefined;
+      }
+    }
+  }
+
+  /** The day files present, oldest first. */
+  days(): string[] {
+    return readdirSync(this.dir)
+      .map((f) => FILE.exec(f)?.[1])
+      .filter((d): d is string => d !== undefined)
+      .sort();
+  }
+
+  /** The highest `seq` written (0 when none): the last line of the newest file that has one. */
+  async lastSeq(): Promise<number> {
+    const days = this.days();
+    for (let i = days.length - 1; i >= 0; i--) {
+      const file = path.join(this.dir, `${days[i]}.jsonl`);
+      const size = statSync(file).size;
+      if (size === 0) continue;
+      const fh = await open(file, 'r');
+      try {
+        const len = Math.min(size, 64 * 1024);
+        const buf = Buffer.alloc(len);
+        await fh.read(buf, 0, len, size - len);
+        const lines = buf.toString('utf8').split('\n');
+        for (let j = lines.length - 1; j >= 0; j--) {
+          const m = /^\{"seq":(\d+),/.exec(lines[j]);
+          if (m && lines[j].endsWith('}')) return Number(m[1]);
+        }
+      } finally {
+        await fh.close();
+      }
+    }
+    return 0;
+  }
+
+  /**
+   * The records of the days from `fromDay` to `toDay` (YYYY-MM-DD, inclusive), in file order, one
+   * at a time. A torn last line (a crash mid-write) is skipped.
+   */
+  async *read(fromDay: string, toDay: string): AsyncGenerator<LedgerRecord & { seq: number }> {
+    for (const day of this.days()) {
+      if (day < fromDay || day > toDay) continue;
+      const rl = readline.createInterface({ input: createReadStream(path.join(this.dir, `${day}.jsonl`)), crlfDelay: Infinity });
+      for await (const line of rl) {
+        if (line === '') continue;
+        let r: LedgerRecord & { seq: number };
+        try {
+          r = JSON.parse(line) as LedgerRecord & { seq: number };
+        } catch {
+          continue;
+        }
+        yield r;
+      }
+    }
+  }
+
+  private prune(): void {
+    const oldest = dayKey(this.now() - this.retentionMs);
+    for (const day of this.days()) {
+      if (day >= oldest) break;
+      try {
+        unlinkSync(path.join(this.dir, `${day}.jsonl`));
+        this.log.info('ledger: day file past the retention deleted', { day });
+      } catch (e) {
+        this.log.warn('ledger: could not delete a day file past the retention', { day, error: e as Error });
+      }
+    }
+  }
+}
