@@ -88,7 +88,7 @@ export async function records(res: ServerResponse, url: URL, reader: LedgerReade
 
 function csvCell(v: unknown): string {
   if (v === null || v === undefined) return '';
-  const s = String(v as string | number | boolean);
+  const s = String(v);
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 
