@@ -86,8 +86,8 @@ export async function records(res: ServerResponse, url: URL, reader: LedgerReade
   sendJson(res, 200, { data: page.records, next_cursor: page.more ? String(offset + page.records.length) : null });
 }
 
-function csvCell(v: unknown): string {
-  if (v === null || v === undefined) return '';
+function csvCell(v: string | number | boolean | null): string {
+  if (v === null) return '';
   const s = String(v);
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
