@@ -11,6 +11,9 @@
  * client's W3C `traceparent`; one child per upstream attempt (kind CLIENT, `chat <upstream model>`),
  * whose context goes upstream as `traceparent`. Attribute names: OpenTelemetry's HTTP and GenAI
  * semantic conventions, and the gateway's own under `gateway.` (docs/operations.md, "Traces").
+ * The GenAI attributes are on the attempts only, the inference calls they describe: a backend that
+ * sums `gen_ai.usage.*` over a trace counts each call once. The server span carries the request as
+ * the access line tells it (key, user, group, billed tokens, cost) under `gateway.`.
  */
 import {
   ROOT_CONTEXT,
@@ -113,6 +116,8 @@ function envTimeoutMs(): number | undefined {
 }
 
 export class OtelTracing {
+  private readonly servers = new Map<string, Attributes>();
+
   constructor(
     private readonly provider: TracerProvider,
     readonly tracer: Tracer,
@@ -120,7 +125,22 @@ export class OtelTracing {
   ) {}
 
   request(ctx: RequestContext): RequestTrace {
-    return new OtelRequestTrace(this.tracer, ctx);
+    return new OtelRequestTrace(this, ctx);
+  }
+
+  /** server.address and server.port of a base URL (parsed once per URL: they come from the config). */
+  serverOf(baseUrl: string): Attributes {
+    let a = this.servers.get(baseUrl);
+    if (!a) {
+      try {
+        const u = new URL(baseUrl);
+        a = { 'server.address': u.hostname, 'server.port': Number(u.port) || (u.protocol === 'https:' ? 443 : 80) };
+      } catch {
+        a = {}; // a base URL the transport will refuse: the attempt's span says why when it ends
+      }
+      if (this.servers.size < 1024) this.servers.set(baseUrl, a);
+    }
+    return a;
   }
 
   async shutdown(): Promise<void> {
@@ -142,7 +162,7 @@ class OtelRequestTrace implements RequestTrace {
   private answer: AnswerMeta | undefined;
 
   constructor(
-    private readonly tracer: Tracer,
+    private readonly tracing: OtelTracing,
     readonly ctx: RequestContext,
   ) {
     const parent = propagator.extract(ROOT_CONTEXT, ctx, fromRequest);
@@ -160,8 +180,7 @@ class OtelRequestTrace implements RequestTrace {
     };
     const ua = ctx.req.headers['user-agent'];
     if (ua) attributes['user_agent.original'] = ua;
-    if (route.protocol && !route.handler) attributes['gen_ai.operation.name'] = 'chat';
-    this.span = tracer.startSpan(`${method} ${route.path}`, { kind: SpanKind.SERVER, attributes }, parent);
+    this.span = tracing.tracer.startSpan(`${method} ${route.path}`, { kind: SpanKind.SERVER, attributes }, parent);
     this.context = trace.setSpan(parent, this.span);
   }
 
@@ -176,18 +195,12 @@ class OtelRequestTrace implements RequestTrace {
       'gateway.provider': attempt.provider.name,
       'gateway.model': attempt.model.id,
       'gateway.upstream_protocol': attempt.upstreamProtocol,
+      ...this.tracing.serverOf(baseUrl),
     };
     if (attempt.account) attributes['gateway.account'] = attempt.account.id;
     if (ctx.parsed) attributes['gen_ai.request.stream'] = ctx.parsed.stream;
     if (ctx.requested && ctx.requested.model.id !== attempt.model.id) attributes['gateway.fallback'] = true;
-    try {
-      const u = new URL(baseUrl);
-      attributes['server.address'] = u.hostname;
-      attributes['server.port'] = Number(u.port) || (u.protocol === 'https:' ? 443 : 80);
-    } catch {
-      /* a base URL the transport will refuse: the span says why when it ends */
-    }
-    const span = this.tracer.startSpan(`chat ${attempt.model.upstream}`, { kind: SpanKind.CLIENT, attributes }, this.context);
+    const span = this.tracing.tracer.startSpan(`chat ${attempt.model.upstream}`, { kind: SpanKind.CLIENT, attributes }, this.context);
     // The upstream continues this attempt's trace (the client's tracestate travels with it).
     propagator.inject(trace.setSpan(this.context, span), attempt.headers, intoHeaders);
     return new OtelAttemptTrace(this, span, attempt);
@@ -197,7 +210,7 @@ class OtelRequestTrace implements RequestTrace {
     this.answer = meta;
   }
 
-  /** The answering attempt's meta (for its span and the server span). */
+  /** The answering attempt's meta (for its span). */
   get answerMeta(): AnswerMeta | undefined {
     return this.answer;
   }
@@ -213,23 +226,29 @@ class OtelRequestTrace implements RequestTrace {
       }
       if (ctx.group) a['gateway.group'] = ctx.group.name;
       if (ctx.parsed) {
-        a['gen_ai.request.model'] = ctx.parsed.model;
-        a['gen_ai.request.stream'] = ctx.parsed.stream;
+        a['gateway.requested_model'] = ctx.parsed.model;
+        a['gateway.stream'] = ctx.parsed.stream;
       }
       const answered = ctx.answeredModel;
       if (answered) {
         const by = ctx.attempts.findLast((x) => x.model === answered) ?? ctx.attempts[ctx.attempts.length - 1];
         a['gateway.model'] = answered.id;
         if (by) {
-          a['gen_ai.provider.name'] = by.provider.kind;
-          a['gen_ai.system'] = by.provider.kind;
           a['gateway.provider'] = by.provider.name;
           if (by.account) a['gateway.account'] = by.account.id;
         }
-        responseAttributes(a, this.answer, answered.upstream);
       }
-      usageAttributes(a, ctx);
-      if (ctx.ttftMs !== undefined) a['gen_ai.response.time_to_first_chunk'] = ctx.ttftMs / 1000;
+      const u = ctx.usage;
+      if (u) {
+        // Billed, in the gateway's four buckets (input without the cached tokens), as the access line.
+        a['gateway.tokens.input'] = u.input;
+        a['gateway.tokens.output'] = u.output;
+        a['gateway.tokens.cache_read'] = u.cacheRead;
+        a['gateway.tokens.cache_write'] = u.cacheWrite;
+        a['gateway.usage_estimated'] = ctx.usageEstimated;
+        a['gateway.stream_cut'] = ctx.streamCut;
+      }
+      if (ctx.ttftMs !== undefined) a['gateway.ttft_ms'] = ctx.ttftMs;
       if (ctx.billed) {
         a['gateway.cost_micro_usd'] = ctx.billed.actual;
         a['gateway.list_cost_micro_usd'] = ctx.billed.cost;
@@ -290,7 +309,7 @@ function responseAttributes(a: Attributes, meta: AnswerMeta | undefined, upstrea
 }
 
 /**
- * gen_ai.usage.*: the request's usage (the answering attempt's). GenAI's input_tokens include the
+ * gen_ai.usage.*: the answering attempt's usage (the request's). GenAI's input_tokens include the
  * cached ones, which the gateway counts apart (cache_read and cache_creation give them separately).
  */
 function usageAttributes(a: Attributes, ctx: RequestContext): void {

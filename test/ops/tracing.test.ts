@@ -97,17 +97,13 @@ t.test(
       'http.response.status_code': 200,
       'user_agent.original': 'trace-test/1',
       'client.address': '127.0.0.1',
-      'gen_ai.operation.name': 'chat',
-      'gen_ai.provider.name': 'mock',
-      'gen_ai.system': 'mock',
-      'gen_ai.request.model': 'chat-model',
-      'gen_ai.request.stream': false,
-      'gen_ai.response.model': r.json.model,
-      'gen_ai.response.id': r.json.id,
-      'gen_ai.response.finish_reasons': [r.json.choices[0].finish_reason],
-      'gen_ai.usage.input_tokens': usage.prompt_tokens,
-      'gen_ai.usage.output_tokens': usage.completion_tokens,
-      'gen_ai.usage.cache_read.input_tokens': 0,
+      'gateway.requested_model': 'chat-model',
+      'gateway.stream': false,
+      // Billed, in the gateway's buckets: Chat's prompt_tokens less the cached ones (none here).
+      'gateway.tokens.input': usage.prompt_tokens,
+      'gateway.tokens.output': usage.completion_tokens,
+      'gateway.tokens.cache_read': 0,
+      'gateway.tokens.cache_write': 0,
       'gateway.request_id': requestId,
       'gateway.route': 'openai-chat',
       'gateway.key': 'chat',
@@ -122,16 +118,28 @@ t.test(
       'gateway.usage_estimated': false,
       'gateway.stream_cut': false,
     });
+    t.same(
+      Object.keys(server.attributes).filter((k) => k.startsWith('gen_ai.')),
+      [],
+      'GenAI attributes only on the inference call (the attempt): a backend summing usage over the trace counts it once',
+    );
     t.notOk('error.type' in server.attributes);
     t.equal(server.status.code, 0, 'status unset: no error');
     t.match(attempt.attributes, {
       'gen_ai.operation.name': 'chat',
       'gen_ai.provider.name': 'mock',
+      'gen_ai.system': 'mock',
       'gen_ai.request.model': 'chat-model',
+      'gen_ai.request.stream': false,
       'gen_ai.response.model': r.json.model,
-      'gen_ai.response.finish_reasons': ['stop'],
+      'gen_ai.response.id': r.json.id,
+      'gen_ai.response.finish_reasons': [r.json.choices[0].finish_reason],
       'gen_ai.usage.input_tokens': usage.prompt_tokens,
       'gen_ai.usage.output_tokens': usage.completion_tokens,
+      'gen_ai.usage.cache_read.input_tokens': 0,
+      'gen_ai.usage.cache_creation.input_tokens': 0,
+      'gateway.usage_estimated': false,
+      'gateway.stream_cut': false,
       'http.response.status_code': 200,
       'server.address': '127.0.0.1',
       'gateway.attempt': 0,
@@ -169,13 +177,11 @@ t.test('without a client traceparent the request starts its trace; JSON encoding
   t.equal(rx.exports[0].headers.authorization, 'Bearer collector-token', "the config's export headers");
   t.equal(server.resource['service.name'], 'edge-gateway');
   t.equal(server.resource['deployment.environment.name'], 'test');
-  t.match(server.attributes, {
-    'http.route': '/v1/responses',
+  t.match(server.attributes, { 'http.route': '/v1/responses', 'gateway.requested_model': 'gpt-model', 'gateway.key': 'responses' });
+  t.match(attempts[0].attributes, {
     'gen_ai.request.model': 'gpt-model',
     'gen_ai.response.finish_reasons': ['completed'],
     'gen_ai.response.id': r.json.id,
-    'gateway.key': 'responses',
-    'gateway.group': 'responses',
   });
 });
 
@@ -226,7 +232,7 @@ t.test('fallback and account failover: one attempt span each, each traceparent n
   t.match(fb.server.attributes, {
     'gateway.attempts': 2,
     'gateway.model': 'chat-model',
-    'gen_ai.request.model': 'fail-503',
+    'gateway.requested_model': 'fail-503',
     'http.response.status_code': 200,
   });
   t.equal(fb.server.status.code, 0, 'the request succeeded');
@@ -280,7 +286,7 @@ t.test('streams: usage, finish reasons and time to first chunk, passthrough and 
   const m = await trace(rx, msg.headers.get('x-request-id')!, 1);
   const delta = JSON.parse(/event: message_delta\ndata: (.*)\n/.exec(msg.text)![1]);
   const start = JSON.parse(/event: message_start\ndata: (.*)\n/.exec(msg.text)![1]);
-  t.match(m.server.attributes, {
+  t.match(m.attempts[0].attributes, {
     'gen_ai.request.stream': true,
     'gen_ai.response.model': start.message.model,
     'gen_ai.response.id': start.message.id,
@@ -288,8 +294,12 @@ t.test('streams: usage, finish reasons and time to first chunk, passthrough and 
     'gen_ai.usage.output_tokens': delta.usage.output_tokens,
     'gateway.usage_estimated': false,
   });
-  t.type(m.server.attributes['gen_ai.response.time_to_first_chunk'], 'number');
-  t.match(m.attempts[0].attributes, { 'gen_ai.response.finish_reasons': ['end_turn'], 'gen_ai.request.stream': true });
+  t.match(m.server.attributes, {
+    'gateway.stream': true,
+    'gateway.tokens.output': delta.usage.output_tokens,
+    'gateway.usage_estimated': false,
+  });
+  t.type(m.server.attributes['gateway.ttft_ms'], 'number');
 
   const c = await trace(rx, conv.headers.get('x-request-id')!, 1);
   t.match(c.attempts[0].attributes, {
@@ -337,7 +347,7 @@ t.test(
     t.equal(u.attempts.length, 0, 'no attempt was made');
     t.match(u.server.attributes, {
       'http.response.status_code': unknown.status,
-      'gen_ai.request.model': 'no-such-model',
+      'gateway.requested_model': 'no-such-model',
       'error.type': unknown.json.error.code,
     });
 
