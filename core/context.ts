@@ -18,6 +18,7 @@ import type { Logger } from './log.js';
 import type { Clock } from './clock.js';
 import type { Metrics } from './metrics.js';
 import type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
+import type { RequestTrace } from './telemetry/types.js';
 import { resolveModel } from './routing.js';
 
 export function createSlot<T>(name: string): Slot<T> {
@@ -146,6 +147,8 @@ export class RequestContext {
   estimateReason?: EstimateReason;
   /** The model that answered. */
   answeredModel?: ModelConfig;
+  /** The stream was cut at the request's reservation (ended as a length stop; its usage is estimated). */
+  streamCut = false;
   /** Streams: milliseconds from the request to its first content event sent to the client. */
   ttftMs?: number;
   /** The settled charge (micro-USD, list price and charged), set by the plugin that settles it. */
@@ -161,6 +164,8 @@ export class RequestContext {
   /** The parsed body, once read. */
   parsed?: ParsedBody;
   metrics?: Metrics;
+  /** The request's trace, when tracing is on (`tracing:`); undefined otherwise. */
+  trace?: RequestTrace;
   /** Set by the fallback plugin: extra models to try, and the attempt budget. */
   fallback: { models: string[]; maxAttempts: number } = { models: [], maxAttempts: 1 };
   private slots?: Map<Slot<unknown>, unknown>;

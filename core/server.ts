@@ -43,6 +43,7 @@ import type { LedgerFiles } from './ledger/files.js';
 import { FailedRequestLog, type Secrets } from './failed-requests.js';
 import { AccountPools } from './pool/index.js';
 import { AccountDirectory } from './accounts/directory.js';
+import { loadTracing, type Tracing } from './telemetry/index.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
   models: modelsHandler,
@@ -110,6 +111,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private cutShutdownDelay?: () => void;
   private onHup?: () => void;
   private failed?: FailedRequestLog;
+  /** OpenTelemetry traces (`tracing:`, read at start); undefined when off. */
+  private tracing?: Tracing;
   /** Request bytes in flight (server.body_memory; fixed at start like the other server settings). */
   private bodyMemory = new BodyMemory(Number.MAX_SAFE_INTEGER);
   url = '';
@@ -170,6 +173,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       gw.runtime = await Runtime.create(loaded, { store, accounts: gw.accounts, clock, log, metrics });
       gw.pools.configure(loaded.config);
       gw.keepFailedRequests(loaded.config);
+      gw.tracing = await loadTracing(loaded.config.tracing, log);
       await gw.listen(loaded.config);
       await gw.listenMetrics(loaded.config);
     } catch (e) {
@@ -430,6 +434,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       if (JSON.stringify(loaded.config.metrics.listen) !== JSON.stringify(this.runtime.config.metrics.listen)) {
         this.log.warn('metrics.listen changed: it takes effect on restart');
       }
+      if (JSON.stringify(loaded.config.tracing) !== JSON.stringify(this.runtime.config.tracing)) {
+        this.log.warn('tracing settings changed: they take effect on restart');
+      }
       await this.startMocks(loaded.config);
       const next = await Runtime.create(loaded, {
         store: this.store,
@@ -612,6 +619,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const inFlight = (req.socket as Conn)[IN_FLIGHT];
     inFlight.add(ctx);
     ctx.metrics = this.metrics;
+    if (this.tracing) ctx.trace = this.tracing.request(ctx);
     this.metrics.inFlight.inc({ route: route.info.name });
     const gone = ctx.clientGone;
     const run = await runChain(ctx, route.chain, route.info.handler ? this.handlerCall : this.modelCall);
@@ -667,6 +675,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         error: error.cause ?? error,
       });
     }
+    ctx.trace?.end(outcome, error);
     // On the process logger with the request id as its first field: the same line as through a
     // child logger, without making one per request.
     this.log.info('request', accessLine(ctx, route.info.name, outcome, error));
@@ -752,6 +761,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
     if (!this.opts.store) await this.store.close();
+    // Last: the spans of the requests that just finished are exported before the process goes.
+    await this.tracing?.shutdown();
   }
 }
 

@@ -35,6 +35,7 @@ import { PROTOCOLS, WINDOWS } from './types.js';
 import { parseDecimal, parseDuration, parseSize } from '../units.js';
 import { isPluginDefinition, type PluginDefinition, type PluginRegistry } from '../plugin.js';
 import { nativeProtocols } from '../routing.js';
+import { resolveTracing } from './tracing.js';
 
 export interface ConfigIssue {
   path: string;
@@ -580,6 +581,8 @@ async function loadChecked(
     else metricsListen = { host: m[1] ?? m[2], port: Number(m[3]) };
   }
 
+  const tracing = resolveTracing(raw.tracing, fail);
+
   if (issues.length) throw new ConfigError(file, issues);
 
   const config: GatewayConfig = {
@@ -614,6 +617,7 @@ async function loadChecked(
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
       maxSize: parseSize(raw.failed_requests?.max_size ?? '1GiB'),
     },
+    tracing,
     limits: { freeRpmAtZeroBalance: raw.limits?.free_rpm_at_zero_balance ?? 10 },
     providers,
     models,

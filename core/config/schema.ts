@@ -10,6 +10,7 @@
  * Each plugin's `with:` options are validated against that plugin's own schema at load time.
  */
 import { DURATION_PATTERN, SIZE_PATTERN } from '../units.js';
+import { tracingSchema } from './tracing.js';
 
 // `title` names a value's shape in the generated reference (the type column) and in editor hovers.
 const duration = { title: 'duration', type: 'string', pattern: DURATION_PATTERN, description: 'A duration: 250ms, 30s, 5m, 5h, 1d, 7d' };
@@ -291,6 +292,7 @@ export const gatewaySchema = {
         },
       },
     },
+    tracing: tracingSchema,
     failed_requests: {
       type: 'object',
       additionalProperties: false,

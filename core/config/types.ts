@@ -25,6 +25,21 @@ export interface MetricsConfig {
   keyLabels: boolean;
 }
 
+/** `tracing:` (core/config/tracing.ts); absent when tracing is off. */
+export interface TracingConfig {
+  /** The OTLP/HTTP traces URL; undefined: the OTEL_EXPORTER_OTLP_* environment, else localhost:4318. */
+  endpoint?: string;
+  protocol: 'http/protobuf' | 'http/json';
+  headers: Readonly<Record<string, string>>;
+  /** undefined: OTEL_SERVICE_NAME, else `llm-gateway`. */
+  serviceName?: string;
+  /** Share of root traces recorded (0 to 1); a client's traceparent decides for its own. */
+  sampleRatio: number;
+  resourceAttributes: Readonly<Record<string, string>>;
+  /** undefined: the OTEL_EXPORTER_OTLP_* environment, else 10 s. */
+  timeoutMs?: number;
+}
+
 export interface ServerConfig {
   host: string;
   port: number;
@@ -251,6 +266,8 @@ export interface GatewayConfig {
   admin: Readonly<AdminConfig>;
   ledger: Readonly<LedgerConfig>;
   failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
+  /** OpenTelemetry traces; undefined: off (read at start). */
+  tracing?: Readonly<TracingConfig>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;
   models: Readonly<Record<string, ModelConfig>>;

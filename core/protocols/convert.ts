@@ -78,7 +78,11 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
       const json = JSON.parse(text);
       const ir = u.decodeResponse(json);
       // An upstream that reported no usage is estimated by the core, not billed as zero.
-      return { body: JSON.stringify(c.encodeResponse(ir, { ...opts, tools: clientTools })), usage: u.usageOf(json) ? ir.usage : undefined };
+      return {
+        body: JSON.stringify(c.encodeResponse(ir, { ...opts, tools: clientTools })),
+        usage: u.usageOf(json) ? ir.usage : undefined,
+        upstream: json,
+      };
     },
     stream(opts: EncodeOptions): ResponseTranslator {
       const dec = u.createStreamDecoder();
@@ -88,18 +92,24 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
       let complete = false;
       let upstreamError: ErrorInfo | undefined;
       let started = false;
+      let start: { id: string; model: string } | undefined;
+      let finish: string | undefined;
       const run = (events: IRStreamEvent[]): string => {
         let out = '';
         for (const ev of events) {
           switch (ev.type) {
             case 'start':
+              start = ev;
               if (ev.usage) usage = mergeUsage(usage, ev.usage);
               break;
             case 'usage':
               usage = mergeUsage(usage, ev.usage);
               break;
-            case 'block_start':
             case 'finish':
+              finish = ev.raw ?? ev.reason;
+              started = true;
+              break;
+            case 'block_start':
               started = true;
               break;
             case 'delta':
@@ -136,6 +146,7 @@ export function hubConversion(client: ProtocolName, upstream: ProtocolName): Con
         },
         usage: () => usage,
         outputChars: () => chars,
+        answer: () => ({ id: start?.id || undefined, model: start?.model || undefined, finishReasons: finish ? [finish] : undefined }),
       };
     },
   };

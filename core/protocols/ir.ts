@@ -198,6 +198,7 @@ export type IRStreamEvent =
   | { type: 'delta'; index: number; delta: BlockDelta }
   | { type: 'block_stop'; index: number }
   | { type: 'usage'; usage: Partial<Usage>; reasoningTokens?: number }
-  | { type: 'finish'; reason: FinishReason; stopSequence?: string | null }
+  /** `raw`: the upstream's own word for the reason (`stop`, `end_turn`, `max_output_tokens`…), for traces. */
+  | { type: 'finish'; reason: FinishReason; stopSequence?: string | null; raw?: string }
   | { type: 'error'; error: { type: string; message: string; code?: string } }
   | { type: 'end' };

@@ -37,13 +37,17 @@ export function passthrough(protocol: ProtocolName): Conversion {
     },
     response(text: string) {
       let usage: Usage | undefined;
+      let upstream: unknown;
       try {
         const j = JSON.parse(text);
-        if (j && typeof j === 'object') usage = wire.usageOf(j);
+        if (j && typeof j === 'object') {
+          usage = wire.usageOf(j);
+          upstream = j;
+        }
       } catch {
         /* forwarded as is; no usage */
       }
-      return { body: text, usage };
+      return { body: text, usage, upstream };
     },
     stream(opts: EncodeOptions): ResponseTranslator {
       const tap = wire.createTap();
@@ -79,6 +83,7 @@ export function passthrough(protocol: ProtocolName): Conversion {
         },
         usage: () => tap.usage,
         outputChars: () => tap.outputChars,
+        answer: () => ({ id: tap.meta.id, model: tap.meta.model, finishReasons: tap.finishReasons }),
       };
       if (cut) translator.truncate = (usage) => cut.frames(usage);
       return translator;

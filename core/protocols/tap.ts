@@ -9,6 +9,7 @@ export abstract class BaseTap implements StreamTap {
   errored = false;
   started = false;
   outputChars = 0;
+  finishReasons: string[] | undefined = undefined;
   protected m: StreamMeta = {};
 
   get meta(): StreamMeta {

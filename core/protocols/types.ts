@@ -68,6 +68,16 @@ export interface StreamMeta {
   sequence?: number;
 }
 
+/**
+ * What an upstream answer said about itself, in the upstream's own words (core/protocols/answer.ts):
+ * traces report it. Finish reasons are the protocol's own (`stop`, `end_turn`, `max_output_tokens`…).
+ */
+export interface AnswerMeta {
+  id?: string;
+  model?: string;
+  finishReasons?: string[];
+}
+
 /** What every protocol provides for passthrough: validation, usage reading, taps, error frames. */
 export interface ProtocolWire {
   readonly name: ProtocolName;
@@ -117,6 +127,8 @@ export interface StreamTap {
   readonly outputChars: number;
   /** What the stream said about itself (id, model, sequence), for error frames. */
   readonly meta: StreamMeta;
+  /** The finish reasons seen, in the protocol's own words (from events the tap parses anyway). */
+  readonly finishReasons: string[] | undefined;
   /** Client bytes to append at a clean, complete upstream end (e.g. a missing `data: [DONE]`). */
   closing(estimate: () => Usage): string | Buffer;
 }
@@ -176,6 +188,8 @@ export interface ResponseTranslator {
    * `EncodeOptions.cut` (it then watches what its closing frames need, core/stream-cut.ts).
    */
   truncate?(usage: Usage): string;
+  /** What the answer said about itself so far (id, model, finish reasons), for traces; read once at its end. */
+  answer?(): AnswerMeta;
 }
 
 export interface Conversion {
@@ -190,7 +204,10 @@ export interface Conversion {
    * caller's `step()` calls a turn at a time. Without it, `requestBody` gets the whole text.
    */
   requestParts?(input: RequestInput, large: LargeBody): OutgoingBody;
-  /** A non-stream upstream body (JSON text) → the client's body and its usage. */
-  response(upstreamText: string, opts: EncodeOptions): { body: string; usage: Usage | undefined };
+  /**
+   * A non-stream upstream body (JSON text) → the client's body and its usage, and the upstream body
+   * as parsed (`upstream`, when it was JSON: what traces read the answer's meta from).
+   */
+  response(upstreamText: string, opts: EncodeOptions): { body: string; usage: Usage | undefined; upstream?: unknown };
   stream(opts: EncodeOptions): ResponseTranslator;
 }

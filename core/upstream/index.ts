@@ -29,6 +29,7 @@ import type { Conversion } from '../protocols/types.js';
 import { resolveModel } from '../routing.js';
 import { newAttempt, tryAttempt } from './attempt.js';
 import { hook } from './outcome.js';
+import { accountBaseUrl } from './http.js';
 import type { ChainHooks, UpstreamDeps } from './types.js';
 
 export type { ChainHooks, UpstreamDeps } from './types.js';
@@ -77,6 +78,8 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
       }
       attempt = newAttempt(ctx, cand, pick.lease.account, body);
       ctx.attempts.push(attempt);
+      // Its span, and its traceparent in attempt.headers (before the onAttempt hooks, which may see it).
+      const span = ctx.trace?.attempt(attempt, accountBaseUrl(deps, cand.provider, pick.lease.account));
       /** The attempt, once it went upstream and came back (a hook or converter that threw leaves it unset). */
       let outcome: Attempt | undefined;
       let ok = false;
@@ -96,7 +99,11 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         }
         ok = await tryAttempt(ctx, attempt, body.stream, hooks, deps);
         outcome = attempt;
+      } catch (e) {
+        span?.threw(e);
+        throw e;
       } finally {
+        span?.end(ok);
         // No outcome (the request was refused before or while it was sent): the account's slot is
         // released and nothing is held against it.
         failover = pick.lease.done(outcome, ctx)?.failover ?? false;

@@ -354,6 +354,7 @@ export class StreamDelivery {
     this.settleUsage(false);
     ctx.usageEstimated = true;
     ctx.estimateReason = 'cut_at_reservation';
+    ctx.streamCut = true;
     const usage = ctx.usage ?? this.estimate();
     const frames = translator.truncate ? translator.truncate(usage) : '';
     ctx.log.warn('stream cut at its reservation: the upstream generated past the output limit', {
@@ -417,6 +418,7 @@ export class StreamDelivery {
    */
   private settleUsage(complete: boolean): void {
     const { ctx, translator } = this;
+    ctx.trace?.answered(this.attempt, translator.answer?.());
     const reported = translator.usage();
     const chars = translator.outputChars();
     if (reported) {

@@ -202,6 +202,7 @@ export class MessagesStreamDecoder implements StreamDecoder {
             type: 'finish',
             reason: stopReasonToIR(d.stop_reason),
             stopSequence: typeof d.stop_sequence === 'string' ? d.stop_sequence : null,
+            raw: typeof d.stop_reason === 'string' ? d.stop_reason : undefined,
           });
         }
         return out;

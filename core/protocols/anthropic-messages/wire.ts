@@ -39,8 +39,10 @@ class MessagesTap extends BaseTap {
         return;
       case 'message_delta':
         try {
-          const u = fromAnthropicUsagePartial(JSON.parse(b.data!).usage);
+          const j = JSON.parse(b.data!);
+          const u = fromAnthropicUsagePartial(j.usage);
           if (u) this.usage = mergeUsage(this.usage, u);
+          if (typeof j.delta?.stop_reason === 'string') this.finishReasons = [j.delta.stop_reason];
         } catch {
           /* ignore */
         }

@@ -162,7 +162,7 @@ export class ChatStreamDecoder implements StreamDecoder {
       this.finished = true;
       let reason = finishToIR(c.finish_reason);
       if (reason === 'end_turn' && this.tools.size > 0) reason = 'tool_use';
-      out.push({ type: 'finish', reason, stopSequence: null });
+      out.push({ type: 'finish', reason, stopSequence: null, raw: c.finish_reason });
     }
   }
 

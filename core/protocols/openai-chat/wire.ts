@@ -11,7 +11,7 @@ import { BaseTap } from '../tap.js';
 import { fromChatUsage, textKeys, textLength, toChatUsage } from '../usage.js';
 
 const USAGE = /"usage"\s*:\s*\{/;
-const FINISH = /"finish_reason"\s*:\s*"/;
+const FINISH = /"finish_reason"\s*:\s*"([^"\\]*)"/;
 const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
 const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
 const TEXT_KEYS = textKeys(['content', 'arguments', 'reasoning_content', 'refusal']);
@@ -50,7 +50,9 @@ class ChatTap extends BaseTap {
         /* ignore */
       }
     }
-    if (FINISH.test(data)) {
+    const finish = FINISH.exec(data);
+    if (finish) {
+      (this.finishReasons ??= []).push(finish[1]);
       this.finished = true;
       this.complete = true;
       this.started = true;

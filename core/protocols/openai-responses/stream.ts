@@ -23,6 +23,7 @@ import { BlockSerializer } from '../anthropic-messages/serialize.js';
 import { callItemId, messageItemId, reasoningItemId, responseId, searchItemId } from './ids.js';
 import { annotations, callItem, customInput, finishToIR, responseObject, searchItem, statusFromIR, toolsByName } from './mapping.js';
 import { responsesWire } from './wire.js';
+import { responsesFinish } from '../answer.js';
 
 type Obj = Record<string, any>;
 const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -151,6 +152,7 @@ export class ResponsesStreamDecoder implements StreamDecoder {
           type: 'finish',
           reason: finishToIR(r.status ?? (type === 'response.incomplete' ? 'incomplete' : 'completed'), r.incomplete_details, this.hadCall),
           stopSequence: null,
+          raw: responsesFinish(r, type === 'response.incomplete' ? 'incomplete' : 'completed'),
         });
         out.push({ type: 'end' });
         this.done = true;

@@ -8,6 +8,7 @@ import { formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
 import { BaseTap } from '../tap.js';
 import { fromResponsesUsage, textKeys, textLength } from '../usage.js';
+import { responsesFinish } from '../answer.js';
 
 /**
  * Frames without an `event:` line (some servers, the SDK's own fixtures) name their type only in
@@ -59,8 +60,10 @@ class ResponsesTap extends BaseTap {
       case 'response.completed':
       case 'response.incomplete':
         try {
-          const u = fromResponsesUsage(JSON.parse(data).response?.usage);
+          const r = JSON.parse(data).response;
+          const u = fromResponsesUsage(r?.usage);
           if (u) this.usage = u;
+          this.finishReasons = [responsesFinish(r, type === 'response.incomplete' ? 'incomplete' : 'completed')];
         } catch {
           /* ignore */
         }
