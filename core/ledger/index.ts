@@ -100,7 +100,7 @@ export function groupValue(r: LedgerRecord, by: GroupBy): string {
     case 'type':
       return r.type;
     default:
-      return (r[by]) ?? '';
+      return r[by] ?? '';
   }
 }
 

@@ -55,7 +55,9 @@ export default definePlugin<MeteringOptions>({
               stream: ctx.parsed?.stream ?? false,
               status: outcome.status,
               reasoning: usage.reasoning,
-              estimateReason: ctx.usageEstimated ? (ctx.estimateReason ?? (outcome.clientAborted ? 'client_disconnect' : 'no_usage_reported')) : undefined,
+              estimateReason: ctx.usageEstimated
+                ? (ctx.estimateReason ?? (outcome.clientAborted ? 'client_disconnect' : 'no_usage_reported'))
+                : undefined,
               ratePpm,
               ttftMs: ctx.ttftMs,
               attempts: ctx.attempts.length,
