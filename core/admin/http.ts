@@ -41,7 +41,8 @@ const STATUS: Record<AdminErrorCode, [number, string]> = {
   below_zero: [409, 'conflict_error'],
   body_too_large: [413, 'invalid_request_error'],
   rate_limited: [429, 'rate_limit_error'],
-  store_unavailable: [503, 'api_error'],
+  // The gateway's type for a store that cannot answer (as its catalogue's BILLING_SERVICE).
+  store_unavailable: [503, 'billing_service_error'],
   internal: [500, 'api_error'],
 };
 
