@@ -449,8 +449,27 @@ function checkBody(json: unknown, text: string, bytes: number, ctx: Pick<Request
     }
     fallback = (obj.models as string[]).filter((m) => m !== obj.model);
   }
+  if (ctx.route.handler !== 'count-tokens') checkOutputCap(obj);
   if (ctx.protocol) wireFor(ctx.protocol).validate(obj, { history: ctx.route.handler !== 'count-tokens' });
   return { text, json: obj, model: obj.model, stream: obj.stream === true, fallback, bytes };
+}
+
+/**
+ * The largest output cap a request may ask for (2³¹ − 1). The cap prices the request's reservation
+ * (docs/limits.md "Admission"): no model produces anywhere near so many tokens, and a larger one
+ * could not be priced in integer micro-USD, so it is the client's error (400, not retried) rather
+ * than a billing failure it would retry forever.
+ */
+export const MAX_OUTPUT_TOKENS = 2_147_483_647;
+
+/** Every output-cap field the reservation reads (core/billing.ts `requestedMaxTokens`), whatever the protocol. */
+function checkOutputCap(obj: Record<string, unknown>): void {
+  for (const k of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
+    const v = obj[k];
+    if (typeof v === 'number' && !(v <= MAX_OUTPUT_TOKENS)) {
+      throw bad(`'${k}' must be at most ${MAX_OUTPUT_TOKENS} (no model produces that many tokens)`);
+    }
+  }
 }
 
 /** Reads and parses a model call's body; its bytes count in `memory` until the response closes. */
