@@ -85,7 +85,7 @@ export const gatewaySchema = {
           ...ipList,
           default: [],
           description:
-            'IPs or CIDRs whose X-Forwarded-For is believed, walked right to left (`ip:port` and `[v6]:port` hops are read as their address; an unreadable hop makes the client unknown, which every IP allow or deny list refuses); empty: the socket address is the client',
+            'IPs or CIDRs whose X-Forwarded-For is believed, walked right to left (`ip:port` and `[v6]:port` hops are read as their address; an unreadable or empty hop makes the client unknown, which every IP allow or deny list refuses); empty: the socket address is the client',
         },
         headers_timeout: {
           ...duration,
