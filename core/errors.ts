@@ -363,28 +363,28 @@ export const CATALOGUE = Object.freeze({
     format: 'chat',
     message: 'Method not allowed',
   }),
+  // Malformed HTTP: rendered in the endpoint's format when the request line could be read, else
+  // Chat-style. Oversized headers are a 400 (a malformed request, spec §7.2), not a 413: 413 is
+  // the body's, and /v1/models and /v1/usage have no 413 in their status sets (spec §4).
   MALFORMED_HTTP: entry({
     category: 'request',
     status: 400,
     type: 'invalid_request_error',
     code: 'bad_request',
-    format: 'chat',
     message: 'Malformed HTTP request',
   }),
   HEADERS_TOO_LARGE: entry({
     category: 'request',
-    status: 413,
-    type: 'request_too_large',
+    status: 400,
+    type: 'invalid_request_error',
     code: 'headers_too_large',
-    format: 'chat',
-    message: 'Request headers are too large',
+    message: 'Request headers are too large (at most 16 KiB)',
   }),
   REQUEST_TIMEOUT: entry({
     category: 'request',
     status: 400,
     type: 'invalid_request_error',
     code: 'request_timeout',
-    format: 'chat',
     message: 'The request did not arrive in time (server.headers_timeout / server.body_timeout)',
   }),
   BODY_MEMORY_FULL: entry({

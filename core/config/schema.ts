@@ -97,7 +97,7 @@ export const gatewaySchema = {
           ...duration,
           default: '30s',
           description:
-            'A request body must arrive within this once its headers did (the whole request gets headers_timeout + body_timeout); then 400 request_timeout and the connection closes',
+            'A request body must arrive within this once its headers did (checked every 500 ms, so a stalled body is answered within it + 0.5s); then 400 request_timeout and the connection closes',
         },
         body_memory: {
           ...size,
