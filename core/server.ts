@@ -185,9 +185,20 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
 
   private keepFailedRequests(config: GatewayConfig): void {
     this.failed?.close();
-    const { dir, retentionMs, maxSize } = config.failedRequests;
+    const { dir, retentionMs, maxSize, maxFiles } = config.failedRequests;
     this.failed = dir
-      ? new FailedRequestLog(dir, { retentionMs, maxBytes: maxSize, secrets: () => this.secrets() }, this.clock, this.log)
+      ? new FailedRequestLog(
+          dir,
+          {
+            retentionMs,
+            maxBytes: maxSize,
+            maxFiles,
+            secrets: () => this.secrets(),
+            dropped: (reason) => this.metrics.failedRequestsDropped.inc({ reason }),
+          },
+          this.clock,
+          this.log,
+        )
       : undefined;
   }
 
@@ -721,6 +732,10 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
         key: ctx.key?.id,
         model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id,
+        // The gateway's own refusal (a limit, a key, the balance, the billing service): nothing went
+        // upstream and the request itself was not at fault, so its body explains nothing.
+        refused:
+          !!error && ctx.attempts.length === 0 && error.entry.category !== 'request' && error.id !== 'INTERNAL' && error.status !== 499,
         ...recordedBody(ctx),
       });
     }

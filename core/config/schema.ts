@@ -235,10 +235,20 @@ export const gatewaySchema = {
         dir: {
           type: 'string',
           description:
-            'Where the bodies of failed requests (status ≥ 400, or a stream that failed) are kept: one JSON file per request in a folder per UTC day (dir/YYYY-MM-DD/); headers, query parameters and body fields named like credentials are removed, and so is every configured client or provider key wherever it appears; requests refused before their key was known are sampled (10 a minute, without their body); bodies over 1 MiB are cut. Unset: off',
+            "Where the bodies of failed requests (status ≥ 400, or a stream that failed) are kept: one JSON file per request in a folder per UTC day (dir/YYYY-MM-DD/); headers, query parameters and body fields named like credentials are removed, and so is every configured client or provider key wherever it appears; refusals by the gateway's own rules (limits, keys, balance, the billing service: nothing was sent upstream) are sampled, 10 a minute per error code, and requests refused before their key was known 10 a minute, both without their body; bodies over 1 MiB are cut. Unset: off",
         },
         retention: { ...duration, default: '30d', description: 'Day folders older than this are deleted (hourly)' },
-        max_size: { ...size, default: '1GiB', description: 'Most the folder may hold; past it the oldest files are deleted (down to 90%)' },
+        max_size: {
+          ...size,
+          default: '1GiB',
+          description: 'Most bytes the folder may hold, writes in progress included: the oldest files are deleted first to make room',
+        },
+        max_files: {
+          type: 'integer',
+          minimum: 1,
+          default: 100000,
+          description: 'Most files the folder may hold, writes in progress included: the oldest files are deleted first to make room',
+        },
       },
     },
     limits: {

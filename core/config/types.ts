@@ -228,7 +228,7 @@ export interface GatewayConfig {
   server: Readonly<ServerConfig>;
   store: Readonly<StoreConfig>;
   metrics: Readonly<MetricsConfig>;
-  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
+  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number; maxFiles: number }>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;
   providers: Readonly<Record<string, ProviderConfig>>;
   models: Readonly<Record<string, ModelConfig>>;
