@@ -201,7 +201,21 @@ export class RequestContext {
    * `abort` listeners. Cheaper than `signal` (which follows it), for the core and plugins alike.
    */
   readonly clientGone = new Abort();
+  /**
+   * Set when the gateway itself ends the request (`stop()`: shutdown past `server.drain_timeout`):
+   * the error the client gets, in-stream once committed.
+   */
+  stopped?: GatewayError;
+  /** What `stop()` interrupts: the upstream call in progress (set by the attempt while it runs). */
+  onStop?: () => void;
   private childLog?: Logger;
+
+  /** Ends the request on the gateway's own account: the upstream call is aborted and the client gets `err`. */
+  stop(err: GatewayError): void {
+    if (this.stopped) return;
+    this.stopped = err;
+    this.onStop?.();
+  }
 
   /** Aborted when the client disconnects before the response is complete (an AbortSignal, made on first use). */
   get signal(): AbortSignal {

@@ -338,6 +338,16 @@ export const CATALOGUE = Object.freeze({
     code: 'billing_service_error',
     message: 'Billing check failed, please retry later',
   }),
+  // Shutdown: requests still in flight when server.drain_timeout runs out are ended by the gateway
+  // (a stream with its protocol's error event, anything not yet answered with this 503); a retry
+  // reaches another instance.
+  SHUTTING_DOWN: entry({
+    category: 'transient',
+    status: 503,
+    type: 'api_error',
+    code: 'server_shutting_down',
+    message: 'The gateway is shutting down and ended this request (server.drain_timeout); retry it',
+  }),
   OVERLOADED: entry({
     category: 'transient',
     status: 503,

@@ -812,8 +812,26 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     };
     const sweeper = setInterval(sweep, 50);
     sweep();
-    const deadline = new Promise<void>((resolve) => setTimeout(resolve, this.runtime.config.server.drainTimeoutMs).unref());
-    await Promise.race([closed, deadline]);
+    const wait = (ms: number) => new Promise<false>((resolve) => setTimeout(() => resolve(false), ms).unref());
+    const drained = closed.then(() => true as const);
+    if (!(await Promise.race([drained, wait(this.runtime.config.server.drainTimeoutMs)]))) {
+      // Past drain_timeout the gateway ends what is still in flight itself, and says so: a
+      // committed stream gets its protocol's error event (and is billed what it streamed), a
+      // request not yet answered a 503; their upstream calls are aborted. Then a moment for those
+      // answers to be written before every connection is closed.
+      const stop = new GatewayError('SHUTTING_DOWN');
+      let stopped = 0;
+      for (const s of this.sockets) {
+        for (const ctx of (s as Conn)[IN_FLIGHT] ?? []) {
+          ctx.stop(stop);
+          stopped++;
+        }
+      }
+      if (stopped > 0) {
+        this.log.warn('drain_timeout passed: requests still in flight were ended by the gateway', { requests: stopped });
+        await Promise.race([drained, wait(STOP_GRACE_MS)]);
+      }
+    }
     clearInterval(sweeper);
     clearInterval(this.bodyTimer);
     for (const s of this.sockets) s.destroy();
@@ -837,6 +855,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     if (!this.opts.store) await this.store.close();
   }
 }
+
+/** How long the answers of requests ended at shutdown (drain_timeout passed) get to be written. */
+const STOP_GRACE_MS = 1_000;
 
 /** The requests in flight on a connection (more than one only when the client pipelines). */
 const IN_FLIGHT = Symbol('inFlight');

@@ -126,7 +126,12 @@ export const gatewaySchema = {
           description: 'Worker processes; more than 1 requires a shared store (store.kind: redis)',
         },
         admin_token: { type: 'string', description: 'Bearer token of the /admin API (docs/operations.md); the API is off without one' },
-        drain_timeout: { ...duration, default: '30s', description: 'On shutdown, how long requests in flight may finish' },
+        drain_timeout: {
+          ...duration,
+          default: '30s',
+          description:
+            'On shutdown, how long requests in flight may finish; then the gateway ends them: a stream with its protocol error event (billed what it streamed), a request not yet answered with a retryable 503 server_shutting_down',
+        },
         shutdown_delay: {
           ...duration,
           default: '0s',

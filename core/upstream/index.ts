@@ -55,6 +55,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
   let noAccount: GatewayError | undefined;
   for (let i = 0; i < max; i++) {
     if (ctx.clientGone.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    if (ctx.stopped) throw ctx.stopped;
     const cand = candidates[i];
     const pool = deps.pools.of(cand.provider);
     const choose = pool.chooser(ctx, cand.model);
@@ -102,6 +103,8 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         failover = pick.lease.done(outcome, ctx)?.failover ?? false;
       }
       if (ok) return;
+      // The gateway ended the request (shutdown): no other account or model is tried.
+      if (ctx.stopped) throw ctx.stopped;
       lastError = attempt.error;
       if (ctx.committed || ctx.clientGone.aborted || !failover) break;
     }
