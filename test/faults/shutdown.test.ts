@@ -63,7 +63,9 @@ t.test('streams cut by drain_timeout end with the protocol error event, logged a
     headers: { ...bearer(KEYS.chat), 'content-type': 'application/json' },
     body: JSON.stringify(chatBody({ messages: [{ role: 'user', content: '[[mock: delay=30000]] wait' }] })),
   });
-  await new Promise((r) => setTimeout(r, 100));
+  // Shut down once the upstream has it (and the three streams are still running).
+  const mock = g.gw.mocks.get('mock')!;
+  while (!mock.requests.some((r) => r.body.includes('delay=30000'))) await new Promise((r) => setTimeout(r, 10));
   const closing = g.close();
   const ends = await Promise.all(
     readers.map(async (r) => {
