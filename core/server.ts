@@ -233,6 +233,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         requireHostHeader: false,
       },
       (req, res) => {
+        // A request pipelined behind one whose answer closed the connection: never answered (the
+        // client was told the connection closes), and never run.
+        if (isClosing(req.socket) || this.answerQueued.has(req.socket)) return void req.resume();
         noteExchange(res);
         if (
           req.headers['content-length'] !== undefined
@@ -349,6 +352,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   /** The error of a request whose body is still arriving: answered through its response, then a staged close. */
   private refuseBody(res: ServerResponse, answer: GatewayError): void {
     const socket = res.req.socket;
+    if (isClosing(socket)) return;
     if (res.headersSent) {
       // Answered already (a refused body being dropped): only the close. A response still being
       // written (a request whose body broke while it was answered) cannot be finished: cut it.
@@ -526,9 +530,6 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   // ---- requests ----------------------------------------------------------------------------
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // A request pipelined behind one whose answer closed the connection: never answered (the
-    // client was told the connection closes), and never run.
-    if (isClosing(req.socket) || this.answerQueued.has(req.socket)) return void req.resume();
     if (req.headers.host === undefined && req.httpVersion === '1.1') {
       return this.refuse(req, res, new GatewayError('MALFORMED_HTTP', { message: 'The Host header is required (HTTP/1.1)' }));
     }
