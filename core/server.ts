@@ -257,6 +257,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     this.server.keepAliveTimeout = 5_000;
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      noteExchange(res); // its body may still be arriving when the connection closes
       this.refuse(
         req,
         res,
