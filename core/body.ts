@@ -3,8 +3,8 @@
  *
  * - An oversized `Content-Length` is refused before a byte is kept; a body without one is counted
  *   as it arrives and refused the moment it passes the limit. Either way the rest of the body is
- *   then read and dropped (up to DISCARD_MAX bytes), so the client reads its 413 instead of a
- *   connection reset; the connection stays usable when the body ends.
+ *   then read and dropped (`discard`), so the client reads its 413 instead of a connection reset;
+ *   the connection stays usable when the body ends.
  * - `server.body_memory` bounds the bytes held by all requests at once: a body whose bytes do not
  *   fit waits (paused) up to BODY_MEMORY_WAIT_MS for others to finish, then gets 503. Its bytes
  *   are released when its response closes. A small body that fits never waits behind large ones.
@@ -20,6 +20,7 @@
 import type { IncomingMessage } from 'node:http';
 import { isAscii } from 'node:buffer';
 import { GatewayError } from './errors.js';
+import { closeInStages } from './connection.js';
 import type { RequestContext } from './context.js';
 import type { ParsedBody } from './types.js';
 import { wireFor } from './protocols/index.js';
@@ -29,7 +30,7 @@ import { largeWork } from './json/share.js';
 
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
-/** Bytes of a refused body read and dropped before the connection is closed instead. */
+/** Bytes of a refused body read and dropped with the connection kept; then it closes in stages. */
 export const DISCARD_MAX = 64 * 1024 * 1024;
 /** How long a body waits for room in `server.body_memory` before its 503. */
 export const BODY_MEMORY_WAIT_MS = 2_000;
@@ -94,13 +95,18 @@ export class BodyMemory {
   }
 }
 
-/** Reads the rest of a refused body and drops it (bounded), so the client can read the answer. */
+/**
+ * Reads the rest of a refused body and drops it, so the client can read the answer: up to
+ * DISCARD_MAX bytes with the connection kept (usable again once the body ends); past that the
+ * connection closes in stages (core/connection.ts), dropping at most DISCARD_MAX more.
+ */
 function discard(req: IncomingMessage): void {
   let n = 0;
   req.removeAllListeners('data');
   req.on('data', (c: Buffer) => {
     n += c.length;
-    if (n > DISCARD_MAX) req.socket.destroy();
+    if (n > 2 * DISCARD_MAX) req.socket.destroy();
+    else if (n > DISCARD_MAX) closeInStages(req.socket, req);
   });
   req.resume();
 }
@@ -449,8 +455,27 @@ function checkBody(json: unknown, text: string, bytes: number, ctx: Pick<Request
     }
     fallback = (obj.models as string[]).filter((m) => m !== obj.model);
   }
+  if (ctx.route.handler !== 'count-tokens') checkOutputCap(obj);
   if (ctx.protocol) wireFor(ctx.protocol).validate(obj, { history: ctx.route.handler !== 'count-tokens' });
   return { text, json: obj, model: obj.model, stream: obj.stream === true, fallback, bytes };
+}
+
+/**
+ * The largest output cap a request may ask for (2³¹ − 1). The cap prices the request's reservation
+ * (docs/limits.md "Admission"): no model produces anywhere near so many tokens, and a larger one
+ * could not be priced in integer micro-USD, so it is the client's error (400, not retried) rather
+ * than a billing failure it would retry forever.
+ */
+export const MAX_OUTPUT_TOKENS = 2_147_483_647;
+
+/** Every output-cap field the reservation reads (core/billing.ts `requestedMaxTokens`), whatever the protocol. */
+function checkOutputCap(obj: Record<string, unknown>): void {
+  for (const k of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
+    const v = obj[k];
+    if (typeof v === 'number' && !(v <= MAX_OUTPUT_TOKENS)) {
+      throw bad(`'${k}' must be at most ${MAX_OUTPUT_TOKENS} (no model produces that many tokens)`);
+    }
+  }
 }
 
 /** Reads and parses a model call's body; its bytes count in `memory` until the response closes. */

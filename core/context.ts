@@ -208,7 +208,21 @@ export class RequestContext {
    * `abort` listeners. Cheaper than `signal` (which follows it), for the core and plugins alike.
    */
   readonly clientGone = new Abort();
+  /**
+   * Set when the gateway itself ends the request (`stop()`: shutdown past `server.drain_timeout`):
+   * the error the client gets, in-stream once committed.
+   */
+  stopped?: GatewayError;
+  /** What `stop()` interrupts: the upstream call in progress (set by the attempt while it runs). */
+  onStop?: () => void;
   private childLog?: Logger;
+
+  /** Ends the request on the gateway's own account: the upstream call is aborted and the client gets `err`. */
+  stop(err: GatewayError): void {
+    if (this.stopped) return;
+    this.stopped = err;
+    this.onStop?.();
+  }
 
   /** Aborted when the client disconnects before the response is complete (an AbortSignal, made on first use). */
   get signal(): AbortSignal {
@@ -230,11 +244,7 @@ export class RequestContext {
    * /v1/models and /v1/usage, Messages-style for clients that speak Messages.
    */
   get errorFormat(): ErrorFormat {
-    const p = this.route.protocol;
-    if (p === 'anthropic-messages') return 'messages';
-    if (p === 'openai-responses') return this.group?.kind === 'messages' ? 'responses-lite' : 'chat';
-    if (p === 'openai-chat') return 'chat';
-    return this.headerValues('anthropic-version').length > 0 || this.headerValues('x-api-key').length > 0 ? 'messages' : 'chat';
+    return routeErrorFormat(this.route.protocol, this.group?.kind, (name) => this.headerValues(name).length > 0);
   }
 
   get<T>(slot: Slot<T>): T | undefined {
@@ -280,6 +290,23 @@ export class RequestContext {
     }
     return out ?? [];
   }
+}
+
+/**
+ * The protocol error format of a route (spec §7.1): Messages-style on the Messages endpoints,
+ * `{error:{code,message}}` for Responses on a Messages-style group, Chat-style otherwise; on the
+ * routes of no protocol (/v1/models, /v1/usage), Messages-style for clients that speak Messages
+ * (`has('anthropic-version')` or `has('x-api-key')`). Without a known group, Responses is Chat-style.
+ */
+export function routeErrorFormat(
+  protocol: ProtocolName | undefined,
+  groupKind: string | undefined,
+  has: (header: string) => boolean,
+): ErrorFormat {
+  if (protocol === 'anthropic-messages') return 'messages';
+  if (protocol === 'openai-responses') return groupKind === 'messages' ? 'responses-lite' : 'chat';
+  if (protocol === 'openai-chat') return 'chat';
+  return has('anthropic-version') || has('x-api-key') ? 'messages' : 'chat';
 }
 
 /** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) becomes plain IPv4, so rules match either spelling. */

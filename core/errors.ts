@@ -338,6 +338,16 @@ export const CATALOGUE = Object.freeze({
     code: 'billing_service_error',
     message: 'Billing check failed, please retry later',
   }),
+  // Shutdown: requests still in flight when server.drain_timeout runs out are ended by the gateway
+  // (a stream with its protocol's error event, anything not yet answered with this 503); a retry
+  // reaches another instance.
+  SHUTTING_DOWN: entry({
+    category: 'transient',
+    status: 503,
+    type: 'api_error',
+    code: 'server_shutting_down',
+    message: 'The gateway is shutting down and ended this request (server.drain_timeout); retry it',
+  }),
   OVERLOADED: entry({
     category: 'transient',
     status: 503,
@@ -363,28 +373,28 @@ export const CATALOGUE = Object.freeze({
     format: 'chat',
     message: 'Method not allowed',
   }),
+  // Malformed HTTP: rendered in the endpoint's format when the request line could be read, else
+  // Chat-style. Oversized headers are a 400 (a malformed request, spec §7.2), not a 413: 413 is
+  // the body's, and /v1/models and /v1/usage have no 413 in their status sets (spec §4).
   MALFORMED_HTTP: entry({
     category: 'request',
     status: 400,
     type: 'invalid_request_error',
     code: 'bad_request',
-    format: 'chat',
     message: 'Malformed HTTP request',
   }),
   HEADERS_TOO_LARGE: entry({
     category: 'request',
-    status: 413,
-    type: 'request_too_large',
+    status: 400,
+    type: 'invalid_request_error',
     code: 'headers_too_large',
-    format: 'chat',
-    message: 'Request headers are too large',
+    message: 'Request headers are too large (at most 16 KiB)',
   }),
   REQUEST_TIMEOUT: entry({
     category: 'request',
     status: 400,
     type: 'invalid_request_error',
     code: 'request_timeout',
-    format: 'chat',
     message: 'The request did not arrive in time (server.headers_timeout / server.body_timeout)',
   }),
   BODY_MEMORY_FULL: entry({

@@ -2,16 +2,24 @@
  * Keeps the bodies of failed requests (spec §8.8), for `failed_requests.retention` (30 days), with
  * every credential removed: one JSON file per request under `<dir>/<YYYY-MM-DD>/<request id>.json`.
  * Writes are asynchronous and off the response path; day folders past the retention are deleted
- * hourly, and the oldest files go first whenever the folder passes `failed_requests.max_size`.
- * Bodies larger than MAX_BODY are cut (and say so).
+ * hourly. Bodies larger than MAX_BODY are cut (and say so).
  *
  * What "no credential" means (docs/operations.md "Failed requests"):
  * - any header, query parameter or JSON body field (at any depth) whose name looks like a
  *   credential (CREDENTIAL_NAME, case-insensitive) has its value replaced by `[removed]`;
  * - then every occurrence of a configured client or provider key anywhere in the record's text,
- *   and anything shaped like a bearer token or an `sk-…` key, is replaced too;
- * - requests refused before their key was known (strangers, bad keys) are sampled: at most
- *   UNKEYED_PER_MINUTE a minute are written, without their body.
+ *   and anything shaped like a bearer token or an `sk-…` key, is replaced too.
+ *
+ * The folder is bounded whatever clients do (docs/operations.md "Failed requests"):
+ * - refusals the gateway decided by its own rules, before anything went upstream (a limit, a key,
+ *   the balance, the billing service), say all they have to say in their error: they are sampled,
+ *   REFUSALS_PER_MINUTE a minute per error code, without their body; requests refused before
+ *   their key was known, UNKEYED_PER_MINUTE a minute in all, without their body;
+ * - the folder never holds more than `max_size` bytes nor `max_files` files, the record being
+ *   written included: records are written one at a time, in order, each after room was made for
+ *   it by deleting the oldest files (their deletion awaited first); at most MAX_PENDING records
+ *   (MAX_PENDING_BYTES) wait to be written, the rest are dropped;
+ * - every record not kept is counted (`dropped`, the metric gateway_failed_requests_dropped_total).
  */
 import { createHash } from 'node:crypto';
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -23,6 +31,11 @@ import type { Clock } from './clock.js';
 const MAX_BODY = 1024 * 1024;
 /** Records a minute for requests refused before a key was known. */
 export const UNKEYED_PER_MINUTE = 10;
+/** Records a minute, per error code, for refusals decided by the gateway's own rules. */
+export const REFUSALS_PER_MINUTE = 10;
+/** Records (and their bytes) waiting to be written at once; more are dropped (a burst faster than the disk). */
+export const MAX_PENDING = 256;
+export const MAX_PENDING_BYTES = 64 * 1024 * 1024;
 const REMOVED = '[removed]';
 
 /** Names (headers, query parameters, body fields) whose values are credentials. */
@@ -48,7 +61,15 @@ export interface FailedRequest {
   body?: Buffer | string;
   /** The length of the whole body when `body` is only its head (large bodies). */
   bodyLength?: number;
+  /**
+   * Refused by the gateway's own rules before anything went upstream (a limit, a key, the balance,
+   * the billing service): sampled, and kept without its body.
+   */
+  refused?: boolean;
 }
+
+/** Why a record was not kept (the `reason` of gateway_failed_requests_dropped_total). */
+export type DropReason = 'sampled' | 'evicted' | 'backlog' | 'too_large' | 'write_error';
 
 /** Replaces credential-named fields at any depth of a parsed JSON value. */
 function scrubJson(v: unknown, depth = 0): unknown {
@@ -134,20 +155,28 @@ export function scrub(r: FailedRequest, secrets: Secrets = { plain: [], digests:
 
 export interface FailedRequestOptions {
   retentionMs: number;
-  /** Bytes the folder may hold; the oldest files are deleted past it. */
+  /** Bytes the folder may hold, writes in progress included. */
   maxBytes: number;
+  /** Files the folder may hold, writes in progress included. */
+  maxFiles?: number;
   /** Configured client keys (digests) and provider credentials: read at each record, so reloads apply. */
   secrets: () => Secrets;
+  /** Told of every record not kept. */
+  dropped?: (reason: DropReason) => void;
 }
 
 export class FailedRequestLog {
   private readonly timer: NodeJS.Timeout;
-  /** Files written or found, oldest first, with their sizes (for the size cap). */
+  /** Files written or found, oldest first, with their sizes. */
   private files: Array<{ file: string; size: number }> = [];
   private bytes = 0;
-  private trimming = false;
+  /** Records accepted and not yet written (waiting for the folder scan or their turn), and their bytes. */
+  private pending = 0;
+  private pendingBytes = 0;
+  /** The writes, one after the other (the first waits for the folder scan). */
+  private queue: Promise<void>;
   private unkeyed = { minute: -1, count: 0 };
-  private readonly ready: Promise<void>;
+  private refusals = { minute: -1, counts: new Map<string, number>() };
 
   constructor(
     private readonly dir: string,
@@ -157,38 +186,78 @@ export class FailedRequestLog {
   ) {
     this.timer = setInterval(() => void this.cleanup(), 3_600_000);
     this.timer.unref();
-    this.ready = this.cleanup().then(() => this.scan());
+    this.queue = this.cleanup().then(() => this.scan());
+  }
+
+  private get maxFiles(): number {
+    return this.opts.maxFiles ?? Number.MAX_SAFE_INTEGER;
+  }
+
+  private drop(reason: DropReason): void {
+    this.opts.dropped?.(reason);
   }
 
   record(r: FailedRequest): void {
     const now = this.clock.now();
+    const minute = Math.floor(now / 60_000);
     if (r.key === undefined) {
       // Refused before a key was known: a stranger's traffic fills no disk.
-      const minute = Math.floor(now / 60_000);
       if (this.unkeyed.minute !== minute) this.unkeyed = { minute, count: 0 };
-      if (++this.unkeyed.count > UNKEYED_PER_MINUTE) return;
-      r = { ...r, body: undefined };
+      if (++this.unkeyed.count > UNKEYED_PER_MINUTE) return this.drop('sampled');
+      r = { ...r, body: undefined, bodyLength: undefined };
+    } else if (r.refused) {
+      // The gateway's own refusal (an RPM 429 repeated by a client in a loop): its error says it all.
+      if (this.refusals.minute !== minute) this.refusals = { minute, counts: new Map() };
+      const code = r.error?.code ?? String(r.status);
+      const n = (this.refusals.counts.get(code) ?? 0) + 1;
+      this.refusals.counts.set(code, n);
+      if (n > REFUSALS_PER_MINUTE) return this.drop('sampled');
+      r = { ...r, body: undefined, bodyLength: undefined };
     }
     const day = new Date(now).toISOString().slice(0, 10);
     const folder = path.join(this.dir, day);
     const file = path.join(folder, `${r.requestId.replace(/[^A-Za-z0-9._-]/g, '_')}.json`);
-    const text = JSON.stringify({ at: new Date(now).toISOString(), ...scrub(r, this.opts.secrets()) }) + '\n';
-    void this.ready
-      .then(() => mkdir(folder, { recursive: true }))
-      // Written aside, then renamed: a reader (an operator's tooling, a log shipper) never sees a
-      // record half-written under its final name.
-      .then(() => writeFile(`${file}.partial`, text))
-      .then(() => rename(`${file}.partial`, file))
-      .then(() => {
-        const size = Buffer.byteLength(text);
-        this.files.push({ file, size });
-        this.bytes += size;
-        if (this.bytes > this.opts.maxBytes) void this.trim();
-      })
-      .catch((e) => this.log.warn('could not keep a failed request', { error: e as Error }));
+    const { refused: _refused, ...kept } = r;
+    const text = JSON.stringify({ at: new Date(now).toISOString(), ...scrub(kept, this.opts.secrets()) }) + '\n';
+    const size = Buffer.byteLength(text);
+    if (size > this.opts.maxBytes) return this.drop('too_large');
+    if (this.pending >= MAX_PENDING || this.pendingBytes + size > MAX_PENDING_BYTES) return this.drop('backlog');
+    this.pending++;
+    this.pendingBytes += size;
+    this.queue = this.queue
+      .then(() => this.write(folder, file, text, size))
+      .finally(() => {
+        this.pending--;
+        this.pendingBytes -= size;
+      });
   }
 
-  /** Lists what the folder already holds, oldest first. */
+  /** Makes room for `text` (oldest files first, their deletion awaited), then writes it. */
+  private async write(folder: string, file: string, text: string, size: number): Promise<void> {
+    const removals: Promise<unknown>[] = [];
+    while (this.files.length > 0 && (this.bytes + size > this.opts.maxBytes || this.files.length + 1 > this.maxFiles)) {
+      const old = this.files.shift()!;
+      this.bytes -= old.size;
+      removals.push(rm(old.file, { force: true }).catch(() => undefined));
+      this.drop('evicted');
+    }
+    await Promise.all(removals);
+    try {
+      await mkdir(folder, { recursive: true });
+      // Written aside, then renamed: a reader (an operator's tooling, a log shipper) never sees a
+      // record half-written under its final name.
+      await writeFile(`${file}.partial`, text);
+      await rename(`${file}.partial`, file);
+      this.files.push({ file, size });
+      this.bytes += size;
+    } catch (e) {
+      await rm(`${file}.partial`, { force: true }).catch(() => undefined);
+      this.drop('write_error');
+      this.log.warn('could not keep a failed request', { error: e as Error });
+    }
+  }
+
+  /** Lists what the folder already holds, oldest first, and deletes the oldest past the bounds. */
   private async scan(): Promise<void> {
     const found: Array<{ file: string; size: number; t: number }> = [];
     let days: string[];
@@ -215,24 +284,13 @@ export class FailedRequestLog {
       }
     }
     found.sort((a, b) => a.t - b.t);
-    this.files = found.map(({ file, size }) => ({ file, size })).concat(this.files);
+    this.files = found.map(({ file, size }) => ({ file, size }));
     this.bytes = this.files.reduce((n, f) => n + f.size, 0);
-    if (this.bytes > this.opts.maxBytes) await this.trim();
-  }
-
-  /** Deletes the oldest files until the folder is back under 90 % of its cap. */
-  private async trim(): Promise<void> {
-    if (this.trimming) return;
-    this.trimming = true;
-    try {
-      const target = Math.floor(this.opts.maxBytes * 0.9);
-      while (this.bytes > target && this.files.length > 0) {
-        const f = this.files.shift()!;
-        this.bytes -= f.size;
-        await rm(f.file, { force: true }).catch(() => undefined);
-      }
-    } finally {
-      this.trimming = false;
+    while (this.files.length > 0 && (this.bytes > this.opts.maxBytes || this.files.length > this.maxFiles)) {
+      const old = this.files.shift()!;
+      this.bytes -= old.size;
+      await rm(old.file, { force: true }).catch(() => undefined);
+      this.drop('evicted');
     }
   }
 

@@ -307,6 +307,8 @@ export interface Metrics {
   configReloads: Counter<'result'>;
   /** 1 while the shared store (Redis) is unreachable. */
   storeDegraded: Gauge;
+  /** Failed-request records not kept (core/failed-requests.ts), by reason. */
+  failedRequestsDropped: Counter<'reason'>;
 
   // ---- upstream account pools (core/pool) -------------------------------------------------
   // Labels: provider and account names from the config, outcome/reason/state from fixed lists.
@@ -323,6 +325,12 @@ export interface Metrics {
   counter<T extends string = string>(cfg: Config<T, CounterConfiguration<T>>): Counter<T>;
   gauge<T extends string = string>(cfg: Config<T, GaugeConfiguration<T>>): Gauge<T>;
   histogram<T extends string = string>(cfg: Config<T, HistogramConfiguration<T>>): Histogram<T>;
+}
+
+/** A counter by `reason` with every reason's series at 0 from the start (rates and alerts see them before the first). */
+function zeroed<C extends Counter<'reason'>>(reasons: readonly string[], c: C): C {
+  for (const reason of reasons) c.inc({ reason }, 0);
+  return c;
 }
 
 const LATENCY = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -492,6 +500,19 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
         help: '1 while the shared store (Redis) is unreachable: money paths refused, RPM and concurrency per instance',
         registers,
       }),
+    ),
+    failedRequestsDropped: own(
+      zeroed(
+        ['sampled', 'evicted', 'backlog', 'too_large', 'write_error'],
+        new HotCounter({
+          name: 'gateway_failed_requests_dropped_total',
+          help:
+            'Failed-request records not kept (failed_requests), by reason: sampled (a refusal past its sample), evicted (an older record ' +
+            'deleted to stay within max_size / max_files), backlog (too many records waiting to be written), too_large, write_error',
+          labelNames: ['reason'],
+          registers,
+        }),
+      ),
     ),
 
     // ---- upstream account pools (core/pool) -------------------------------------------------

@@ -17,9 +17,10 @@ import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js
 import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
 import type { PluginRegistry } from './plugin.js';
 import type { Outcome, ParsedBody } from './types.js';
-import { RequestContext, normaliseIp } from './context.js';
-import { GatewayError, renderError, toGatewayError } from './errors.js';
+import { RequestContext, normaliseIp, routeErrorFormat } from './context.js';
+import { GatewayError, renderError, toGatewayError, type ErrorFormat } from './errors.js';
 import { BodyMemory, readBody, recordedBody } from './body.js';
+import { closeInStages, isClosing, lastExchange, lingerOnClose, noteExchange } from './connection.js';
 import { KEEPALIVE } from './sse.js';
 import { runChain, runFinally, type CompiledChain } from './pipeline.js';
 import { Runtime, type CompiledRoute } from './runtime.js';
@@ -106,6 +107,11 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private readonly sockets = new Set<Socket>();
   /** Sockets carrying a request right now; the others can be closed at shutdown. */
   private readonly busy = new Set<Socket>();
+  /** Requests whose body is still arriving, by the time it must have arrived (server.body_timeout). */
+  private readonly bodyDeadlines = new Map<IncomingMessage, number>();
+  private bodyTimer?: NodeJS.Timeout;
+  /** Connections whose malformed bytes are answered once the answers before them are written. */
+  private readonly answerQueued = new WeakSet<Socket>();
   private closing = false;
   private closed?: Promise<void>;
   private cutShutdownDelay?: () => void;
@@ -212,9 +218,20 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
 
   private keepFailedRequests(config: GatewayConfig): void {
     this.failed?.close();
-    const { dir, retentionMs, maxSize } = config.failedRequests;
+    const { dir, retentionMs, maxSize, maxFiles } = config.failedRequests;
     this.failed = dir
-      ? new FailedRequestLog(dir, { retentionMs, maxBytes: maxSize, secrets: () => this.secrets() }, this.clock, this.log)
+      ? new FailedRequestLog(
+          dir,
+          {
+            retentionMs,
+            maxBytes: maxSize,
+            maxFiles,
+            secrets: () => this.secrets(),
+            dropped: (reason) => this.metrics.failedRequestsDropped.inc({ reason }),
+          },
+          this.clock,
+          this.log,
+        )
       : undefined;
   }
 
@@ -249,15 +266,31 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         requireHostHeader: false,
       },
       (req, res) => {
+        // A request pipelined behind one whose answer closed the connection: never answered (the
+        // client was told the connection closes), and never run.
+        if (isClosing(req.socket) || this.answerQueued.has(req.socket)) return void req.resume();
+        noteExchange(res);
+        if (
+          req.headers['content-length'] !== undefined
+            ? req.headers['content-length'] !== '0'
+            : req.headers['transfer-encoding'] !== undefined
+        ) {
+          this.bodyDeadlines.set(req, Date.now() + s.bodyTimeoutMs);
+        }
         void this.handle(req, res);
       },
     );
+    // server.body_timeout counts from the end of the headers (Node's requestTimeout, the whole
+    // request's bound, counts from their start): checked every 500 ms like Node's own timeouts.
+    this.bodyTimer = setInterval(() => this.checkBodies(), 500);
+    this.bodyTimer.unref();
     // A client that half-closes after sending (shutdown(SHUT_WR)) still gets its response: Node
     // would otherwise abort the request at the FIN. A client that left for good is found when its
     // response is written (and billed as a disconnect then); a reset is found at once.
     (this.server as http.Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     this.server.keepAliveTimeout = 5_000;
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      noteExchange(res); // its body may still be arriving when the connection closes
       this.refuse(
         req,
         res,
@@ -268,6 +301,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     });
     this.server.on('connection', (s: Socket) => {
       this.sockets.add(s);
+      lingerOnClose(s);
       // One listener per connection, not per request: the requests in flight on it learn of the
       // client's FIN (`end`) and of its disconnect (`close`) from here.
       (s as Conn)[IN_FLIGHT] = new Set();
@@ -298,11 +332,17 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
 
   /**
    * Malformed HTTP (bad header characters or chunking, oversized headers) and requests that did
-   * not arrive in time: a 400 or 413 in the Chat error shape with an X-Request-ID, then the
-   * connection closes. Before a request object exists the answer is written on the socket; once
-   * one does (bad chunking, a body too slow) it goes through that request's response.
+   * not arrive in time: a 400 with an X-Request-ID, in the endpoint's error format when the
+   * request line could be read (else Chat-style), then the connection closes in stages
+   * (core/connection.ts). Where the error lies decides how it is answered:
+   * - in the head of a request (no request object yet): on the socket, after the answers to the
+   *   requests before it on the connection (pipelining: each gets its own answer first);
+   * - in the body of the latest request (bad chunking, a body too slow): through its response,
+   *   unless that was answered already (a refused body being dropped), then only the close.
    */
-  private onClientError(err: Error & { code?: string }, socket: Socket): void {
+  private onClientError(err: Error & { code?: string; rawPacket?: unknown }, socket: Socket): void {
+    // Answered already, or an answer waits its turn: what still arrives (and fails to parse) is dropped.
+    if (isClosing(socket) || this.answerQueued.has(socket)) return;
     if (err.code === 'ECONNRESET' || !socket.writable) return void socket.destroy();
     const id =
       err.code === 'HPE_HEADER_OVERFLOW'
@@ -311,25 +351,88 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
           ? 'REQUEST_TIMEOUT'
           : 'MALFORMED_HTTP';
     const answer = new GatewayError(id);
-    const r = renderError(answer, 'chat');
-    const body = JSON.stringify(r.body);
-    const res = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
-    if (res) {
-      if (res.headersSent) return void socket.destroy();
-      res.setHeader('connection', 'close');
-      res.writeHead(r.status, { 'content-type': 'application/json' });
-      res.end(body);
-      res.once('finish', () => socket.destroy());
-      setTimeout(() => socket.destroy(), 1_000).unref();
+    const last = lastExchange(socket);
+    if (last && !last.req.complete) return this.refuseBody(last, answer);
+    // The format of the request line in the bytes, or (their start may be an earlier request
+    // on the connection) of the connection's previous request.
+    const format = last
+      ? this.formatFor(last.req.method, last.req.url, (h) => last.req.headers[h] !== undefined)
+      : this.rawFormat(err.rawPacket);
+    if (last && !last.writableFinished) {
+      this.answerQueued.add(socket);
+      last.once('finish', () => this.answerOnSocket(socket, answer, format));
+      last.once('close', () => {
+        if (!last.writableFinished) socket.destroy();
+      });
       return;
     }
-    const requestId = newRequestId();
-    socket.end(
-      `HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\n` +
-        `content-type: application/json\r\nx-request-id: ${requestId}\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    this.answerOnSocket(socket, answer, format);
+  }
+
+  /** Requests whose body is late (server.body_timeout): 400 request_timeout, or a close when they were answered already. */
+  private checkBodies(): void {
+    const now = Date.now();
+    for (const [req, deadline] of this.bodyDeadlines) {
+      if (req.complete || req.destroyed) this.bodyDeadlines.delete(req);
+      else if (now >= deadline) {
+        this.bodyDeadlines.delete(req);
+        const last = lastExchange(req.socket);
+        if (last?.req === req) this.refuseBody(last, new GatewayError('REQUEST_TIMEOUT'));
+        else closeInStages(req.socket, req);
+      }
+    }
+  }
+
+  /** The error of a request whose body is still arriving: answered through its response, then a staged close. */
+  private refuseBody(res: ServerResponse, answer: GatewayError): void {
+    const socket = res.req.socket;
+    if (isClosing(socket)) return;
+    if (res.headersSent) {
+      // Answered already (a refused body being dropped): only the close. A response still being
+      // written (a request whose body broke while it was answered) cannot be finished: cut it.
+      if (res.writableFinished) closeInStages(socket, res.req);
+      else socket.destroy();
+      return;
+    }
+    const r = renderError(
+      answer,
+      this.formatFor(res.req.method, res.req.url, (h) => res.req.headers[h] !== undefined),
     );
-    setTimeout(() => socket.destroy(), 1_000).unref();
+    res.setHeader('connection', 'close');
+    res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
+    res.end(JSON.stringify(r.body));
+    closeInStages(socket, res.req);
+  }
+
+  /** An answer written on the socket itself (no request object), then a staged close. */
+  private answerOnSocket(socket: Socket, answer: GatewayError, format: ErrorFormat): void {
+    this.answerQueued.delete(socket);
+    // The answers before it closed the connection (`Connection: close`): nothing more to say.
+    if (!socket.writable || isClosing(socket)) return;
+    const r = renderError(answer, format);
+    const body = JSON.stringify(r.body);
+    const requestId = newRequestId();
+    let head = `HTTP/1.1 ${r.status} ${http.STATUS_CODES[r.status]}\r\ncontent-type: application/json\r\nx-request-id: ${requestId}\r\n`;
+    for (const [k, v] of Object.entries(r.headers)) head += `${k}: ${v}\r\n`;
+    socket.write(`${head}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    closeInStages(socket);
     this.refused(requestId, undefined, answer);
+  }
+
+  /** The error format of the endpoint a request targets (spec §7.1), as far as its method, path and headers tell. */
+  private formatFor(method: string | undefined, url: string | undefined, has: (header: string) => boolean): ErrorFormat {
+    const route = this.runtime.match(method ?? 'GET', pathOf(url ?? '/'));
+    return route ? routeErrorFormat(route.info.protocol, undefined, has) : 'chat';
+  }
+
+  /** `formatFor` from the bytes Node could not parse: their request line and header names, when they begin a request. */
+  private rawFormat(raw: unknown): ErrorFormat {
+    if (!Buffer.isBuffer(raw)) return 'chat';
+    const text = raw.subarray(0, 64 * 1024).toString('latin1');
+    const line = /^([A-Z]+) (\S+) HTTP\/1\.[01]\r?\n/.exec(text);
+    if (!line) return 'chat';
+    const head = text.slice(line[0].length);
+    return this.formatFor(line[1], line[2], (h) => new RegExp(`(^|\\n)${h}[ \\t]*:`, 'i').test(head));
   }
 
   /**
@@ -354,7 +457,10 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private refuse(req: IncomingMessage, res: ServerResponse, err: GatewayError): void {
     const given = req.headers['x-request-id'];
     const requestId = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
-    const r = renderError(err, 'chat');
+    const r = renderError(
+      err,
+      this.formatFor(req.method, req.url, (h) => req.headers[h] !== undefined),
+    );
     res.writeHead(r.status, { 'content-type': 'application/json', 'x-request-id': requestId, connection: 'close', ...r.headers });
     res.end(JSON.stringify(r.body));
     this.refused(requestId, req.method, err);
@@ -662,6 +768,10 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         error: error ? { code: error.code, type: error.type, message: error.message } : undefined,
         key: ctx.key?.id,
         model: ctx.answeredModel?.id ?? ctx.attempts[0]?.model.id,
+        // The gateway's own refusal (a limit, a key, the balance, the billing service): nothing went
+        // upstream and the request itself was not at fault, so its body explains nothing.
+        refused:
+          !!error && ctx.attempts.length === 0 && error.entry.category !== 'request' && error.id !== 'INTERNAL' && error.status !== 499,
         ...recordedBody(ctx),
       });
     }
@@ -739,15 +849,35 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     };
     const sweeper = setInterval(sweep, 50);
     sweep();
-    const deadline = new Promise<void>((resolve) => setTimeout(resolve, this.runtime.config.server.drainTimeoutMs).unref());
-    await Promise.race([closed, deadline]);
+    const wait = (ms: number) => new Promise<false>((resolve) => setTimeout(() => resolve(false), ms).unref());
+    const drained = closed.then(() => true as const);
+    if (!(await Promise.race([drained, wait(this.runtime.config.server.drainTimeoutMs)]))) {
+      // Past drain_timeout the gateway ends what is still in flight itself, and says so: a
+      // committed stream gets its protocol's error event (and is billed what it streamed), a
+      // request not yet answered a 503; their upstream calls are aborted. Then a moment for those
+      // answers to be written before every connection is closed.
+      const stop = new GatewayError('SHUTTING_DOWN');
+      let stopped = 0;
+      for (const s of this.sockets) {
+        for (const ctx of (s as Conn)[IN_FLIGHT] ?? []) {
+          ctx.stop(stop);
+          stopped++;
+        }
+      }
+      if (stopped > 0) {
+        this.log.warn('drain_timeout passed: requests still in flight were ended by the gateway', { requests: stopped });
+        await Promise.race([drained, wait(STOP_GRACE_MS)]);
+      }
+    }
     clearInterval(sweeper);
+    clearInterval(this.bodyTimer);
     for (const s of this.sockets) s.destroy();
     await this.runtime.retire();
     await this.shutdownResources();
   }
 
   private async shutdownResources(): Promise<void> {
+    clearInterval(this.bodyTimer);
     if (this.opsServer) {
       const ops = this.opsServer;
       await new Promise<void>((resolve) => {
@@ -765,6 +895,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     await this.tracing?.shutdown();
   }
 }
+
+/** How long the answers of requests ended at shutdown (drain_timeout passed) get to be written. */
+const STOP_GRACE_MS = 1_000;
 
 /** The requests in flight on a connection (more than one only when the client pipelines). */
 const IN_FLIGHT = Symbol('inFlight');

@@ -616,6 +616,7 @@ async function loadChecked(
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),
       maxSize: parseSize(raw.failed_requests?.max_size ?? '1GiB'),
+      maxFiles: raw.failed_requests?.max_files ?? 100_000,
     },
     tracing,
     limits: { freeRpmAtZeroBalance: raw.limits?.free_rpm_at_zero_balance ?? 10 },

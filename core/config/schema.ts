@@ -86,7 +86,7 @@ export const gatewaySchema = {
           ...ipList,
           default: [],
           description:
-            'IPs or CIDRs whose X-Forwarded-For is believed, walked right to left (`ip:port` and `[v6]:port` hops are read as their address; an unreadable hop makes the client unknown, which every IP allow or deny list refuses); empty: the socket address is the client',
+            'IPs or CIDRs whose X-Forwarded-For is believed, walked right to left (`ip:port` and `[v6]:port` hops are read as their address; an unreadable or empty hop makes the client unknown, which every IP allow or deny list refuses); empty: the socket address is the client',
         },
         headers_timeout: {
           ...duration,
@@ -98,7 +98,7 @@ export const gatewaySchema = {
           ...duration,
           default: '30s',
           description:
-            'A request body must arrive within this once its headers did (the whole request gets headers_timeout + body_timeout); then 400 request_timeout and the connection closes',
+            'A request body must arrive within this once its headers did (checked every 500 ms, so a stalled body is answered within it + 0.5s); then 400 request_timeout and the connection closes',
         },
         body_memory: {
           ...size,
@@ -127,7 +127,12 @@ export const gatewaySchema = {
           description: 'Worker processes; more than 1 requires a shared store (store.kind: redis)',
         },
         admin_token: { type: 'string', description: 'Bearer token of the /admin API (docs/operations.md); the API is off without one' },
-        drain_timeout: { ...duration, default: '30s', description: 'On shutdown, how long requests in flight may finish' },
+        drain_timeout: {
+          ...duration,
+          default: '30s',
+          description:
+            'On shutdown, how long requests in flight may finish; then the gateway ends them: a stream with its protocol error event (billed what it streamed), a request not yet answered with a retryable 503 server_shutting_down',
+        },
         shutdown_delay: {
           ...duration,
           default: '0s',
@@ -301,10 +306,20 @@ export const gatewaySchema = {
         dir: {
           type: 'string',
           description:
-            'Where the bodies of failed requests (status ≥ 400, or a stream that failed) are kept: one JSON file per request in a folder per UTC day (dir/YYYY-MM-DD/); headers, query parameters and body fields named like credentials are removed, and so is every configured client or provider key wherever it appears; requests refused before their key was known are sampled (10 a minute, without their body); bodies over 1 MiB are cut. Unset: off',
+            "Where the bodies of failed requests (status ≥ 400, or a stream that failed) are kept: one JSON file per request in a folder per UTC day (dir/YYYY-MM-DD/); headers, query parameters and body fields named like credentials are removed, and so is every configured client or provider key wherever it appears; refusals by the gateway's own rules (limits, keys, balance, the billing service: nothing was sent upstream) are sampled, 10 a minute per error code, and requests refused before their key was known 10 a minute, both without their body; bodies over 1 MiB are cut. Unset: off",
         },
         retention: { ...duration, default: '30d', description: 'Day folders older than this are deleted (hourly)' },
-        max_size: { ...size, default: '1GiB', description: 'Most the folder may hold; past it the oldest files are deleted (down to 90%)' },
+        max_size: {
+          ...size,
+          default: '1GiB',
+          description: 'Most bytes the folder may hold, writes in progress included: the oldest files are deleted first to make room',
+        },
+        max_files: {
+          type: 'integer',
+          minimum: 1,
+          default: 100000,
+          description: 'Most files the folder may hold, writes in progress included: the oldest files are deleted first to make room',
+        },
       },
     },
     limits: {

@@ -265,7 +265,7 @@ export interface GatewayConfig {
   metrics: Readonly<MetricsConfig>;
   admin: Readonly<AdminConfig>;
   ledger: Readonly<LedgerConfig>;
-  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number }>;
+  failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number; maxFiles: number }>;
   /** OpenTelemetry traces; undefined: off (read at start). */
   tracing?: Readonly<TracingConfig>;
   limits: Readonly<{ freeRpmAtZeroBalance: number }>;

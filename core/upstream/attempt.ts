@@ -103,19 +103,23 @@ export async function tryAttempt(
   requestBody = ''; // the transport holds the one encoded copy until it is sent; not this frame for a stream's life
   const gone = ctx.clientGone;
   gone.addEventListener('abort', call.abort);
+  ctx.onStop = call.abort;
+  if (ctx.stopped) call.abort();
   let up: UpstreamResponse;
   try {
     up = await call.response;
   } catch (e) {
     call.done();
     gone.removeEventListener('abort', call.abort);
+    ctx.onStop = undefined;
     const te = e as TransportError;
     const timeout = call.timedOut() || te.kind === 'timeout';
     // The client left after the upstream took the request: it processed the input, so that is billed.
     if (gone.aborted && call.sent()) billInput(ctx, attempt);
     attempt.error = gone.aborted
       ? new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 })
-      : new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' });
+      : (ctx.stopped ??
+        new GatewayError('UPSTREAM_ERROR', { message: timeout ? 'Upstream request timed out' : 'Could not reach the upstream provider' }));
     attempt.failure = timeout ? 'timeout' : 'connect';
     ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: timeout ? 'timeout' : 'connect_error' });
     const r = runOnResponse(ctx, attempt, hooks);
@@ -145,6 +149,7 @@ export async function tryAttempt(
   } finally {
     call.done();
     gone.removeEventListener('abort', call.abort);
+    ctx.onStop = undefined;
   }
 }
 

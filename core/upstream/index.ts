@@ -56,6 +56,7 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
   let noAccount: GatewayError | undefined;
   for (let i = 0; i < max; i++) {
     if (ctx.clientGone.aborted) throw new GatewayError('UPSTREAM_ERROR', { message: 'client went away', status: 499 });
+    throwIfStopped(ctx);
     const cand = candidates[i];
     const pool = deps.pools.of(cand.provider);
     const choose = pool.chooser(ctx, cand.model);
@@ -109,6 +110,8 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         failover = pick.lease.done(outcome, ctx)?.failover ?? false;
       }
       if (ok) return;
+      // The gateway ended the request (shutdown): no other account or model is tried.
+      throwIfStopped(ctx);
       lastError = attempt.error;
       if (ctx.committed || ctx.clientGone.aborted || !failover) break;
     }
@@ -117,6 +120,11 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
     ctx.log.info('upstream attempt failed, falling back', { model: cand.model.id, status: attempt.status, error: attempt.error?.message });
   }
   throw lastError ?? noAccount ?? new GatewayError('UPSTREAM_ERROR');
+}
+
+/** Once the gateway ended the request itself (`ctx.stop()`), its error ends the attempt loop. */
+function throwIfStopped(ctx: RequestContext): void {
+  if (ctx.stopped) throw ctx.stopped;
 }
 
 /** A passthrough conversion holds no per-request state (its stream translators do): one per protocol. */

@@ -379,6 +379,14 @@ export class StreamDelivery {
   private failAfterCommit(): void {
     const { attempt, translator, res } = this;
     this.settleUsage(false);
+    const stopped = this.ctx.stopped;
+    if (stopped) {
+      // The gateway ended the stream itself (shutdown past server.drain_timeout): its own doing,
+      // said in the protocol's error event, and what was streamed is billed (above).
+      attempt.error = stopped;
+      res.end(translator.fail({ type: stopped.type, message: stopped.message, code: stopped.code }));
+      return;
+    }
     const upstreamErr = translator.upstreamError;
     if (upstreamErr) {
       // The upstream's own error frame already reached the client.

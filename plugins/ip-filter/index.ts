@@ -36,14 +36,16 @@ function has(list: net.BlockList | undefined, ip: string): boolean {
 export function clientAddress(socketIp: string, forwardedFor: string[], trusted: net.BlockList | undefined): string {
   let ip = normaliseIp(socketIp);
   if (!trusted || !has(trusted, ip)) return ip;
+  if (forwardedFor.length === 0) return ip;
   const hops = forwardedFor
     .join(',')
     .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
+    .map((s) => s.trim());
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = normaliseIp(hops[i].replace(/^\[(.*)\](?::\d+)?$/, '$1').replace(/^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/, '$1'));
-    // An unreadable hop hides the client: its address is unknown (''), never the proxy's.
+    // An unreadable hop hides the client: its address is unknown (''), never the proxy's nor the
+    // hop before it. An empty hop (`1.2.3.4, `) is unreadable too: the proxy that wrote the
+    // header did not say who its client was.
     if (net.isIP(hop) === 0) return '';
     ip = hop;
     if (!has(trusted, hop)) return hop;

@@ -75,6 +75,58 @@ t.test('messages: errors in the Messages format', async (t) => {
   t.match(s.json.error.message, /'stream' must be a boolean/);
 });
 
+t.test("an output cap no model can produce: 400 in the protocol's format, not to be retried (not a retryable billing 503)", async (t) => {
+  const values = ['1e15', '1e308', '9007199254740993', '1e300'];
+  const protocols: Array<{ path: string; headers: Record<string, string>; fields: string[]; body: (field: string, v: string) => string }> =
+    [
+      {
+        path: '/v1/chat/completions',
+        headers: bearer(KEYS.chat),
+        fields: ['max_tokens', 'max_completion_tokens'],
+        body: (f, v) => `{"model":"chat-model","messages":[{"role":"user","content":"hi"}],"${f}":${v}}`,
+      },
+      {
+        path: '/v1/messages',
+        headers: { 'x-api-key': KEYS.messages, 'anthropic-version': '2023-06-01' },
+        fields: ['max_tokens'],
+        body: (f, v) => `{"model":"claude-model","messages":[{"role":"user","content":"hi"}],"${f}":${v}}`,
+      },
+      {
+        path: '/v1/responses',
+        headers: bearer(KEYS.responses),
+        fields: ['max_output_tokens'],
+        body: (f, v) => `{"model":"gpt-model","input":"hi","${f}":${v}}`,
+      },
+    ];
+  for (const p of protocols) {
+    for (const field of p.fields) {
+      for (const v of values) {
+        const label = `${p.path} ${field}: ${v}`;
+        const r = await rawRequest(g.url + p.path, {
+          headers: { ...p.headers, 'content-type': 'application/json' },
+          body: p.body(field, v),
+        });
+        t.equal(r.status, 400, `${label}: 400`);
+        t.equal(r.headers['x-should-retry'], 'false', `${label}: x-should-retry: false`);
+        const message = new RegExp(`'${field}' must be at most 2147483647`);
+        if (p.path === '/v1/messages')
+          t.match(r.json, { type: 'error', error: { type: 'invalid_request_error', message } }, `${label}: Messages body`);
+        else
+          t.match(
+            r.json,
+            { error: { type: 'invalid_request_error', code: 'invalid_request_error', message } },
+            `${label}: Chat-style body`,
+          );
+      }
+    }
+    const ok = await rawRequest(g.url + p.path, {
+      headers: { ...p.headers, 'content-type': 'application/json' },
+      body: p.body(p.fields[0], '32000'),
+    });
+    t.equal(ok.status, 200, `${p.path}: a real cap (32000) is served`);
+  }
+});
+
 t.test('__proto__ and constructor keys are data, not prototype writes', async (t) => {
   const body =
     '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted2":true}},"model":"chat-model","messages":[{"role":"user","content":"hi","__proto__":{"x":1}}]}';

@@ -4,10 +4,9 @@
  */
 import t from 'tap';
 import { writeFileSync, readFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
-import path from 'node:path';
 import YAML from 'yaml';
-import { baseConfig, bearer, call, chatBody, KEYS, ROOT, startGateway, writeConfig } from '../helpers/gateway.js';
+import { baseConfig, bearer, call, chatBody, KEYS, startGateway, writeConfig } from '../helpers/gateway.js';
+import { startGatewayProcess } from '../helpers/process.js';
 import { ConfigError } from '../../core/config/load.js';
 import { sleep, until } from '../helpers/upstream.js';
 
@@ -62,7 +61,10 @@ t.test('the file watcher reloads on change', async (t) => {
   cfg.keys.push({ key: NEW_KEY, name: 'new', user: 'alice', group: 'chat' });
   writeFileSync(g.file, YAML.stringify(cfg));
   t.ok(
-    await until(async () => (await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200),
+    await until(
+      async () => (await call(g.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200,
+      60_000,
+    ),
     'picked up',
   );
   writeFileSync(g.file, 'version: 1\nnot: [valid');
@@ -71,36 +73,30 @@ t.test('the file watcher reloads on change', async (t) => {
 });
 
 t.test('SIGHUP reloads the CLI process; the listening address is logged', async (t) => {
+  // Waits on the process's own log lines (listening, reloaded, exit), each with a generous bound:
+  // on a loaded machine a start takes seconds, and nothing here may depend on it being quick.
   const cfg = baseConfig();
   const file = writeConfig(cfg);
-  const child = spawn(process.execPath, [path.join(ROOT, 'bin/gateway.js'), 'start', '--config', file], {
-    env: { ...process.env, GATEWAY_WATCH_CONFIG: '0', GATEWAY_LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  t.teardown(() => {
-    child.kill('SIGKILL');
-  });
-  let log = '';
-  child.stderr.on('data', (d) => {
-    log += d;
-  });
-  t.ok(await until(async () => /listening on http:\/\/127\.0\.0\.1:\d+/.test(log)), 'listening address logged');
-  const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log)![1];
+  const gp = await startGatewayProcess(file, { env: { GATEWAY_WATCH_CONFIG: '0' } });
+  t.teardown(() => gp.stop());
+  t.match(gp.url, /^http:\/\/127\.0\.0\.1:\d+$/, 'listening address logged');
   cfg.keys.push({ key: NEW_KEY, name: 'new', user: 'alice', group: 'chat' });
   writeFileSync(file, YAML.stringify(cfg));
   await sleep(300);
   t.equal(
-    (await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status,
+    (await call(gp.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status,
     401,
     'not watched: no reload yet',
   );
-  child.kill('SIGHUP');
-  t.ok(
-    await until(async () => (await call(url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status === 200),
-    'reloaded on SIGHUP',
+  t.notOk(
+    gp.logs.some((l) => l.msg === 'config reloaded'),
+    'and none logged',
   );
-  child.kill('SIGTERM');
-  const code = await new Promise((r) => child.on('exit', r));
+  gp.proc.kill('SIGHUP');
+  await gp.waitForLog((l) => l.msg === 'config reloaded', 120_000);
+  t.equal((await call(gp.url + '/v1/chat/completions', { headers: bearer(NEW_KEY), json: chatBody() })).status, 200, 'reloaded on SIGHUP');
+  gp.proc.kill('SIGTERM');
+  const { code } = await gp.exited;
   t.equal(code, 0, 'clean shutdown on SIGTERM');
   t.ok(readFileSync(file, 'utf8').length > 0);
 });

@@ -21,7 +21,7 @@ export function startProcess(file: string): Promise<Proc> {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`gateway did not start:\n${err}`));
-    }, 20_000);
+    }, 90_000);
     child.stderr.on('data', (d) => {
       err += d;
       const m = /gateway listening on (http:\/\/[^"\s]+)/.exec(err);

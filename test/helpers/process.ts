@@ -66,7 +66,8 @@ export async function startGatewayProcess(
       resolve({ code, signal });
     });
   });
-  const waitForLog = (pred: (l: Record<string, any>) => boolean, ms = 20_000) => {
+  // Generous bounds: they only matter when the line never comes, and a start on a loaded machine takes seconds.
+  const waitForLog = (pred: (l: Record<string, any>) => boolean, ms = 60_000) => {
     const found = logs.find(pred);
     if (found) return Promise.resolve(found);
     return new Promise<Record<string, any>>((resolve, reject) => {
@@ -86,7 +87,7 @@ export async function startGatewayProcess(
   };
   const listening = opts.listening ?? 1;
   let url = '';
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + 90_000;
   while (logs.filter((l) => typeof l.msg === 'string' && l.msg.startsWith('gateway listening on ')).length < listening) {
     await waitForLog((l) => typeof l.msg === 'string' && l.msg.startsWith('gateway listening on '), Math.max(1, deadline - Date.now()));
     if (listening > 1) await new Promise((r) => setTimeout(r, 20));

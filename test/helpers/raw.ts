@@ -39,8 +39,8 @@ export function rawRequest(
   });
 }
 
-/** Writes bytes on a fresh socket and returns everything the server answered before closing. */
-export function rawSocket(url: string, bytes: string | Buffer, waitMs = 2000): Promise<string> {
+/** Writes bytes on a fresh socket and returns everything the server answered before closing (or `waitMs`). */
+export function rawSocket(url: string, bytes: string | Buffer, waitMs = 10_000): Promise<string> {
   const u = new URL(url);
   return new Promise((resolve, reject) => {
     const s = net.connect(Number(u.port), u.hostname, () => s.write(bytes));

@@ -63,8 +63,12 @@ export async function scriptedUpstream(
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls `fn` every `step` ms until it is true (true) or `ms` have passed (false). */
-export async function until(fn: () => Promise<boolean> | boolean, ms = 5000, step = 20): Promise<boolean> {
+/**
+ * Polls `fn` every `step` ms until it is true (true) or `ms` have passed (false). The default bound
+ * is generous: it only matters when the condition never comes, and a loaded machine (load averages
+ * of 10 and more) makes slow what is quick on an idle one.
+ */
+export async function until(fn: () => Promise<boolean> | boolean, ms = 30_000, step = 20): Promise<boolean> {
   const end = Date.now() + ms;
   for (;;) {
     if (await fn()) return true;

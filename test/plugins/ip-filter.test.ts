@@ -15,6 +15,10 @@ t.test('clientAddress walks X-Forwarded-For right to left past trusted hops only
   t.equal(clientAddress('127.0.0.1', ['1.1.1.1:5555'], trusted), '1.1.1.1', 'IPv4 with a port');
   t.equal(clientAddress('127.0.0.1', ['[2001:db8::7]:443'], trusted), '2001:db8::7');
   t.equal(clientAddress('127.0.0.1', ['1.1.1.1'], undefined), '127.0.0.1', 'no trusted proxies: socket');
+  t.equal(clientAddress('127.0.0.1', ['10.9.8.7, '], trusted), '', 'an empty last hop is unreadable: unknown, not the hop before it');
+  t.equal(clientAddress('127.0.0.1', ['1.1.1.1,,10.0.0.2'], trusted), '', 'an empty hop in the middle: unknown');
+  t.equal(clientAddress('127.0.0.1', [''], trusted), '', 'an empty header: unknown');
+  t.equal(clientAddress('127.0.0.1', ['1.1.1.1', ' '], trusted), '', 'a second, blank header: unknown');
 });
 
 t.test('compileList matches v4, v6 and IPv4-mapped IPv6, and rejects junk', async (t) => {
@@ -76,6 +80,8 @@ t.test('global and per-key lists through a trusted proxy', async (t) => {
   t.equal((await from(K.denyOne, '11.0.0.1')).status, 200);
   t.equal((await from(K.denyOne, '10.1.1.1:5555')).status, 403, 'a hop with a port is read as its address');
   t.equal((await from(KEYS.chat, 'not-an-address')).status, 403, 'an unreadable hop: the client is unknown, refused where a list applies');
+  t.equal((await from(K.allowV6, '198.51.100.5, ')).status, 403, 'an empty last hop: unknown, so outside the key allow list');
+  t.equal((await from(KEYS.chat, '198.18.0.1, ')).status, 403, 'an empty last hop: unknown, refused by the global deny list too');
 });
 
 t.test('per-key lists hold whatever the chain order (ip-filter before auth)', async (t) => {
