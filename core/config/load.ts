@@ -598,11 +598,14 @@ async function loadChecked(
     },
     admin: adminConfig(raw, server.adminToken, fail),
     ledger: {
-      dir: raw.ledger?.dir
-        ? path.resolve(baseDir, raw.ledger.dir)
-        : store.kind === 'memory'
-          ? store.path && path.join(store.path, 'ledger')
-          : path.resolve(baseDir, './data/ledger'),
+      dir:
+        raw.ledger?.enabled === false
+          ? undefined
+          : raw.ledger?.dir
+            ? path.resolve(baseDir, raw.ledger.dir)
+            : store.kind === 'memory'
+              ? store.path && path.join(store.path, 'ledger')
+              : path.resolve(baseDir, './data/ledger'),
       retentionMs: parseDuration(raw.ledger?.retention ?? '400d'),
       postgres: raw.ledger?.postgres
         ? {

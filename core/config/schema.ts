@@ -239,6 +239,11 @@ export const gatewaySchema = {
       description:
         'The usage ledger (docs/ledger.md): a record per billed request and per top-up, in day files (JSON Lines) and, optionally, PostgreSQL',
       properties: {
+        enabled: {
+          type: 'boolean',
+          default: true,
+          description: 'Keep the ledger (off: no record is written; the counters and /v1/usage are unaffected)',
+        },
         dir: {
           type: 'string',
           description:
