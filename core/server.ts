@@ -137,7 +137,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     readonly metrics: Metrics,
   ) {
     this.pools = new AccountPools({ store, clock, log, metrics });
-    this.accounts = new AccountDirectory(store, clock, log);
+    this.accounts = new AccountDirectory(store, log);
     this.admin = new AdminApi({
       current: () => this.runtime,
       directory: this.accounts,

@@ -20,7 +20,6 @@
  * 503 billing_service_error rather than served from a replica that may have missed a revocation;
  * keys from the file are served as ever (docs/accounts.md, "How changes reach every instance").
  */
-import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
 import type { GatewayConfig, KeyConfig, UserConfig } from '../config/types.js';
 import type { AccountChanges, KeyRecord, Store, Stored, UserRecord } from '../store/types.js';
@@ -94,7 +93,6 @@ export class AccountDirectory {
 
   constructor(
     private readonly store: Store,
-    private readonly clock: Clock,
     private readonly log: Logger,
     private readonly opts: DirectoryOptions = DEFAULT_DIRECTORY,
   ) {}
@@ -133,9 +131,12 @@ export class AccountDirectory {
     return view;
   }
 
-  /** Whether the stored entries are known to be current (confirmed within `staleMs`). */
+  /**
+   * Whether the stored entries are known to be current (confirmed within `staleMs` of real time; the
+   * injected clock is for money periods). The embedded store lives in this process: always current.
+   */
   isFresh(): boolean {
-    return this.clock.now() - this.confirmedAt <= this.opts.staleMs;
+    return this.store.kind === 'memory' || Date.now() - this.confirmedAt <= this.opts.staleMs;
   }
 
   storedKeyByDigest(digest: string): KeyConfig | undefined {
@@ -196,7 +197,7 @@ export class AccountDirectory {
   }
 
   private async syncOnce(): Promise<void> {
-    const startedAt = this.clock.now();
+    const startedAt = Date.now();
     const changes = await this.store.accountChanges(this.version);
     if (changes === undefined) {
       this.log.warn('accounts: the store is behind what this instance saw (restarted empty?); loading every record again', {
@@ -210,7 +211,7 @@ export class AccountDirectory {
   }
 
   private async loadAll(): Promise<void> {
-    const startedAt = this.clock.now();
+    const startedAt = Date.now();
     const snap = await this.store.loadAccounts();
     this.users.clear();
     this.keys.clear();
