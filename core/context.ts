@@ -19,6 +19,8 @@ import type { Clock } from './clock.js';
 import type { Metrics } from './metrics.js';
 import type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 import { resolveModel } from './routing.js';
+import { clientAddress, normaliseIp, trustedProxies } from './client-ip.js';
+import type { LogLevel } from './log.js';
 
 export function createSlot<T>(name: string): Slot<T> {
   return Object.freeze({ name });
@@ -127,7 +129,10 @@ export class Admission {
 
 export class RequestContext {
   readonly startedAt: number;
-  /** The client's address: the socket's, or from X-Forwarded-For via a trusted proxy (ip-filter). */
+  /**
+   * The client's address: the socket's, or behind trusted proxies (`server.trusted_proxies`) the
+   * right-most X-Forwarded-For hop that is not one (the socket's when a hop is unreadable).
+   */
   clientIp: string;
   key?: KeyConfig;
   user?: UserConfig;
@@ -192,7 +197,9 @@ export class RequestContext {
     recovery: (ctx: RequestContext) => Settlement | undefined = () => undefined,
   ) {
     this.startedAt = clock.now();
-    this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
+    const socketIp = normaliseIp(req.socket.remoteAddress ?? '');
+    const trusted = trustedProxies(config.server);
+    this.clientIp = trusted ? clientAddress(socketIp, this.headerValues('x-forwarded-for'), trusted) || socketIp : socketIp;
     this.admission = new Admission(store, ledgerId, () => recovery(this));
   }
 
@@ -206,6 +213,11 @@ export class RequestContext {
   /** Aborted when the client disconnects before the response is complete (an AbortSignal, made on first use). */
   get signal(): AbortSignal {
     return this.clientGone.signal();
+  }
+
+  /** Whether lines at `level` are written: build a line's fields only then. */
+  logs(level: LogLevel): boolean {
+    return this.rootLog.enabled?.(level) ?? true;
   }
 
   /** The request's logger: every line carries its `requestId`. */
@@ -275,8 +287,4 @@ export class RequestContext {
   }
 }
 
-/** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) becomes plain IPv4, so rules match either spelling. */
-export function normaliseIp(ip: string): string {
-  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  return m ? m[1] : ip;
-}
+export { normaliseIp };

@@ -101,8 +101,14 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         // released and nothing is held against it.
         failover = pick.lease.done(outcome, ctx)?.failover ?? false;
       }
-      if (ok) return;
+      if (ok) {
+        if (ctx.logs('debug')) ctx.log.debug('upstream attempt answered', attemptFields(attempt));
+        return;
+      }
       lastError = attempt.error;
+      // An upstream failure is a warning (`warn` shows them); what follows is logged when it happens.
+      if (!ctx.clientGone.aborted && outcome)
+        ctx.log.warn('upstream attempt failed', { ...attemptFields(attempt), failure: attempt.failure, error: attempt.error?.message });
       if (ctx.committed || ctx.clientGone.aborted || !failover) break;
     }
     if (!attempt) continue; // no account for this model: the next one in the list, if any
@@ -110,6 +116,18 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
     ctx.log.info('upstream attempt failed, falling back', { model: cand.model.id, status: attempt.status, error: attempt.error?.message });
   }
   throw lastError ?? noAccount ?? new GatewayError('UPSTREAM_ERROR');
+}
+
+/** An attempt as log lines show it: which model, provider and account (never its key), and the upstream status. */
+function attemptFields(a: Attempt): Record<string, unknown> {
+  return {
+    attempt: a.index,
+    model: a.model.id,
+    provider: a.provider.name,
+    account: a.account?.id,
+    upstreamProtocol: a.upstreamProtocol,
+    status: a.status,
+  };
 }
 
 /** A passthrough conversion holds no per-request state (its stream translators do): one per protocol. */
