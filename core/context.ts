@@ -242,6 +242,27 @@ export class RequestContext {
     return this.headerValues('anthropic-version').length > 0 || this.headerValues('x-api-key').length > 0 ? 'messages' : 'chat';
   }
 
+  /**
+   * Sets a header of the response to the client, whichever way it ends (an answer, an error). For
+   * the hooks before the response starts — onRequest, onAccess, onAttempt, onResponse; once it has
+   * started (onFinally; onEvent, but for a stream's first frames) it throws. The gateway's own headers for the answer (content-type, an
+   * error's retry headers) win over a plugin's. Hop-by-hop and framing headers and `x-request-id`
+   * are refused: the connection, the body and the request's id are the gateway's.
+   */
+  setResponseHeader(name: string, value: string | number | readonly string[]): void {
+    const lower = typeof name === 'string' ? name.toLowerCase() : '';
+    if (!TOKEN.test(lower)) throw new TypeError(`setResponseHeader: '${String(name)}' is not a header name`);
+    if (OWN_HEADERS.has(lower))
+      throw new TypeError(`setResponseHeader: '${lower}' is the gateway's to set (hop-by-hop, framing or the request id)`);
+    const values = Array.isArray(value) ? value.map(String) : [String(value)];
+    if (values.some((v) => /[\r\n\0]/.test(v))) throw new TypeError(`setResponseHeader: the value of '${lower}' has a line break or NUL`);
+    if (this.res.headersSent || this.committed || this.clientGone.aborted)
+      throw new TypeError(
+        `setResponseHeader('${lower}'): the response has started; set headers in onRequest, onAccess, onAttempt or onResponse`,
+      );
+    this.res.setHeader(lower, values.length === 1 ? values[0] : values);
+  }
+
   get<T>(slot: Slot<T>): T | undefined {
     return this.slots?.get(slot) as T | undefined;
   }
@@ -288,3 +309,20 @@ export class RequestContext {
 }
 
 export { normaliseIp };
+
+/** RFC 9110 token characters: what a header name may be. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+/** Hop-by-hop (RFC 9110 §7.6.1), framing and representation headers, and the request id: the gateway writes them. */
+const OWN_HEADERS: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'content-encoding',
+  'content-type',
+  'x-request-id',
+]);

@@ -7,10 +7,9 @@
  */
 import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { getHeapStatistics } from 'node:v8';
-import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import {
   isCollection,
@@ -42,7 +41,8 @@ import type {
 } from './types.js';
 import { PROTOCOLS, WINDOWS } from './types.js';
 import { DURATION_PATTERN, SIZE_PATTERN, parseDecimal, parseDuration, parseSize } from '../units.js';
-import { isPluginDefinition, type PluginDefinition, type PluginRegistry } from '../plugin.js';
+import type { PluginDefinition, PluginRegistry } from '../plugin.js';
+import { importPlugin, resolvePluginPackage } from '../plugin-modules.js';
 import { nativeProtocols } from '../routing.js';
 
 export interface ConfigIssue {
@@ -224,20 +224,32 @@ async function loadChecked(
   for (const [name, decl] of Object.entries<any>(raw.plugins ?? {})) {
     let def: PluginDefinition<any> | undefined;
     const use: string = decl.use;
-    if (use.startsWith('.') || use.startsWith('/')) {
+    if (typeof use !== 'string') continue; // the schema said so
+    // A path (relative to this file), else a built-in (built-ins win), else a package found from here.
+    let moduleFile: string | undefined;
+    if (use.startsWith('.') || use.startsWith('/')) moduleFile = path.resolve(baseDir, use);
+    else if (!opts.registry.has(use)) {
       try {
-        def = await importPlugin(path.resolve(baseDir, use));
+        moduleFile = resolvePluginPackage(use, file);
       } catch (e) {
-        fail(['plugins', name, 'use'], `cannot load plugin module '${use}': ${(e as Error).message}`);
-        continue;
-      }
-    } else {
-      def = opts.registry.get(use);
-      if (!def) {
-        fail(['plugins', name, 'use'], `unknown plugin '${use}' (built-in: ${[...opts.registry.keys()].join(', ')})`);
+        fail(
+          ['plugins', name, 'use'],
+          `unknown plugin '${use}': not a built-in (${[...opts.registry.keys()].join(', ')}) nor a package found from ${baseDir} (${(e as Error).message})`,
+        );
         continue;
       }
     }
+    if (moduleFile !== undefined) {
+      try {
+        def = await importPlugin(moduleFile);
+      } catch (e) {
+        fail(
+          ['plugins', name, 'use'],
+          `cannot load plugin module '${use}'${moduleFile === path.resolve(baseDir, use) ? '' : ` (${moduleFile})`}: ${(e as Error).message}`,
+        );
+        continue;
+      }
+    } else def = opts.registry.get(use)!;
     const options: Record<string, unknown> = structuredClone(decl.with ?? {});
     const check = ajv.compile<any>(def.schema);
     if (!check(options)) {
@@ -895,15 +907,6 @@ function dedupeAjv(errors: ErrorObject[]): ErrorObject[] {
     out.push(e);
   }
   return out;
-}
-
-async function importPlugin(file: string): Promise<PluginDefinition<any>> {
-  const info = await stat(file);
-  // A query string busts the ESM cache so a reload picks up an edited plugin.
-  const mod = await import(`${pathToFileURL(file).href}?v=${info.mtimeMs}`);
-  const def = mod.default ?? mod.plugin;
-  if (!isPluginDefinition(def)) throw new Error('its default export is not a plugin definition (name, schema, create)');
-  return def;
 }
 
 export function deepFreeze<T>(o: T): T {
