@@ -468,7 +468,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
     res.setHeader('x-request-id', id);
     let routeLabel = 'unmatched';
-    let error = '';
+    let failure: GatewayError | undefined;
     let probe = false;
     try {
       if (this.isProbe(req, !this.opsServer) && (await this.probe(req, res, !this.opsServer))) {
@@ -499,24 +499,23 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         const r = renderError(err, 'chat');
         res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
         res.end(JSON.stringify(r.body));
-        error = errorLabel(err);
+        failure = err;
         return;
       }
       routeLabel = route.info.name;
-      error = await this.serveRoute(rt, route, id, req, res);
+      failure = await this.serveRoute(rt, route, id, req, res);
     } catch (e) {
       this.log.error('request failed outside the pipeline', { error: e as Error, requestId: id });
       if (!res.headersSent) {
         // A known error keeps its answer (e.g. the admin API's store call: 503 while Redis is away).
-        const known = toGatewayError(e);
-        error = errorLabel(known);
-        const r = renderError(known, 'chat');
+        failure = toGatewayError(e);
+        const r = renderError(failure, 'chat');
         res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
         res.end(JSON.stringify(r.body));
       } else res.destroy();
     } finally {
       if (!probe) {
-        this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode), error });
+        this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode), error: failure ? errorLabel(failure) : '' });
         this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
         // Routed requests write their own, richer access line.
         if (routeLabel === 'unmatched' || routeLabel === 'admin') {
@@ -527,7 +526,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
             ...this.origin(req, socket, pathOf(req.url ?? '/')),
             status: res.statusCode,
             durationMs: Date.now() - started,
-            errorCode: error || undefined,
+            errorCode: failure?.code,
           };
           if (res.statusCode >= 500) this.log.warn('request', line);
           else this.log.info('request', line);
@@ -606,8 +605,14 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     return { ready: true, body: { status: 'ready', store: this.store.kind } };
   }
 
-  /** Serves a routed request; resolves with its error's metrics label ('' when it succeeded). */
-  private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<string> {
+  /** Serves a routed request; resolves with the error it ended with, if any. */
+  private async serveRoute(
+    rt: Runtime,
+    route: CompiledRoute,
+    id: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<GatewayError | undefined> {
     const ctx = new RequestContext(
       id,
       newRequestId(),
@@ -687,7 +692,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const line = accessLine(ctx, route.info, outcome, error, ua ? this.loggable(ua) : undefined);
     if (outcome.status >= 500) this.log.warn('request', line);
     else this.log.info('request', line);
-    return error ? errorLabel(error) : '';
+    return error;
   }
 
   // The terminal steps and the body reader: one function each for every request, not closures per request.

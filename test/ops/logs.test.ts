@@ -116,7 +116,7 @@ t.test('refusals carry the error code; unrouted requests get a line too; probes 
   t.match(ba, { status: 400, errorCode: 'api_key_in_query_deprecated' });
   const nope = await call(g.url + '/nowhere');
   t.equal(nope.status, 404);
-  t.match(access(nope.headers.get('x-request-id'))[0], { route: 'unmatched', status: 404 });
+  t.match(access(nope.headers.get('x-request-id'))[0], { route: 'unmatched', status: 404, errorCode: 'route_not_found', path: '/nowhere' });
   const before = records().filter((r) => r.msg === 'request').length;
   await call(g.url + '/healthz');
   await call(g.url + '/readyz');
