@@ -7,7 +7,7 @@
  * SIGHUP reloads the config. `npm start` execs node, so these signals reach this process.
  */
 import { Gateway } from '../core/server.js';
-import { ConfigError } from '../core/config/load.js';
+import { ConfigError, formatIssue } from '../core/config/load.js';
 import { createLogger, type Logger } from '../core/log.js';
 import { builtinPlugins } from '../plugins/index.js';
 import { startMockServer } from '../mock/server.js';
@@ -22,6 +22,11 @@ export interface ServeOptions {
   onAdminReload?: () => void;
   /** Receives the function that shuts this gateway down as a signal would (a worker whose supervisor is gone). */
   onStopHandle?(stop: (reason: string) => void): void;
+}
+
+/** A rejected config as one JSON line: every problem with its place (`gateway.yaml:3:9 server.port: …`). */
+export function logConfigError(log: Logger, e: ConfigError): void {
+  log.error('config rejected', { config: e.file, errors: e.issues.map((i) => formatIssue(e.file, i)) });
 }
 
 /** Starts a gateway on `file` and serves until SIGTERM or SIGINT; resolves with the exit code. */
@@ -50,11 +55,12 @@ export async function serve(file: string, opts: ServeOptions = {}): Promise<numb
   } catch (e) {
     process.off('uncaughtException', onUncaught);
     process.off('unhandledRejection', onUnhandled);
-    if (e instanceof ConfigError) {
-      console.error(e.message);
-      return 1;
-    }
-    throw e;
+    // Refused at start (a bad config, a store folder another gateway holds, a port in use): a JSON
+    // line like every other, then exit status 1.
+    if (e instanceof ConfigError) logConfigError(log, e);
+    else log.error('the gateway cannot start', { config: file, error: e });
+    log.flush?.();
+    return 1;
   }
   log.info(`gateway listening on ${gw.url}`, {
     url: gw.url,

@@ -15,7 +15,7 @@ import { ConfigError, loadConfigFile } from '../core/config/load.js';
 import { createLogger, type Logger } from '../core/log.js';
 import type { Gateway } from '../core/server.js';
 import { builtinPlugins } from '../plugins/index.js';
-import { serve } from './serve.js';
+import { logConfigError, serve } from './serve.js';
 
 const RELOAD = 'gateway:reload';
 const RELOAD_OTHERS = 'gateway:reload-others';
@@ -98,19 +98,29 @@ function workerHooks(reload: () => void, stop: (reason: string) => void): { relo
  * (this same command, run again by node:cluster in each worker).
  */
 export async function start(file: string): Promise<number> {
+  let log: Logger;
+  try {
+    log = createLogger();
+  } catch (e) {
+    // An unknown GATEWAY_LOG_LEVEL: refused like a config error, in a JSON line at the default level.
+    const fallback = createLogger('info');
+    fallback.error('the gateway cannot start', { error: (e as Error).message });
+    fallback.flush?.();
+    return 1;
+  }
   if (!cluster.isWorker) {
     let workers: number;
     try {
       workers = (await loadConfigFile(file, { registry: builtinPlugins })).config.server.workers;
     } catch (e) {
       if (e instanceof ConfigError) {
-        console.error(e.message);
+        logConfigError(log, e);
+        log.flush?.();
         return 1;
       }
       throw e;
     }
-    if (workers <= 1) return serve(file);
-    const log = createLogger();
+    if (workers <= 1) return serve(file, { log });
     const code = await runPrimary(workers, log);
     log.flush?.();
     return code;
@@ -122,7 +132,7 @@ export async function start(file: string): Promise<number> {
     (reason) => stop?.(reason),
   );
   const code = await serve(file, {
-    log: createLogger().child({ worker: cluster.worker?.id }),
+    log: log.child({ worker: cluster.worker?.id }),
     onListening: (g) => (gw = g),
     onAdminReload: peers.reloadOthers,
     onStopHandle: (s) => (stop = s),

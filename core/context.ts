@@ -20,6 +20,8 @@ import type { Metrics } from './metrics.js';
 import type { Attempt, ParsedBody, ResolvedModel, RouteInfo, Slot } from './types.js';
 import type { RequestTrace } from './telemetry/types.js';
 import { resolveModel } from './routing.js';
+import { clientAddress, normaliseIp, trustedProxies } from './client-ip.js';
+import type { LogLevel } from './log.js';
 
 export function createSlot<T>(name: string): Slot<T> {
   return Object.freeze({ name });
@@ -128,7 +130,10 @@ export class Admission {
 
 export class RequestContext {
   readonly startedAt: number;
-  /** The client's address: the socket's, or from X-Forwarded-For via a trusted proxy (ip-filter). */
+  /**
+   * The client's address: the socket's, or behind trusted proxies (`server.trusted_proxies`) the
+   * right-most X-Forwarded-For hop that is not one (the socket's when a hop is unreadable).
+   */
   clientIp: string;
   key?: KeyConfig;
   user?: UserConfig;
@@ -199,7 +204,9 @@ export class RequestContext {
     recovery: (ctx: RequestContext) => Settlement | undefined = () => undefined,
   ) {
     this.startedAt = clock.now();
-    this.clientIp = normaliseIp(req.socket.remoteAddress ?? '');
+    const socketIp = normaliseIp(req.socket.remoteAddress ?? '');
+    const trusted = trustedProxies(config.server);
+    this.clientIp = trusted ? clientAddress(socketIp, this.headerValues('x-forwarded-for'), trusted) || socketIp : socketIp;
     this.admission = new Admission(store, ledgerId, () => recovery(this));
   }
 
@@ -229,6 +236,11 @@ export class RequestContext {
     return this.clientGone.signal();
   }
 
+  /** Whether lines at `level` are written: build a line's fields only then. */
+  logs(level: LogLevel): boolean {
+    return this.rootLog.enabled?.(level) ?? true;
+  }
+
   /** The request's logger: every line carries its `requestId`. */
   get log(): Logger {
     return (this.childLog ??= this.rootLog.child({ requestId: this.id }));
@@ -245,6 +257,27 @@ export class RequestContext {
    */
   get errorFormat(): ErrorFormat {
     return routeErrorFormat(this.route.protocol, this.group?.kind, (name) => this.headerValues(name).length > 0);
+  }
+
+  /**
+   * Sets a header of the response to the client, whichever way it ends (an answer, an error). For
+   * the hooks before the response starts — onRequest, onAccess, onAttempt, onResponse; once it has
+   * started (onFinally; onEvent, but for a stream's first frames) it throws. The gateway's own headers for the answer (content-type, an
+   * error's retry headers) win over a plugin's. Hop-by-hop and framing headers and `x-request-id`
+   * are refused: the connection, the body and the request's id are the gateway's.
+   */
+  setResponseHeader(name: string, value: string | number | readonly string[]): void {
+    const lower = typeof name === 'string' ? name.toLowerCase() : '';
+    if (!TOKEN.test(lower)) throw new TypeError(`setResponseHeader: '${String(name)}' is not a header name`);
+    if (OWN_HEADERS.has(lower))
+      throw new TypeError(`setResponseHeader: '${lower}' is the gateway's to set (hop-by-hop, framing or the request id)`);
+    const values = Array.isArray(value) ? value.map(String) : [String(value)];
+    if (values.some((v) => /[\r\n\0]/.test(v))) throw new TypeError(`setResponseHeader: the value of '${lower}' has a line break or NUL`);
+    if (this.res.headersSent || this.committed || this.clientGone.aborted)
+      throw new TypeError(
+        `setResponseHeader('${lower}'): the response has started; set headers in onRequest, onAccess, onAttempt or onResponse`,
+      );
+    this.res.setHeader(lower, values.length === 1 ? values[0] : values);
   }
 
   get<T>(slot: Slot<T>): T | undefined {
@@ -309,8 +342,21 @@ export function routeErrorFormat(
   return has('anthropic-version') || has('x-api-key') ? 'messages' : 'chat';
 }
 
-/** IPv4-mapped IPv6 (`::ffff:1.2.3.4`) becomes plain IPv4, so rules match either spelling. */
-export function normaliseIp(ip: string): string {
-  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  return m ? m[1] : ip;
-}
+export { normaliseIp };
+
+/** RFC 9110 token characters: what a header name may be. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+/** Hop-by-hop (RFC 9110 §7.6.1), framing and representation headers, and the request id: the gateway writes them. */
+const OWN_HEADERS: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'content-encoding',
+  'content-type',
+  'x-request-id',
+]);

@@ -4,7 +4,10 @@
  * event loop, and pending lines are flushed on exit; to a regular file (stderr redirected, as a
  * service manager or `2>>file` does) each line is written at once: a file takes a write at memory
  * speed (about 2 µs here), while handing it to libuv's thread pool costs about 18 µs a line — a
- * tenth of a request's CPU at the default `info` level. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info).
+ * tenth of a request's CPU at the default `info` level. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn,
+ * error, silent; default info; anything else is refused at start). `info` has one access line per
+ * request; `warn` keeps upstream failures and the access lines of 5xx answers; `debug` adds each
+ * upstream attempt that answered.
  *
  * What is never logged: keys (only key names), request or response bodies, credential headers,
  * query strings. Errors under `error` or `err` are written with their stack and their causes; a
@@ -27,13 +30,18 @@ export interface Logger {
   child(fields: Record<string, unknown>): Logger;
   /** Writes out lines still buffered (before exit). */
   flush?(): void;
+  /** Whether lines at `level` are written (a caller can skip building a line's fields). */
+  enabled?(level: LogLevel): boolean;
 }
 
 /** Receives each JSON line (without its newline): tests capture logs with one. */
 export type LogSink = (line: string) => void;
 
+/** The level `GATEWAY_LOG_LEVEL` names (unset or empty: info); throws for anything else. */
 export function logLevel(value: string | undefined = process.env.GATEWAY_LOG_LEVEL): LogLevel {
-  return LEVELS.includes(value as LogLevel) ? (value as LogLevel) : 'info';
+  if (value === undefined || value === '') return 'info';
+  if (LEVELS.includes(value as LogLevel)) return value as LogLevel;
+  throw new Error(`GATEWAY_LOG_LEVEL '${value}' is not a log level: use ${LEVELS.join(', ')}`);
 }
 
 /**
@@ -94,12 +102,21 @@ function wrap(p: Pino): Logger {
     error: call(p.error),
     child: (fields) => wrap(p.child(fields)),
     flush: () => p.flush(),
+    enabled: (level) => p.isLevelEnabled(level),
   };
 }
 
 const noop = () => undefined;
 /** Logs nothing (tests, embedding). */
-export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop, child: () => silentLogger, flush: noop };
+export const silentLogger: Logger = {
+  debug: noop,
+  info: noop,
+  warn: noop,
+  error: noop,
+  child: () => silentLogger,
+  flush: noop,
+  enabled: () => false,
+};
 
 /** A non-Error value as text: objects as JSON (never '[object Object]'). */
 function describe(v: unknown): string {

@@ -290,7 +290,7 @@ export interface Metrics {
   /** The Prometheus text of everything. */
   scrape(): Promise<string>;
   contentType: string;
-  requests: Counter<'route' | 'status'>;
+  requests: Counter<'route' | 'status' | 'error'>;
   inFlight: Gauge<'route'>;
   duration: Histogram<'route'>;
   ttft: Histogram<'provider' | 'model'>;
@@ -345,6 +345,10 @@ function processMetrics(): Registry {
   if (!processRegistry) {
     processRegistry = new Registry();
     collectDefaultMetrics({ register: processRegistry });
+    // Gauges whose names end in _total break the naming rules (`promtool check metrics`); each is
+    // the sum of its labelled sibling (`sum(nodejs_active_handles)`), so nothing is lost.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'])
+      processRegistry.removeSingleMetric(name);
   }
   return processRegistry;
 }
@@ -385,8 +389,8 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
     requests: own(
       new HotCounter({
         name: 'gateway_requests_total',
-        help: 'Requests answered, by route and HTTP status (health, readiness and metrics probes excluded)',
-        labelNames: ['route', 'status'],
+        help: 'Requests answered, by route, HTTP status and error (the catalogue id in lower case, e.g. no_accounts for a model not served; empty on success); health, readiness and metrics probes excluded',
+        labelNames: ['route', 'status', 'error'],
         registers,
       }),
     ),
@@ -453,7 +457,7 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
     limitRejections: own(
       new HotCounter({
         name: 'gateway_limit_rejections_total',
-        help: 'Requests refused with a 4xx before reaching a model, by error code',
+        help: "The gateway's own key, access and limit refusals (no upstream involved), by the error's catalogue id in lower case (rpm_exceeded, invalid_api_key, …)",
         labelNames: ['code'],
         registers,
       }),

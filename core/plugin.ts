@@ -9,15 +9,22 @@
  *
  * Phases, for one request (the order inside each phase is the chain order, or its reverse):
  *
- * | hook          | order   | when                                                                    |
- * |---------------|---------|-------------------------------------------------------------------------|
- * | onRequest     | chain   | once; headers only: identify the caller, screen the connection          |
- * | onAccess      | chain   | once; may read the body and model; authorise, check and claim limits    |
- * | onAttempt     | chain   | before each upstream attempt (the converter encodes for the target)     |
- * | onResponse    | reverse | status and headers of each attempt; fallback may ask for a retry        |
- * | onEvent       | reverse | each stream frame sent to the client after commit; synchronous          |
- * | onFinally     | reverse | always, for every plugin the request reached in onRequest               |
- * | close         | —       | when the config that created the instance is retired (reload, shutdown) |
+ * | hook          | order   | when                                                                    | setResponseHeader |
+ * |---------------|---------|-------------------------------------------------------------------------|-------------------|
+ * | onRequest     | chain   | once; headers only: identify the caller, screen the connection          | yes               |
+ * | onAccess      | chain   | once; may read the body and model; authorise, check and claim limits    | yes               |
+ * | onAttempt     | chain   | before each upstream attempt (the converter encodes for the target)     | yes               |
+ * | onResponse    | reverse | status and headers of each attempt; fallback may ask for a retry        | yes               |
+ * | onEvent       | reverse | each stream frame sent to the client (around commit); synchronous       | no (throws once the response started) |
+ * | onFinally     | reverse | always, for every plugin the request reached in onRequest               | no (throws)       |
+ * | close         | —       | when the config that created the instance is retired (reload, shutdown) | —                 |
+ *
+ * Response headers: `ctx.setResponseHeader(name, value)` adds a header to the response the client
+ * gets, an answer or an error alike, from the hooks that run before the response starts. It
+ * refuses hop-by-hop and framing headers (connection, transfer-encoding, content-length,
+ * content-type, …) and `x-request-id`, and throws once the status line is written; the gateway's
+ * own headers for an answer win over a plugin's of the same name. Never `ctx.res.setHeader`: the
+ * response object is the core's.
  *
  * Why two request phases: the spec's check order interleaves plugins (key known → … → user active
  * → IP rules → key expiry → group → …): `auth` identifies in onRequest, `ip-filter` screens in
@@ -37,9 +44,12 @@
  * chain that breaks it fails at config load: `routes[1].chain[3] (quota): requires 'auth' earlier`.
  *
  * Third-party plugins: `use: ./plugins-local/my-plugin.js` loads a module (path relative to
- * gateway.yaml) whose default export is a `PluginDefinition`; it goes through this same contract.
- * Such a plugin imports the public API by package name (`llm-gateway`, core/public.ts), possibly
- * from its own copy of the package: nothing here may depend on class identity across copies.
+ * gateway.yaml), `use: some-package` (or `some-package/subpath`) the module Node finds for that
+ * import from gateway.yaml's folder (node_modules, the package's "exports"; built-in names win);
+ * its default export is a `PluginDefinition` and it goes through this same contract
+ * (core/plugin-modules.ts). Such a plugin imports the public API by package name (`llm-gateway`,
+ * core/public.ts), which resolves to the gateway that loads it; its tests may use their own copy
+ * of the package: nothing here may depend on class identity across copies.
  */
 import type { RequestContext } from './context.js';
 import type { Attempt, Outcome, StreamFrame } from './types.js';

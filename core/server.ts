@@ -16,8 +16,8 @@ import type { Socket } from 'node:net';
 import { ConfigError, loadConfigFile, type LoadedConfig } from './config/load.js';
 import type { GatewayConfig, ProviderConfig, RouteHandler } from './config/types.js';
 import type { PluginRegistry } from './plugin.js';
-import type { Outcome, ParsedBody } from './types.js';
-import { RequestContext, normaliseIp, routeErrorFormat } from './context.js';
+import type { Outcome, ParsedBody, RouteInfo } from './types.js';
+import { RequestContext, routeErrorFormat } from './context.js';
 import { GatewayError, renderError, toGatewayError, type ErrorFormat } from './errors.js';
 import { BodyMemory, readBody, recordedBody } from './body.js';
 import { closeInStages, isClosing, lastExchange, lingerOnClose, noteExchange } from './connection.js';
@@ -41,7 +41,8 @@ import { usageHandler } from './handlers/usage.js';
 import { AdminApi } from './admin/index.js';
 import { FileLedgerReader, type LedgerReader } from './ledger/index.js';
 import type { LedgerFiles } from './ledger/files.js';
-import { FailedRequestLog, type Secrets } from './failed-requests.js';
+import { FailedRequestLog, redactSecrets, type Secrets } from './failed-requests.js';
+import { clientAddress, normaliseIp, trustedProxies } from './client-ip.js';
 import { AccountPools } from './pool/index.js';
 import { AccountDirectory } from './accounts/directory.js';
 import { loadTracing, type Tracing } from './telemetry/index.js';
@@ -235,10 +236,16 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       : undefined;
   }
 
-  /** Every configured client key (by digest) and provider credential: never in a failed-request record. */
+  /** Every configured client key (by digest) and provider credential: never in a failed-request record or a log line. */
   private secrets(): Secrets {
     const c = this.runtime?.config;
     if (!c) return { plain: [], digests: new Set() };
+    let known = secretsOf.get(c);
+    if (!known) secretsOf.set(c, (known = this.collectSecrets(c)));
+    return known;
+  }
+
+  private collectSecrets(c: GatewayConfig): Secrets {
     const plain: string[] = [];
     for (const p of Object.values(c.providers)) {
       if (p.apiKey) plain.push(p.apiKey);
@@ -416,7 +423,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     for (const [k, v] of Object.entries(r.headers)) head += `${k}: ${v}\r\n`;
     socket.write(`${head}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
     closeInStages(socket);
-    this.refused(requestId, undefined, answer);
+    this.refused(requestId, undefined, answer, this.origin(undefined, socket));
   }
 
   /** The error format of the endpoint a request targets (spec §7.1), as far as its method, path and headers tell. */
@@ -439,18 +446,42 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
    * The metrics and the access line of an answer given before any route (malformed HTTP, a
    * missing Host, an unsupported Expect): route `unmatched`, like a path no route serves.
    */
-  private refused(requestId: string, method: string | undefined, err: GatewayError): void {
-    this.metrics.requests.inc({ route: 'unmatched', status: String(err.status) });
+  private refused(requestId: string, method: string | undefined, err: GatewayError, from: RequestOrigin): void {
+    this.metrics.requests.inc({ route: 'unmatched', status: String(err.status), error: errorLabel(err) });
     this.metrics.duration.observe({ route: 'unmatched' }, 0);
     this.log.info('request', {
       requestId,
       method,
       route: 'unmatched',
+      ...from,
       status: err.status,
       durationMs: 0,
       errorCode: err.code,
       errorMessage: err.message,
     });
+  }
+
+  /**
+   * Where a request came from, for its access line: the client's address (behind trusted proxies,
+   * the forwarded one), the path (no query string) and the user agent, with anything shaped like a
+   * credential or matching a configured key removed. Routed requests log their route's path.
+   */
+  private origin(req: IncomingMessage | undefined, socket: Socket, path?: string): RequestOrigin {
+    const socketIp = normaliseIp(socket.remoteAddress ?? '');
+    const trusted = this.runtime ? trustedProxies(this.runtime.config.server) : undefined;
+    const forwarded = req?.headers['x-forwarded-for'];
+    const clientIp = (trusted && clientAddress(socketIp, forwarded === undefined ? [] : [forwarded].flat(), trusted)) || socketIp;
+    const ua = req?.headers['user-agent'];
+    return {
+      clientIp: clientIp || undefined,
+      path: path === undefined ? undefined : this.loggable(path),
+      userAgent: ua ? this.loggable(ua) : undefined,
+    };
+  }
+
+  /** Client-sent text as a log line may hold it: at most 512 characters, secrets removed. */
+  private loggable(text: string): string {
+    return redactSecrets(text.length > 512 ? `${text.slice(0, 512)}…` : text, this.secrets());
   }
 
   /** Answers a request the routes never see (Expect, missing Host) and closes its connection. */
@@ -463,7 +494,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     );
     res.writeHead(r.status, { 'content-type': 'application/json', 'x-request-id': requestId, connection: 'close', ...r.headers });
     res.end(JSON.stringify(r.body));
-    this.refused(requestId, req.method, err);
+    this.refused(requestId, req.method, err, this.origin(req, req.socket, pathOf(req.url ?? '/')));
   }
 
   /** `metrics.listen`: metrics and the probes on their own address (the API port then has neither metrics). */
@@ -585,6 +616,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : newRequestId();
     res.setHeader('x-request-id', id);
     let routeLabel = 'unmatched';
+    let failure: GatewayError | undefined;
     let probe = false;
     try {
       if (this.isProbe(req, !this.opsServer) && (await this.probe(req, res, !this.opsServer))) {
@@ -606,31 +638,37 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         const r = renderError(err, 'chat');
         res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
         res.end(JSON.stringify(r.body));
+        failure = err;
         return;
       }
       routeLabel = route.info.name;
-      await this.serveRoute(rt, route, id, req, res);
+      failure = await this.serveRoute(rt, route, id, req, res);
     } catch (e) {
       this.log.error('request failed outside the pipeline', { error: e as Error, requestId: id });
       if (!res.headersSent) {
         // A known error keeps its answer (e.g. the admin API's store call: 503 while Redis is away).
-        const r = renderError(toGatewayError(e), 'chat');
+        failure = toGatewayError(e);
+        const r = renderError(failure, 'chat');
         res.writeHead(r.status, { 'content-type': 'application/json', ...r.headers });
         res.end(JSON.stringify(r.body));
       } else res.destroy();
     } finally {
       if (!probe) {
-        this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode) });
+        this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode), error: failure ? errorLabel(failure) : '' });
         this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
         // Routed requests write their own, richer access line.
         if (routeLabel === 'unmatched' || routeLabel === 'admin') {
-          this.log.info('request', {
+          const line = {
             requestId: id,
             method: req.method,
             route: routeLabel,
+            ...this.origin(req, socket, pathOf(req.url ?? '/')),
             status: res.statusCode,
             durationMs: Date.now() - started,
-          });
+            errorCode: failure?.code,
+          };
+          if (res.statusCode >= 500) this.log.warn('request', line);
+          else this.log.info('request', line);
         }
       }
       this.busy.delete(socket);
@@ -706,7 +744,14 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     return { ready: true, body: { status: 'ready', store: this.store.kind } };
   }
 
-  private async serveRoute(rt: Runtime, route: CompiledRoute, id: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /** Serves a routed request; resolves with the error it ended with, if any. */
+  private async serveRoute(
+    rt: Runtime,
+    route: CompiledRoute,
+    id: string,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<GatewayError | undefined> {
     const ctx = new RequestContext(
       id,
       newRequestId(),
@@ -787,8 +832,12 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     }
     ctx.trace?.end(outcome, error);
     // On the process logger with the request id as its first field: the same line as through a
-    // child logger, without making one per request.
-    this.log.info('request', accessLine(ctx, route.info.name, outcome, error));
+    // child logger, without making one per request. A 5xx is a warning: `warn` keeps failures.
+    const ua = req.headers['user-agent'];
+    const line = accessLine(ctx, route.info, outcome, error, ua ? this.loggable(ua) : undefined);
+    if (outcome.status >= 500) this.log.warn('request', line);
+    else this.log.info('request', line);
+    return error;
   }
 
   // The terminal steps and the body reader: one function each for every request, not closures per request.
@@ -804,7 +853,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     ctx.committed = true;
     ctx.res.writeHead(r.status, headers);
     ctx.res.end(JSON.stringify(r.body));
-    if (err.status >= 400 && err.status < 500) this.metrics.limitRejections.inc({ code: err.code });
+    if (isLimitDecision(err, ctx)) this.metrics.limitRejections.inc({ code: errorLabel(err) });
   }
 
   // ---- shutdown ----------------------------------------------------------------------------
@@ -961,13 +1010,22 @@ function bearerIs(req: IncomingMessage, token: string): boolean {
  * The access log line: who, what, how it ended, what it cost. Key names only (never a key), no
  * bodies, no query strings; the upstream account as `<provider>/<name>`, never its key.
  */
-function accessLine(ctx: RequestContext, route: string, outcome: Outcome, error: GatewayError | undefined): Record<string, unknown> {
+function accessLine(
+  ctx: RequestContext,
+  route: RouteInfo,
+  outcome: Outcome,
+  error: GatewayError | undefined,
+  userAgent: string | undefined,
+): Record<string, unknown> {
   const answered = ctx.answeredModel;
   const usage = ctx.usage;
   return {
     requestId: ctx.id,
-    route,
+    route: route.name,
     method: ctx.req.method,
+    clientIp: ctx.clientIp || undefined,
+    path: route.path,
+    userAgent,
     status: outcome.status,
     durationMs: ctx.clock.now() - ctx.startedAt,
     ttftMs: ctx.ttftMs,
@@ -986,4 +1044,38 @@ function accessLine(ctx: RequestContext, route: string, outcome: Outcome, error:
     listCostMicroUsd: ctx.billed?.cost,
     clientAborted: outcome.clientAborted || undefined,
   };
+}
+
+/** Where an access line's request came from (see `Gateway.origin`). */
+interface RequestOrigin {
+  clientIp?: string;
+  path?: string;
+  userAgent?: string;
+}
+
+/** Clients' secrets by config: collected once per loaded config. */
+const secretsOf = new WeakMap<GatewayConfig, Secrets>();
+
+/** An error as a metric label: its catalogue id in lower case (`rpm_exceeded`, `no_accounts`). */
+function errorLabel(err: GatewayError): string {
+  return err.id.toLowerCase();
+}
+
+/** Upstream-side refusals: throttled, but about the providers, not a limit the gateway keeps. */
+const UPSTREAM_SIDE: ReadonlySet<string> = new Set(['PROVIDER_RATE_LIMIT', 'ACCOUNTS_COOLING']);
+
+/**
+ * Whether an answer is one of the gateway's own key, access and limit decisions
+ * (`gateway_limit_rejections_total`): a refusal of the credential, denied, exhausted or throttled
+ * kind, made before any upstream attempt. An upstream's 400, 413 or 429 passed on is not one.
+ */
+function isLimitDecision(err: GatewayError, ctx: RequestContext): boolean {
+  const c = err.entry.category;
+  return (
+    err.status >= 400 &&
+    err.status < 500 &&
+    ctx.attempts.length === 0 &&
+    !UPSTREAM_SIDE.has(err.id) &&
+    (c === 'credential' || c === 'denied' || c === 'exhausted' || c === 'throttled')
+  );
 }

@@ -1,15 +1,20 @@
 /**
  * Build on demand, so one `npm start` serves both a fresh clone (no dist/ yet, dev dependencies
- * installed: it compiles once) and a production copy (dist/ shipped, no TypeScript: it never
- * compiles). `node scripts/build.mjs` compiles unconditionally (`npm run build`).
+ * installed: it compiles once) and a production copy (dist/ shipped: it never compiles).
+ * `node scripts/build.mjs` compiles unconditionally (`npm run build`).
  *
- * A successful build writes dist/.build-stamp; the build is stale when a runtime source (cli/,
- * core/, mock/, plugins/, tsconfig.json, package.json) is newer than that stamp. tsc's own incremental
- * state is no guide here: it leaves dist untouched when a file's mtime changed but not its content,
- * which would make every later start look stale.
+ * A successful build writes dist/.build-stamp with a digest of the runtime sources it compiled
+ * (cli/, core/, mock/, plugins/ — .ts and .lua — and tsconfig.json). The build is stale only when
+ * those sources differ from that digest: a file newer than the stamp is hashed, and a copy whose
+ * files all got new times (a deployment) but the same contents is not stale. package.json is not
+ * a source: installing a plugin (`npm install --omit=dev <plugin>`) rewrites it, and that must never
+ * make a deployed gateway compile itself. tsc's own incremental state is no guide here: it leaves
+ * dist untouched when a file's mtime changed but not its content, which would make every later
+ * start look stale.
  */
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,8 +33,9 @@ export function findTsc() {
   }
 }
 
-function newestSource() {
-  let newest = 0;
+/** Every runtime source file (absolute paths, in a stable order). */
+function sourceFiles() {
+  const files = [];
   const walk = (dir) => {
     let entries;
     try {
@@ -37,42 +43,54 @@ function newestSource() {
     } catch {
       return;
     }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     for (const e of entries) {
       const p = path.join(dir, e.name);
       if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') || e.name.endsWith('.lua')) newest = Math.max(newest, statSync(p).mtimeMs);
+      else if (e.name.endsWith('.ts') || e.name.endsWith('.lua')) files.push(p);
     }
   };
   for (const d of SOURCES) walk(path.join(ROOT, d));
-  for (const f of ['tsconfig.json', 'package.json']) {
-    try {
-      newest = Math.max(newest, statSync(path.join(ROOT, f)).mtimeMs);
-    } catch {
-      /* absent */
-    }
-  }
-  return newest;
+  const tsconfig = path.join(ROOT, 'tsconfig.json');
+  if (existsSync(tsconfig)) files.push(tsconfig);
+  return files;
+}
+
+/** A digest of the sources' names and contents: what a build compiled. */
+function sourceDigest(files = sourceFiles()) {
+  const h = createHash('sha256');
+  for (const f of files)
+    h.update(`${path.relative(ROOT, f)}\0`)
+      .update(readFileSync(f))
+      .update('\0');
+  return h.digest('hex');
 }
 
 /** 'missing' (no dist), 'stale' (sources changed since the last build) or 'fresh'. */
 export function buildState() {
   if (!existsSync(ENTRY)) return 'missing';
   let stamp;
+  let built;
   try {
     stamp = statSync(STAMP).mtimeMs;
+    built = /^digest ([0-9a-f]{64})$/m.exec(readFileSync(STAMP, 'utf8'))?.[1];
   } catch {
     return 'stale';
   }
-  return newestSource() > stamp ? 'stale' : 'fresh';
+  const files = sourceFiles();
+  // Nothing newer than the stamp: fresh without reading a file. Otherwise the contents decide.
+  if (files.every((f) => statSync(f).mtimeMs <= stamp)) return 'fresh';
+  return built !== undefined && built === sourceDigest(files) ? 'fresh' : 'stale';
 }
 
 /** Compiles with tsc; true on success. Output goes to stderr (stdout may be a command's answer). */
 export function build(tsc = findTsc()) {
   if (!tsc) return false;
+  const digest = sourceDigest();
   const r = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tsconfig.json')], { cwd: ROOT, stdio: ['ignore', 2, 2] });
   if (r.status !== 0) return false;
   copyAssets();
-  writeFileSync(STAMP, `${new Date().toISOString()}\n`);
+  writeFileSync(STAMP, `${new Date().toISOString()}\ndigest ${digest}\n`);
   return true;
 }
 
@@ -85,9 +103,8 @@ function copyAssets() {
 }
 
 /**
- * Before running dist/: build when it is missing, or stale and tsc is at hand. Without tsc a stale
- * build runs as it is (a production copy has fresh mtimes on every file). Throws when there is
- * nothing to run.
+ * Before running dist/: build when it is missing, or stale (its sources edited) and tsc is at hand.
+ * Without tsc a stale build runs as it is. Throws when there is nothing to run.
  */
 export function ensureBuilt() {
   const state = buildState();

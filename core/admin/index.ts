@@ -34,7 +34,7 @@ import type { AuditInput, KeyRecord, Store, Stored, UserRecord } from '../store/
 import { dayKey } from '../store/types.js';
 import type { AccountDirectory, AccountView } from '../accounts/directory.js';
 import { KEY_FORMAT, keyHint, newKey, sha256Hex } from '../accounts/secret.js';
-import { compileList } from '../ip.js';
+import { compileList } from '../client-ip.js';
 import { isGatewayError } from '../errors.js';
 import { counters } from '../handlers/usage.js';
 import {

@@ -7,12 +7,23 @@
  */
 import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { getHeapStatistics } from 'node:v8';
-import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { isMap, isScalar, isSeq, LineCounter, parseDocument, visit, type Document, type Node as YamlNode, Scalar } from 'yaml';
+import {
+  isCollection,
+  isMap,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseDocument,
+  visit,
+  type Document,
+  type Node as YamlNode,
+  type YAMLError,
+  Scalar,
+} from 'yaml';
 import { gatewaySchema } from './schema.js';
 import { KEY_FORMAT } from '../accounts/secret.js';
 import type {
@@ -32,8 +43,9 @@ import type {
   Window,
 } from './types.js';
 import { PROTOCOLS, WINDOWS } from './types.js';
-import { parseDecimal, parseDuration, parseSize } from '../units.js';
-import { isPluginDefinition, type PluginDefinition, type PluginRegistry } from '../plugin.js';
+import { DURATION_PATTERN, SIZE_PATTERN, parseDecimal, parseDuration, parseSize } from '../units.js';
+import type { PluginDefinition, PluginRegistry } from '../plugin.js';
+import { importPlugin, resolvePluginPackage } from '../plugin-modules.js';
 import { nativeProtocols } from '../routing.js';
 import { resolveTracing } from './tracing.js';
 
@@ -150,22 +162,46 @@ async function loadChecked(
     const p = lineCounter.linePos(offset);
     return { line: p.line, col: p.col };
   };
-  for (const e of doc.errors) issues.push({ path: '', ...pos(e.pos[0]), message: e.message.split('\n')[0] });
+  for (const e of doc.errors) {
+    const { offset, message } = syntaxError(doc, e);
+    issues.push({ path: '', ...pos(offset), message });
+  }
   if (issues.length) throw new ConfigError(file, issues);
 
-  interpolate(doc, env, (segs, node, message) => issues.push({ path: pathString(segs), ...pos(node.range?.[0]), message }));
+  /** Scalars whose text came from the environment, with the variables it came from. */
+  const fromEnv = new Map<unknown, string[]>();
+  interpolate(
+    doc,
+    env,
+    (segs, node, message) => issues.push({ path: pathString(segs), ...pos(node.range?.[0]), message }),
+    (node, names) => fromEnv.set(node, names),
+  );
 
-  const at = (segs: readonly Seg[], message: string): ConfigIssue => {
+  /**
+   * The issue at `segs`, placed on its value (or, with `onKey`, on the key that names it: an
+   * unknown setting is the key's mistake). A value read from `${VAR}` names the variable, since
+   * the text in the file is not what was checked.
+   */
+  const at = (segs: readonly Seg[], message: string, onKey = false): ConfigIssue => {
     let node: unknown;
-    for (let n = segs.length; n >= 0; n--) {
+    let exact = false;
+    if (onKey && segs.length > 0) {
+      const parent = segs.length === 1 ? doc.contents : doc.getIn(segs.slice(0, -1), true);
+      const last = segs[segs.length - 1];
+      if (isMap(parent)) node = parent.items.find((p) => isScalar(p.key) && String(p.key.value) === String(last))?.key;
+    }
+    for (let n = segs.length; node === undefined && n >= 0; n--) {
       node = n === 0 ? doc.contents : doc.getIn(segs.slice(0, n), true);
+      exact = n === segs.length;
       if (node && typeof node === 'object' && 'range' in node) break;
       node = undefined;
     }
     const range = (node as YamlNode | undefined)?.range;
-    return { path: pathString(segs), ...pos(range?.[0]), message };
+    const vars = exact && !onKey ? fromEnv.get(node) : undefined;
+    const from = vars ? ` (the value comes from ${vars.map((v) => `\${${v}}`).join(', ')})` : '';
+    return { path: pathString(segs), ...pos(range?.[0]), message: message + from };
   };
-  const fail = (segs: readonly Seg[], message: string) => issues.push(at(segs, message));
+  const fail = (segs: readonly Seg[], message: string, onKey = false) => issues.push(at(segs, message, onKey));
   const warn = (segs: readonly Seg[], message: string) => warnings.push(at(segs, message));
 
   const raw = doc.toJS({ maxAliasCount: 100 }) as Record<string, any>;
@@ -178,7 +214,8 @@ async function loadChecked(
   const validate = configValidator();
   const ajv = new Ajv({ allErrors: true, strict: false, useDefaults: true });
   if (!validate(raw)) {
-    for (const e of dedupeAjv(validate.errors ?? [])) fail(ajvSegs(e), ajvMessage(e));
+    const errors = validate.errors ?? [];
+    for (const e of dedupeAjv(errors)) fail(ajvSegs(e), ajvMessage(e, errors), e.keyword === 'additionalProperties');
     state.schemaFailed = true;
   }
 
@@ -189,24 +226,38 @@ async function loadChecked(
   for (const [name, decl] of Object.entries<any>(raw.plugins ?? {})) {
     let def: PluginDefinition<any> | undefined;
     const use: string = decl.use;
-    if (use.startsWith('.') || use.startsWith('/')) {
+    if (typeof use !== 'string') continue; // the schema said so
+    // A path (relative to this file), else a built-in (built-ins win), else a package found from here.
+    let moduleFile: string | undefined;
+    if (use.startsWith('.') || use.startsWith('/')) moduleFile = path.resolve(baseDir, use);
+    else if (!opts.registry.has(use)) {
       try {
-        def = await importPlugin(path.resolve(baseDir, use));
+        moduleFile = resolvePluginPackage(use, file);
       } catch (e) {
-        fail(['plugins', name, 'use'], `cannot load plugin module '${use}': ${(e as Error).message}`);
-        continue;
-      }
-    } else {
-      def = opts.registry.get(use);
-      if (!def) {
-        fail(['plugins', name, 'use'], `unknown plugin '${use}' (built-in: ${[...opts.registry.keys()].join(', ')})`);
+        fail(
+          ['plugins', name, 'use'],
+          `unknown plugin '${use}': not a built-in (${[...opts.registry.keys()].join(', ')}) nor a package found from ${baseDir} (${(e as Error).message})`,
+        );
         continue;
       }
     }
+    if (moduleFile !== undefined) {
+      try {
+        def = await importPlugin(moduleFile);
+      } catch (e) {
+        fail(
+          ['plugins', name, 'use'],
+          `cannot load plugin module '${use}'${moduleFile === path.resolve(baseDir, use) ? '' : ` (${moduleFile})`}: ${(e as Error).message}`,
+        );
+        continue;
+      }
+    } else def = opts.registry.get(use)!;
     const options: Record<string, unknown> = structuredClone(decl.with ?? {});
     const check = ajv.compile<any>(def.schema);
     if (!check(options)) {
-      for (const e of dedupeAjv(check.errors ?? [])) fail(['plugins', name, 'with', ...ajvSegs(e)], ajvMessage(e));
+      const errors = check.errors ?? [];
+      for (const e of dedupeAjv(errors))
+        fail(['plugins', name, 'with', ...ajvSegs(e)], ajvMessage(e, errors), e.keyword === 'additionalProperties');
       continue;
     }
     plans.set(name, { name, definition: def, options });
@@ -669,25 +720,27 @@ function adminConfig(raw: any, adminToken: string | undefined, fail: (segs: read
   };
 }
 
-/** Replaces `${VAR}` and `${VAR:-default}` in string scalars; `$${` stays a literal `${`. */
-function interpolate(doc: Document, env: NodeJS.ProcessEnv, report: (segs: Seg[], node: Scalar, msg: string) => void): void {
-  const pattern = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+/**
+ * Replaces `${VAR}` and `${VAR:-default}` in string scalars; `$${` stays a literal `${`. A default
+ * is expanded as shells and compose files expand it: `$B`, `${B}` and `${B:-…}` in it are
+ * references too (`$$` is a literal `$` there), and it is read only when VAR is unset or empty.
+ */
+function interpolate(
+  doc: Document,
+  env: NodeJS.ProcessEnv,
+  report: (segs: Seg[], node: Scalar, msg: string) => void,
+  replacedFrom: (node: Scalar, names: string[]) => void,
+): void {
   visit(doc, {
     Scalar(_key, node, pathNodes) {
       if (typeof node.value !== 'string' || !node.value.includes('${')) return;
       const original = node.value;
-      let whole = false;
-      const replaced = original.replace(pattern, (m, escaped: string, name: string, def: string | undefined, offset: number) => {
-        if (escaped) return m.slice(1);
-        whole = offset === 0 && m.length === original.length;
-        const v = env[name];
-        if (v !== undefined && v !== '') return v;
-        if (def !== undefined) return def;
-        if (v === '') return '';
-        report(segsOf(pathNodes, node), node, `environment variable ${name} is not set (use \${${name}:-default} for a default)`);
-        return '';
-      });
+      const names: string[] = [];
+      const problems: string[] = [];
+      const { text: replaced, whole } = expandRefs(original, env, names, problems);
+      for (const p of problems) report(segsOf(pathNodes, node), node, p);
       if (replaced === original) return;
+      if (names.length > 0) replacedFrom(node, [...new Set(names)]);
       // A plain scalar that was only a reference takes the type its text has (port: ${PORT:-8080}).
       if (whole && node.type === Scalar.PLAIN) {
         if (/^-?\d+(\.\d+)?$/.test(replaced)) {
@@ -702,6 +755,127 @@ function interpolate(doc: Document, env: NodeJS.ProcessEnv, report: (segs: Seg[]
       node.value = replaced;
     },
   });
+}
+
+const VAR_NAME = /[A-Za-z_][A-Za-z0-9_]*/y;
+
+/**
+ * One left-to-right pass over `text` (a default's text when `inDefault`). `names` collects the
+ * variables read, `problems` what is wrong; `whole` is true when the text was a single reference.
+ */
+function expandRefs(
+  text: string,
+  env: NodeJS.ProcessEnv,
+  names: string[],
+  problems: string[],
+  inDefault = false,
+): { text: string; whole: boolean } {
+  let out = '';
+  let refs = 0;
+  let literal = false;
+  const resolve = (name: string, def: string | undefined): string => {
+    names.push(name);
+    const v = env[name];
+    if (v !== undefined && v !== '') return v;
+    if (def !== undefined) return expandRefs(def, env, names, problems, true).text;
+    if (v === '') return '';
+    problems.push(`environment variable ${name} is not set (use \${${name}:-default} for a default)`);
+    return '';
+  };
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (c !== '$') {
+      out += c;
+      literal = true;
+      i++;
+      continue;
+    }
+    if (!inDefault && text.startsWith('$${', i)) {
+      out += '${';
+      literal = true;
+      i += 3;
+      continue;
+    }
+    if (inDefault && text[i + 1] === '$') {
+      out += '$';
+      i += 2;
+      continue;
+    }
+    if (text[i + 1] === '{') {
+      VAR_NAME.lastIndex = i + 2;
+      const name = VAR_NAME.exec(text)?.[0];
+      if (!name) {
+        out += '${';
+        literal = true;
+        i += 2;
+        continue;
+      }
+      let j = i + 2 + name.length;
+      let def: string | undefined;
+      if (text.startsWith(':-', j)) {
+        let depth = 1;
+        let k = j + 2;
+        for (; k < text.length; k++) {
+          if (text[k] === '$' && text[k + 1] === '{') {
+            depth++;
+            k++;
+          } else if (text[k] === '}' && --depth === 0) break;
+        }
+        if (k >= text.length) {
+          problems.push(`'\${${name}:-' has no closing }`);
+          return { text: out, whole: false };
+        }
+        def = text.slice(j + 2, k);
+        j = k;
+      } else if (text[j] !== '}') {
+        problems.push(
+          j >= text.length
+            ? `'\${${name}' has no closing }`
+            : `'\${${name}${text[j]}…': only \${${name}} and \${${name}:-default} are understood`,
+        );
+        return { text: out, whole: false };
+      }
+      out += resolve(name, def);
+      refs++;
+      i = j + 1;
+      continue;
+    }
+    if (inDefault) {
+      VAR_NAME.lastIndex = i + 1;
+      const name = VAR_NAME.exec(text)?.[0];
+      if (name) {
+        out += resolve(name, undefined);
+        refs++;
+        i += 1 + name.length;
+        continue;
+      }
+    }
+    out += '$';
+    literal = true;
+    i++;
+  }
+  return { text: out, whole: refs === 1 && !literal };
+}
+
+/**
+ * Where a YAML syntax error is, and what it says. An unclosed flow collection or quoted string is
+ * noticed where the parser gave up on it (a line or more later); it is reported where it opened.
+ */
+function syntaxError(doc: Document, e: YAMLError): { offset: number; message: string } {
+  const message = e.message.split('\n')[0];
+  const offset = e.pos[0];
+  if (e.code !== 'MISSING_CHAR' && e.code !== 'BAD_INDENT') return { offset, message };
+  let opened: { start: number; what: string } | undefined;
+  visit(doc, (_key, node) => {
+    const range = (node as YamlNode).range;
+    if (!range || range[1] !== offset || range[0] >= offset) return;
+    let what: string | undefined;
+    if (isCollection(node) && node.flow) what = isSeq(node) ? 'the [ list' : 'the { mapping';
+    else if (isScalar(node) && (node.type === Scalar.QUOTE_DOUBLE || node.type === Scalar.QUOTE_SINGLE)) what = 'the quoted string';
+    if (what && (!opened || range[0] > opened.start)) opened = { start: range[0], what };
+  });
+  return opened ? { offset: opened.start, message: `${message} (${opened.what} opened here is never closed)` } : { offset, message };
 }
 
 function segsOf(pathNodes: readonly unknown[], target: unknown): Seg[] {
@@ -736,7 +910,23 @@ function ajvSegs(e: ErrorObject): Seg[] {
   return segs;
 }
 
-function ajvMessage(e: ErrorObject): string {
+/** What a value of each pattern the schema uses looks like (ajv would show the raw pattern). */
+const PATTERN_HINTS: Record<string, string> = {
+  [DURATION_PATTERN]: 'expected a duration like 30s, 5m, 1h (units: ms, s, m, h, d)',
+  [SIZE_PATTERN]: 'expected a size like 512KiB, 256MiB, 1GiB, or a number of bytes',
+  '^[0-9]+(\\.[0-9]{1,6})?$': 'expected USD with at most 6 decimals, like 1.5',
+  '^[A-Za-z0-9][A-Za-z0-9._:/-]*$': 'expected a name of letters, digits and . _ : / - (starting with a letter or digit)',
+  '^https?://': 'expected an http:// or https:// URL',
+  '^/': 'expected a path starting with /',
+  '^[0-9a-fA-F]{64}$': 'expected 64 hexadecimal characters (a SHA-256 digest)',
+  '^[^{}\\u0000-\\u001f]*$': 'expected text without { or } or control characters',
+};
+
+function patternMessage(pattern: string): string {
+  return PATTERN_HINTS[pattern] ?? `has an invalid format (expected to match ${pattern})`;
+}
+
+function ajvMessage(e: ErrorObject, all: readonly ErrorObject[] = []): string {
   switch (e.keyword) {
     case 'additionalProperties':
       return 'unknown setting';
@@ -745,9 +935,12 @@ function ajvMessage(e: ErrorObject): string {
     case 'enum':
       return `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
     case 'pattern':
-      return `has an invalid format (${e.message ?? ''})`;
-    case 'anyOf':
-      return 'has an invalid value';
+      return patternMessage((e.params as { pattern: string }).pattern);
+    case 'anyOf': {
+      // A branch's pattern says what was meant (a size: '256MiB' or a number).
+      const branch = all.find((x) => x.instancePath === e.instancePath && x.keyword === 'pattern');
+      return branch ? patternMessage((branch.params as { pattern: string }).pattern) : 'has an invalid value';
+    }
     default:
       return e.message ?? 'is invalid';
   }
@@ -767,15 +960,6 @@ function dedupeAjv(errors: ErrorObject[]): ErrorObject[] {
     out.push(e);
   }
   return out;
-}
-
-async function importPlugin(file: string): Promise<PluginDefinition<any>> {
-  const info = await stat(file);
-  // A query string busts the ESM cache so a reload picks up an edited plugin.
-  const mod = await import(`${pathToFileURL(file).href}?v=${info.mtimeMs}`);
-  const def = mod.default ?? mod.plugin;
-  if (!isPluginDefinition(def)) throw new Error('its default export is not a plugin definition (name, schema, create)');
-  return def;
 }
 
 export function deepFreeze<T>(o: T): T {

@@ -678,7 +678,8 @@ export const gatewaySchema = {
           use: {
             type: 'string',
             minLength: 1,
-            description: 'A built-in plugin name, or a path to a plugin module (./…, relative to this file)',
+            description:
+              'A built-in plugin name (built-ins win), a path to a plugin module (./…, relative to this file), or an installed package (found from this file as Node finds an import: node_modules, its exports)',
           },
           with: { type: 'object', description: "The plugin's options (validated by the plugin's own schema, defaults applied)" },
         },

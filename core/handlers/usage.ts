@@ -2,16 +2,20 @@
  * GET /v1/usage — a frozen contract (spec §2.9, wire-notes): third-party clients parse it strictly.
  * It answers for expired and exhausted keys too (auth lets this route through), and never spends.
  *
- * - `quota_limited` when the key has its own quota or spend windows: `status`, `quota`
- *   (with `quota.remaining == remaining`), one `rate_limits` item per configured window.
+ * - `quota_limited` when the key has its own quota or spend windows: `status`, one `rate_limits`
+ *   item per configured window; with a quota also `quota`, `remaining` (== `quota.remaining`) and
+ *   `unit`; without one neither `remaining` nor `unit` (strict parsers refuse them there).
  * - `unrestricted` otherwise: `planName` (the plan group, or the wallet `钱包余额`) and exactly one
- *   of `balance` / `subscription`; `remaining: -1` means unlimited.
+ *   of `balance` / `subscription`; `remaining: -1` means unlimited; a wallet's `remaining` is its
+ *   `balance`, negative when overdrawn.
+ * - every kind: `usage`, `daily_usage` (one row per UTC day of the range that has usage, oldest
+ *   first) and `model_stats`.
  * Money is USD with at most 6 decimals (integer micro-USD inside).
  */
 import { GatewayError } from '../errors.js';
 import { microsToUsd } from '../units.js';
 import { WINDOWS, WINDOW_MS, type KeyConfig, type Window } from '../config/types.js';
-import { dayKey, type UsageCounters } from '../store/types.js';
+import { dayKey, weekStart, type UsageCounters } from '../store/types.js';
 import type { Handler } from './types.js';
 import { sendJson } from './types.js';
 
@@ -29,6 +33,21 @@ export function counters(c: UsageCounters) {
     cache_creation_tokens: c.cacheWrite,
     cache_read_tokens: c.cacheRead,
     total_tokens: total,
+    cost: microsToUsd(c.cost),
+    actual_cost: microsToUsd(c.actual),
+  };
+}
+
+/** A `daily_usage` row: one UTC day's counters (cache writes named as the consumers read them). */
+function dayRow(date: string, c: UsageCounters) {
+  return {
+    date,
+    requests: c.requests,
+    input_tokens: c.input,
+    output_tokens: c.output,
+    cache_read_tokens: c.cacheRead,
+    cache_write_tokens: c.cacheWrite,
+    total_tokens: c.input + c.output + c.cacheRead + c.cacheWrite,
     cost: microsToUsd(c.cost),
     actual_cost: microsToUsd(c.actual),
   };
@@ -68,6 +87,9 @@ export const usageHandler: Handler = async (ctx) => {
   const modelStats = Object.entries(stats.byModel)
     .sort(([a], [b]) => (a < b ? -1 : 1))
     .map(([model, c]) => ({ model, ...counters(c) }));
+  const dailyUsage = Object.entries(stats.byDay)
+    .sort(([a], [b]) => (a < b ? -1 : 1))
+    .map(([date, c]) => dayRow(date, c));
   const expiry =
     key.expiresAt !== undefined
       ? { expires_at: new Date(key.expiresAt).toISOString(), days_until_expiry: Math.max(0, Math.ceil((key.expiresAt - now) / DAY)) }
@@ -76,7 +98,7 @@ export const usageHandler: Handler = async (ctx) => {
   if (isQuotaLimited(key)) {
     const expired = key.expiresAt !== undefined && key.expiresAt <= now;
     const exhausted = key.quota > 0 && state.used >= key.quota;
-    const remaining = key.quota > 0 ? microsToUsd(Math.max(0, key.quota - state.used)) : -1;
+    const remaining = microsToUsd(Math.max(0, key.quota - state.used));
     const rateLimits = WINDOWS.filter((w) => key.windows[w] > 0).map((w: Window) => {
       const ws = state.windows[w];
       const limit = key.windows[w];
@@ -93,12 +115,14 @@ export const usageHandler: Handler = async (ctx) => {
       mode: 'quota_limited',
       isValid: true,
       status: expired ? 'expired' : exhausted ? 'quota_exhausted' : 'active',
-      remaining,
-      unit: 'USD',
-      ...(key.quota > 0 ? { quota: { limit: microsToUsd(key.quota), used: microsToUsd(state.used), remaining, unit: 'USD' } } : {}),
+      // Windows only: the key has no amount of its own left to report (each window has its own).
+      ...(key.quota > 0
+        ? { remaining, unit: 'USD', quota: { limit: microsToUsd(key.quota), used: microsToUsd(state.used), remaining, unit: 'USD' } }
+        : {}),
       rate_limits: rateLimits,
       ...expiry,
       usage,
+      daily_usage: dailyUsage,
       model_stats: modelStats,
     });
     return;
@@ -127,10 +151,13 @@ export const usageHandler: Handler = async (ctx) => {
         daily_limit_usd: microsToUsd(group.plan.daily),
         weekly_limit_usd: microsToUsd(group.plan.weekly),
         monthly_limit_usd: microsToUsd(group.plan.monthly),
+        // Plan weeks are UTC calendar weeks: the reset is this plus 7 days.
+        weekly_window_start: new Date(weekStart(now)).toISOString(),
         expires_at: sub ? new Date(sub.expiresAt).toISOString() : null,
       },
       ...expiry,
       usage,
+      daily_usage: dailyUsage,
       model_stats: modelStats,
     });
     return;
@@ -143,13 +170,13 @@ export const usageHandler: Handler = async (ctx) => {
     mode: 'unrestricted',
     isValid: true,
     planName: WALLET_PLAN_NAME,
-    // A wallet overrun by the last request reports its negative `balance`, but `remaining` never
-    // goes below 0: -1 is reserved for "unlimited".
-    remaining: microsToUsd(Math.max(0, left)),
+    // Strict parsers require `remaining` == `balance`, also when the last request overdrew it.
+    remaining: balance,
     unit: 'USD',
     balance,
     ...expiry,
     usage,
+    daily_usage: dailyUsage,
     model_stats: modelStats,
   });
 };

@@ -189,6 +189,8 @@ export interface KeyStats {
   total: UsageCounters;
   /** Per model over the requested day range. */
   byModel: Record<string, UsageCounters>;
+  /** Per UTC day (`YYYY-MM-DD`) of the requested range that has usage. */
+  byDay: Record<string, UsageCounters>;
   /** Requests and tokens in the last 60 s. */
   rpm: number;
   tpm: number;
@@ -233,7 +235,7 @@ export interface Store {
   keyState(keyId: string): Promise<KeyState>;
   planUsage(user: string, group: string): Promise<PeriodUsage>;
   spendCapUsage(user: string): Promise<{ weekly: number; monthly: number }>;
-  /** Usage stats for a key; `fromDay`/`toDay` are `YYYY-MM-DD` (UTC) bounds of byModel. */
+  /** Usage stats for a key; `fromDay`/`toDay` are `YYYY-MM-DD` (UTC) bounds of byModel and byDay. */
   keyStats(keyId: string, fromDay: string, toDay: string): Promise<KeyStats>;
 
   /** Operator command: forget a key's used quota (and its windows). */

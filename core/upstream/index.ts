@@ -109,10 +109,16 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
         // released and nothing is held against it.
         failover = pick.lease.done(outcome, ctx)?.failover ?? false;
       }
-      if (ok) return;
+      if (ok) {
+        if (ctx.logs('debug')) ctx.log.debug('upstream attempt answered', attemptFields(attempt));
+        return;
+      }
       // The gateway ended the request (shutdown): no other account or model is tried.
       throwIfStopped(ctx);
       lastError = attempt.error;
+      // An upstream failure is a warning (`warn` shows them); what follows is logged when it happens.
+      if (!ctx.clientGone.aborted && outcome)
+        ctx.log.warn('upstream attempt failed', { ...attemptFields(attempt), failure: attempt.failure, error: attempt.error?.message });
       if (ctx.committed || ctx.clientGone.aborted || !failover) break;
     }
     if (!attempt) continue; // no account for this model: the next one in the list, if any
@@ -125,6 +131,18 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
 /** Once the gateway ended the request itself (`ctx.stop()`), its error ends the attempt loop. */
 function throwIfStopped(ctx: RequestContext): void {
   if (ctx.stopped) throw ctx.stopped;
+}
+
+/** An attempt as log lines show it: which model, provider and account (never its key), and the upstream status. */
+function attemptFields(a: Attempt): Record<string, unknown> {
+  return {
+    attempt: a.index,
+    model: a.model.id,
+    provider: a.provider.name,
+    account: a.account?.id,
+    upstreamProtocol: a.upstreamProtocol,
+    status: a.status,
+  };
 }
 
 /** A passthrough conversion holds no per-request state (its stream translators do): one per protocol. */

@@ -9,12 +9,12 @@
 import net from 'node:net';
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
-import { createSlot, normaliseIp, type RequestContext } from '../../core/context.js';
-import { compileList } from '../../core/ip.js';
+import { createSlot, type RequestContext } from '../../core/context.js';
+import { clientAddress, compileList, inList as has } from '../../core/client-ip.js';
 import type { KeyConfig } from '../../core/config/types.js';
 import { ipFilterSchema, type IpFilterOptions } from './schema.js';
 
-export { compileList };
+export { clientAddress, compileList };
 
 /** The address as the filter saw it ('' when X-Forwarded-For hid it). */
 const CLIENT_IP = createSlot<string>('ip-filter.client');
@@ -24,33 +24,6 @@ function check(ip: string, allow: net.BlockList | undefined, deny: net.BlockList
   if (!ip && (allow || deny)) throw new GatewayError('ACCESS_DENIED');
   if (has(deny, ip)) throw new GatewayError('ACCESS_DENIED');
   if (allow && !has(allow, ip)) throw new GatewayError('ACCESS_DENIED');
-}
-
-function has(list: net.BlockList | undefined, ip: string): boolean {
-  if (!list) return false;
-  const family = net.isIP(ip);
-  return family !== 0 && list.check(ip, family === 4 ? 'ipv4' : 'ipv6');
-}
-
-/** The client's address: the socket's, or the right-most untrusted X-Forwarded-For hop behind trusted proxies. */
-export function clientAddress(socketIp: string, forwardedFor: string[], trusted: net.BlockList | undefined): string {
-  let ip = normaliseIp(socketIp);
-  if (!trusted || !has(trusted, ip)) return ip;
-  if (forwardedFor.length === 0) return ip;
-  const hops = forwardedFor
-    .join(',')
-    .split(',')
-    .map((s) => s.trim());
-  for (let i = hops.length - 1; i >= 0; i--) {
-    const hop = normaliseIp(hops[i].replace(/^\[(.*)\](?::\d+)?$/, '$1').replace(/^(\d{1,3}(?:\.\d{1,3}){3}):\d+$/, '$1'));
-    // An unreadable hop hides the client: its address is unknown (''), never the proxy's nor the
-    // hop before it. An empty hop (`1.2.3.4, `) is unreadable too: the proxy that wrote the
-    // header did not say who its client was.
-    if (net.isIP(hop) === 0) return '';
-    ip = hop;
-    if (!has(trusted, hop)) return hop;
-  }
-  return ip;
 }
 
 export default definePlugin<IpFilterOptions>({
@@ -81,8 +54,8 @@ export default definePlugin<IpFilterOptions>({
     };
     return {
       onRequest(ctx) {
+        // '' when an unreadable hop hides the client: no allow rule admits it (the context keeps the socket's).
         const ip = clientAddress(ctx.req.socket.remoteAddress ?? '', ctx.headerValues('x-forwarded-for'), trusted);
-        if (ip) ctx.clientIp = ip; // else the socket's, set by the context
         check(ip, allow, deny);
         // Per-key lists need the key. With auth earlier in the chain (the documented order) they
         // are checked here, before key expiry as wire-notes order it; with ip-filter first they are

@@ -253,3 +253,113 @@ t.test('store: redis settings, and workers only with a shared store', async (t) 
   t.match(found2, /store\.url: .*needs store\.url/);
   t.match(found2, /store\.lease: lease must be between 1s and 30s/);
 });
+
+t.test('each config mistake is reported where it is, saying what was meant', async (t) => {
+  // Line and column of each message are asserted: an editor jumps there. The first lines are
+  // written out (their positions matter); the rest of a valid config follows them.
+  const rest = baseConfig();
+  delete rest.version;
+  delete rest.server;
+  delete rest.providers;
+  rest.plugins.fb = { use: 'fallback', with: { max_attempt: 2 } };
+  const head = `version: 1
+server:
+  port: 8080
+  body_limit: 256MiB
+  headers_timeout: 20s
+providers:
+  mock: { kind: mock }
+`;
+  const base = head + YAML.stringify(rest).replace('max_attempt: 2', 'max_attempts: 2');
+  const one = async (text: string, env: NodeJS.ProcessEnv = {}) => {
+    const found = await issues(text, env);
+    t.equal(found.length, 1, `one issue: ${JSON.stringify(found)}`);
+    return found[0];
+  };
+
+  // An unclosed flow list or quoted string: where it opened (line 4), not where the parser gave up (line 5).
+  t.match(await one(base.replace('body_limit: 256MiB', 'body_limit: [256MiB')), {
+    line: 4,
+    col: 15,
+    message: /end with a \] \(the \[ list opened here is never closed\)/,
+  });
+  t.match(await one(base.replace('body_limit: 256MiB', 'body_limit: "256MiB')), {
+    line: 4,
+    col: 15,
+    message: /Missing closing "quote \(the quoted string opened here is never closed\)/,
+  });
+  t.match(await one(base.replace('{ kind: mock }', '{ kind: mock')), {
+    line: 7,
+    col: 9,
+    message: /the \{ mapping opened here is never closed/,
+  });
+
+  // An unknown setting: its key (column 3), not its value (column 15).
+  t.same(await one(base.replace('body_limit:', 'body_limitt:')), {
+    path: 'server.body_limitt',
+    line: 4,
+    col: 3,
+    message: 'unknown setting',
+  });
+  // …in a plugin's options too.
+  const plugin = base.replace('max_attempts: 2', 'max_attempt: 2');
+  const fbLine = plugin.split('\n').findIndex((l) => l.includes('max_attempt: 2')) + 1;
+  t.same(await one(plugin), {
+    path: 'plugins.fb.with.max_attempt',
+    line: fbLine,
+    col: plugin.split('\n')[fbLine - 1].indexOf('max_attempt') + 1,
+    message: 'unknown setting',
+  });
+
+  // A bad duration or size: what one looks like, not the schema's regular expression.
+  t.same(await one(base.replace('20s', '20 seconds')), {
+    path: 'server.headers_timeout',
+    line: 5,
+    col: 20,
+    message: 'expected a duration like 30s, 5m, 1h (units: ms, s, m, h, d)',
+  });
+  t.same(await one(base.replace('256MiB', '256 megs')), {
+    path: 'server.body_limit',
+    line: 4,
+    col: 15,
+    message: 'expected a size like 512KiB, 256MiB, 1GiB, or a number of bytes',
+  });
+
+  // A value from the environment that has the wrong type names its variable.
+  t.same(await one(base.replace('port: 8080', 'port: ${OPS_PORT}'), { OPS_PORT: 'abc' }), {
+    path: 'server.port',
+    line: 3,
+    col: 9,
+    message: 'must be integer (the value comes from ${OPS_PORT})',
+  });
+  t.same(await one(base.replace('port: 8080', 'port: ${OPS_PORT:-$OPS_DEFAULT_PORT}'), { OPS_DEFAULT_PORT: 'x1' }), {
+    path: 'server.port',
+    line: 3,
+    col: 9,
+    message: 'must be integer (the value comes from ${OPS_PORT}, ${OPS_DEFAULT_PORT})',
+  });
+});
+
+t.test('${VAR:-default}: a default may name other variables, as shells and compose files expand it', async (t) => {
+  const cfg = baseConfig();
+  const env = { TMPDIR: '/var/tmp' };
+  for (const dir of ['${GW_DIR:-$TMPDIR/gw}', '${GW_DIR:-${TMPDIR}/gw}', '${GW_DIR:-${GW_OTHER:-$TMPDIR}/gw}']) {
+    cfg.failed_requests = { dir };
+    t.equal((await load(YAML.stringify(cfg), env)).config.failedRequests.dir, '/var/tmp/gw', dir);
+  }
+  cfg.failed_requests = { dir: '/tmp/${GW_DIR:-a$$b}' };
+  t.equal((await load(YAML.stringify(cfg), env)).config.failedRequests.dir, '/tmp/a$b', '$$ in a default is a literal $');
+  cfg.failed_requests = { dir: '${GW_DIR:-$TMPDIR/gw}' };
+  const { config } = await load(YAML.stringify(cfg), { ...env, GW_DIR: '/srv/failed' });
+  t.equal(config.failedRequests.dir, '/srv/failed', 'the default is not read when the variable is set');
+
+  const text = (dir: string) => `version: 1\nfailed_requests:\n  dir: "${dir}"\n`;
+  const problem = async (dir: string) => (await issues(text(dir), {})).find((i) => i.path === 'failed_requests.dir');
+  t.match(await problem('${GW_DIR:-$GW_UNSET/x}'), {
+    line: 3,
+    col: 8,
+    message: 'environment variable GW_UNSET is not set (use ${GW_UNSET:-default} for a default)',
+  });
+  t.match(await problem('${GW_DIR:-${GW_UNSET}/x'), { line: 3, col: 8, message: "'${GW_DIR:-' has no closing }" });
+  t.match(await problem('${GW_DIR-x}'), { message: "'${GW_DIR-…': only ${GW_DIR} and ${GW_DIR:-default} are understood" });
+});

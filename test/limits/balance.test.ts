@@ -124,7 +124,7 @@ t.test('a balance that runs out: the request that crosses zero completes, the ne
   t.equal((await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST)).status, 200, '0.005 > 0: admitted, overruns to -0.01');
   const u = await usageOf(g, K.smallMsg);
   t.equal(u.balance, -0.01);
-  t.equal(u.remaining, 0, 'remaining never below 0 (-1 means unlimited)');
+  t.equal(u.remaining, -0.01, 'remaining is the balance, negative too (what strict parsers of /v1/usage require)');
   assertError(t, await modelCall(g, K.smallMsg, 'messages', 'claude-model', COST), { status: 403, type: 'billing_error' }, 'priced');
   assertError(
     t,

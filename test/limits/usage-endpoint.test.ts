@@ -74,6 +74,17 @@ const zero = {
   actual_cost: 0,
 };
 const emptyUsage = { today: zero, total: zero, average_duration_ms: 0, rpm: 0, tpm: 0 };
+/** A usage counter object as a `daily_usage` row names it (cache writes as `cache_write_tokens`). */
+const day = ({ cache_creation_tokens, ...c }: typeof zero) => ({
+  requests: c.requests,
+  input_tokens: c.input_tokens,
+  output_tokens: c.output_tokens,
+  cache_read_tokens: c.cache_read_tokens,
+  cache_write_tokens: cache_creation_tokens,
+  total_tokens: c.total_tokens,
+  cost: c.cost,
+  actual_cost: c.actual_cost,
+});
 
 t.test('quota-limited key: before first use', async (t) => {
   t.same(await usageOf(g, K.q), {
@@ -90,6 +101,7 @@ t.test('quota-limited key: before first use', async (t) => {
     expires_at: '2026-02-01T00:00:00.000Z',
     days_until_expiry: 22,
     usage: emptyUsage,
+    daily_usage: [],
     model_stats: [],
   });
 });
@@ -152,6 +164,30 @@ t.test('quota-limited key: after use on two days', async (t) => {
       rpm: 1,
       tpm: 1800,
     },
+    daily_usage: [
+      {
+        date: '2026-01-10',
+        requests: 2,
+        input_tokens: 1100,
+        output_tokens: 850,
+        cache_read_tokens: 2000,
+        cache_write_tokens: 400,
+        total_tokens: 4350,
+        cost: 0.0171,
+        actual_cost: 0.0171,
+      },
+      {
+        date: '2026-01-11',
+        requests: 1,
+        input_tokens: 1000,
+        output_tokens: 800,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        total_tokens: 1800,
+        cost: 0.015,
+        actual_cost: 0.015,
+      },
+    ],
     model_stats: [
       {
         model: 'claude-model',
@@ -282,6 +318,19 @@ t.test('quota-limited key: expired, and exhausted — /v1/usage still answers', 
       rpm: 1,
       tpm: 1800,
     },
+    daily_usage: [
+      {
+        date: '2026-02-10',
+        requests: 1,
+        input_tokens: 1000,
+        output_tokens: 800,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        total_tokens: 1800,
+        cost: 0.015,
+        actual_cost: 0.015,
+      },
+    ],
     model_stats: [
       {
         model: 'claude-model',
@@ -325,9 +374,11 @@ t.test('plan keys: allowances, an unlimited plan, no subscription', async (t) =>
       daily_limit_usd: 10,
       weekly_limit_usd: 50,
       monthly_limit_usd: 150,
+      weekly_window_start: '2026-02-16T00:00:00.000Z',
       expires_at: '2026-03-01T00:00:00.000Z',
     },
     usage: { today: c, total: c, average_duration_ms: 0, rpm: 1, tpm: 4200 },
+    daily_usage: [{ date: '2026-02-20', ...day(c) }],
     model_stats: [{ model: 'claude-model', ...c }],
   });
   t.notOk('balance' in body, 'exactly one of balance and subscription');
@@ -341,6 +392,7 @@ t.test('plan keys: allowances, an unlimited plan, no subscription', async (t) =>
     daily_limit_usd: 10,
     weekly_limit_usd: 50,
     monthly_limit_usd: 150,
+    weekly_window_start: '2026-02-16T00:00:00.000Z',
     expires_at: '2026-03-01T00:00:00.000Z',
   });
   t.equal(next.remaining, 10, 'the smallest allowance left: the daily one');
@@ -361,9 +413,11 @@ t.test('plan keys: allowances, an unlimited plan, no subscription', async (t) =>
         daily_limit_usd: 0,
         weekly_limit_usd: 0,
         monthly_limit_usd: 0,
+        weekly_window_start: '2026-02-16T00:00:00.000Z',
         expires_at: '2026-06-30T12:00:00.000Z',
       },
       usage: emptyUsage,
+      daily_usage: [],
       model_stats: [],
     },
     'a plan without allowances: -1 = unlimited',
@@ -385,6 +439,7 @@ t.test('balance key: the wallet', async (t) => {
     unit: 'USD',
     balance: 5,
     usage: emptyUsage,
+    daily_usage: [],
     model_stats: [],
   });
   // chat-model 1 / 2 per Mtok: 1000 + 1000 = 2000 micro-USD at list price, × 0.5 personal rate.
@@ -408,6 +463,7 @@ t.test('balance key: the wallet', async (t) => {
     unit: 'USD',
     balance: 4.999,
     usage: { today: c, total: c, average_duration_ms: 0, rpm: 1, tpm: 1500 },
+    daily_usage: [{ date: '2026-03-02', ...day(c) }],
     model_stats: [{ model: 'chat-model', ...c }],
   });
   t.notOk('subscription' in body, 'exactly one of balance and subscription');
@@ -418,16 +474,17 @@ t.test('open cases of the contract (docs/limits.md): window-only key, a wallet o
   t.match(w, {
     mode: 'quota_limited',
     status: 'active',
-    remaining: -1,
     rate_limits: [{ window: '1d', limit: 1, used: 0, remaining: 1, window_start: null, reset_at: null }],
   });
   t.notOk('quota' in w, 'no quota object without a quota');
+  t.notOk('remaining' in w, 'no top-level remaining: the key has no amount of its own (strict parsers refuse one)');
+  t.notOk('unit' in w, 'nor a unit');
 
   // 1000 micro-USD of credit; one request costing 15000 is admitted (available > 0) and overruns it.
   t.equal((await modelCall(g, K.owing, 'chat', 'chat-model', { input: 5000, output: 5000 })).status, 200);
   const o = await usageOf(g, K.owing);
   t.equal(o.balance, -0.014, 'the negative balance is what is owed');
-  t.equal(o.remaining, 0, 'remaining stops at 0 (never -1, which means unlimited)');
+  t.equal(o.remaining, -0.014, 'remaining equals balance, unclamped (strict parsers refuse remaining != balance)');
   const r = await modelCall(g, K.owing, 'chat', 'chat-model');
   assertError(t, r, { status: 403, type: 'billing_error' }, 'the next priced request');
 });

@@ -4,7 +4,8 @@
  * (the client gets a plain 500); never a key, a body or a query string.
  */
 import t from 'tap';
-import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
+import path from 'node:path';
+import { baseConfig, bearer, call, chatBody, KEYS, ROOT, startGateway, tmpDir, writeConfig, type TestGateway } from '../helpers/gateway.js';
 import { bodyFor, directive } from '../limits/helpers.js';
 import { builtinPlugins } from '../../plugins/index.js';
 import { definePlugin } from '../../core/plugin.js';
@@ -55,8 +56,8 @@ t.before(async () => {
 t.teardown(() => g.close());
 
 t.test('one access line per request: request id, route, group, model, status, tokens, cost, duration, attempts', async (t) => {
-  const r = await call(g.url + '/v1/chat/completions', {
-    headers: bearer(KEYS.chat),
+  const r = await call(g.url + '/v1/chat/completions?trace=1', {
+    headers: { ...bearer(KEYS.chat), 'user-agent': 'log-test/2.1 (linux)' },
     json: bodyFor('chat', 'chat-model', `${directive({ input: 10, output: 20 })} ${SECRET_WORD}`),
   });
   t.equal(r.status, 200);
@@ -68,6 +69,9 @@ t.test('one access line per request: request id, route, group, model, status, to
   t.match(a, {
     route: 'openai-chat',
     method: 'POST',
+    clientIp: '127.0.0.1',
+    path: '/v1/chat/completions',
+    userAgent: 'log-test/2.1 (linux)',
     status: 200,
     key: 'chat',
     user: 'alice',
@@ -112,7 +116,7 @@ t.test('refusals carry the error code; unrouted requests get a line too; probes 
   t.match(ba, { status: 400, errorCode: 'api_key_in_query_deprecated' });
   const nope = await call(g.url + '/nowhere');
   t.equal(nope.status, 404);
-  t.match(access(nope.headers.get('x-request-id'))[0], { route: 'unmatched', status: 404 });
+  t.match(access(nope.headers.get('x-request-id'))[0], { route: 'unmatched', status: 404, errorCode: 'route_not_found', path: '/nowhere' });
   const before = records().filter((r) => r.msg === 'request').length;
   await call(g.url + '/healthz');
   await call(g.url + '/readyz');
@@ -190,7 +194,12 @@ t.test('levels, errors with causes, GatewayErrors with their code', async (t) =>
   t.match(e.error.cause, { type: 'Error', message: 'root cause' }, 'with its cause');
   t.match(e.error.cause.stack, /\n\s+at /);
   t.equal(logLevel('debug'), 'debug');
-  t.equal(logLevel('loud'), 'info', 'an unknown level falls back to info');
+  t.equal(logLevel(''), 'info', 'unset: info');
+  t.throws(
+    () => logLevel('loud'),
+    /GATEWAY_LOG_LEVEL 'loud' is not a log level: use debug, info, warn, error, silent/,
+    'an unknown level is refused',
+  );
 });
 
 t.test('stderr to a file gets every line at once, even from a process killed right after; to a pipe, every line too', async (t) => {
@@ -233,5 +242,162 @@ t.test('stderr to a file gets every line at once, even from a process killed rig
       .map((l) => JSON.parse(l).msg),
     ['line 1', 'line 2', 'line 3'],
     'a pipe: every line, written asynchronously',
+  );
+});
+
+// ---- a real run: the CLI's process, its stderr read back ----------------------------------------
+
+/** A port nothing listens on (bound, then released): at `warn` the listening line is not logged. */
+async function freePort(): Promise<number> {
+  const net = await import('node:net');
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as import('node:net').AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * `gateway start` on `file` with `env`. With `work`: once /healthz answers on `port`, runs it, then
+ * SIGTERM. Resolves with the exit code and every stderr line.
+ */
+async function run(
+  file: string,
+  env: NodeJS.ProcessEnv,
+  work?: { port: number; fn: (url: string) => Promise<void> },
+): Promise<{ code: number | null; lines: string[] }> {
+  const { spawn } = await import('node:child_process');
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/gateway.js'), 'start', '--config', file], {
+    env: { ...process.env, NODE_OPTIONS: '', GATEWAY_WATCH_CONFIG: '0', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let err = '';
+  child.stderr.on('data', (d: Buffer) => {
+    err += d.toString();
+    // Expected to be refused: should it start after all, it is stopped (and the test fails on its exit code).
+    if (!work && err.includes('"msg":"gateway listening on ')) child.kill('SIGTERM');
+  });
+  let gone = false;
+  const exited = new Promise<number | null>((resolve) =>
+    child.on('exit', (code) => {
+      gone = true;
+      resolve(code);
+    }),
+  );
+  if (work) {
+    const url = `http://127.0.0.1:${work.port}`;
+    for (;;) {
+      if (gone) break;
+      const up = await fetch(url + '/healthz').then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (up) {
+        await work.fn(url);
+        child.kill('SIGTERM');
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  const code = await exited;
+  await new Promise((resolve) => (child.stderr.readableEnded ? resolve(undefined) : child.stderr.on('end', resolve)));
+  return { code, lines: err.split('\n').filter((l) => l !== '') };
+}
+
+const json = (lines: string[]) => lines.map((l) => JSON.parse(l) as Record<string, any>);
+
+t.test('levels from a real run: debug shows more than info, warn keeps upstream failures and 5xx; every line JSON', async (t) => {
+  const cfg = baseConfig();
+  cfg.models['broken-model'] = { provider: 'mock', upstream: 'broken#status=503', price: { input: 1, output: 2 } };
+  cfg.groups.chat.models.push('broken-model');
+  cfg.server.trusted_proxies = ['127.0.0.1/32'];
+  cfg.server.port = await freePort();
+  const file = writeConfig(cfg);
+  const traffic = async (url: string) => {
+    const headers = { ...bearer(KEYS.chat), 'user-agent': 'levels-test/1.0', 'x-forwarded-for': '198.51.100.9, 203.0.113.7' };
+    t.equal((await call(url + '/v1/chat/completions', { headers, json: chatBody() })).status, 200, 'a success');
+    t.equal(
+      (await call(url + '/v1/chat/completions', { headers, json: chatBody({ model: 'broken-model' }) })).status,
+      502,
+      'a 502 (the upstream answered 503)',
+    );
+    t.equal((await call(url + '/nowhere?secret=1', { headers })).status, 404, 'a 404');
+  };
+  const runs: Record<string, Record<string, any>[]> = {};
+  for (const level of ['debug', 'info', 'warn']) {
+    const { code, lines } = await run(file, { GATEWAY_LOG_LEVEL: level }, { port: cfg.server.port, fn: traffic });
+    t.equal(code, 0, `${level}: exit 0`);
+    t.doesNotThrow(() => json(lines), `${level}: every line is JSON`);
+    runs[level] = json(lines);
+  }
+  const requests = (level: string) => runs[level].filter((l) => l.msg === 'request');
+  const named = (level: string, msg: string) => runs[level].filter((l) => l.msg === msg);
+
+  t.ok(runs.debug.length > runs.info.length, `debug shows more than info (${runs.debug.length} > ${runs.info.length} lines)`);
+  t.ok(runs.info.length > runs.warn.length, `info more than warn (${runs.info.length} > ${runs.warn.length})`);
+  t.match(named('debug', 'upstream attempt answered'), [{ level: 'debug', model: 'chat-model', provider: 'mock', status: 200 }]);
+  t.same(named('info', 'upstream attempt answered'), [], 'not at info');
+
+  for (const level of ['debug', 'info']) {
+    const [ok, failed, nowhere] = requests(level);
+    t.match(ok, { level: 'info', status: 200, clientIp: '203.0.113.7', path: '/v1/chat/completions', userAgent: 'levels-test/1.0' });
+    t.match(failed, { level: 'warn', status: 502, model: 'broken-model', clientIp: '203.0.113.7' }, `${level}: a 5xx is a warning`);
+    t.match(nowhere, { level: 'info', route: 'unmatched', status: 404, path: '/nowhere', clientIp: '203.0.113.7' });
+    t.notOk(JSON.stringify(nowhere).includes('secret=1'), 'no query string');
+  }
+
+  // warn: the upstream failure and the 5xx access line, nothing of the successes.
+  t.same(
+    requests('warn').map((l) => [l.level, l.status]),
+    [['warn', 502]],
+    'warn: only the 5xx access line',
+  );
+  t.match(named('warn', 'upstream attempt failed'), [
+    {
+      level: 'warn',
+      model: 'broken-model',
+      provider: 'mock',
+      account: 'mock/default',
+      status: 503,
+      failure: 'status',
+      error: 'Upstream request failed with status 503',
+    },
+  ]);
+  t.ok(
+    runs.warn.every((l) => l.level === 'warn' || l.level === 'error'),
+    'nothing below warn',
+  );
+});
+
+t.test('refusals at start are JSON lines too: an unknown level, a bad config, a store folder in use', async (t) => {
+  const dir = tmpDir('gw-refusal-');
+  const cfg = baseConfig();
+  const loud = await run(writeConfig(cfg, dir), { GATEWAY_LOG_LEVEL: 'loud' });
+  t.equal(loud.code, 1, 'an unknown level: exit 1');
+  t.match(json(loud.lines), [{ level: 'error', msg: 'the gateway cannot start', error: /GATEWAY_LOG_LEVEL 'loud' is not a log level/ }]);
+  t.equal(loud.lines.length, 1);
+
+  const bad = baseConfig();
+  bad.server.body_timeout = '30 seconds';
+  const badFile = writeConfig(bad, tmpDir('gw-bad-'));
+  const rejected = await run(badFile, {});
+  t.equal(rejected.code, 1, 'a bad config: exit 1');
+  const [line] = json(rejected.lines);
+  t.equal(rejected.lines.length, 1, 'one line');
+  t.match(line, { level: 'error', msg: 'config rejected', config: badFile });
+  t.match(line.errors, [/^gateway\.yaml:\d+:\d+ server\.body_timeout: expected a duration like 30s, 5m, 1h/]);
+
+  const shared = baseConfig();
+  shared.store = { kind: 'memory', path: path.join(dir, 'data') };
+  const first = await startGateway(shared);
+  t.teardown(() => first.close());
+  const locked = await run(writeConfig(shared, tmpDir('gw-locked-')), {});
+  t.equal(locked.code, 1, 'the store folder is in use: exit 1');
+  t.doesNotThrow(() => json(locked.lines), 'every line is JSON');
+  t.match(
+    json(locked.lines).find((l) => l.level === 'error'),
+    { msg: 'the gateway cannot start', error: { message: /store folder .*data is in use by another gateway process \(PID \d+/ } },
   );
 });

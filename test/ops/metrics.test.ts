@@ -193,8 +193,14 @@ t.test("tokens and cost by provider, model and group, equal to the store's recor
 });
 
 t.test('rejections by code, plugin exceptions by plugin, store errors and latency by operation', async (t) => {
-  t.equal(total(samples, 'gateway_limit_rejections_total', { code: 'INVALID_API_KEY' }), 1);
-  t.equal(total(samples, 'gateway_limit_rejections_total', { code: 'rate_limit_exceeded' }), 1);
+  t.same(
+    find(samples, 'gateway_limit_rejections_total').map((s) => [s.labels.code, s.value]),
+    [
+      ['invalid_api_key', 1],
+      ['rpm_exceeded', 1],
+    ],
+    "the gateway's own refusals, by catalogue id",
+  );
   t.same(
     find(samples, 'gateway_plugin_errors_total').map((s) => [s.labels.plugin, s.value]),
     [['boom', 1]],
@@ -231,6 +237,7 @@ t.test('label sets are bounded: no key or user names, no request ids', async (t)
       [
         'route',
         'status',
+        'error',
         'provider',
         'account',
         'state',
@@ -273,6 +280,23 @@ t.test('the Grafana dashboard parses and every metric it queries is in the scrap
   const names = new Set(exprs.flatMap((e) => [...e.matchAll(/\b((?:gateway|process|nodejs)_[a-z0-9_]+)\b/g)].map((m) => m[1])));
   t.ok(names.size >= 20, `${names.size} metric names`);
   for (const n of names) t.ok(find(samples, n).length > 0, `${n} has samples`);
+  // Every selector is limited to the chosen gateways: the process panels never mix in Prometheus's own.
+  const unlimited = exprs.flatMap((e) =>
+    [...e.matchAll(/\b((?:gateway|process|nodejs)_[a-z0-9_]+)(\{[^}]*\})?/g)]
+      .filter((m) => !m[2]?.startsWith('{job=~"$job",instance=~"$instance"'))
+      .map((m) => `${m[1]} in ${e}`),
+  );
+  t.same(unlimited, [], 'every selector is limited to $job and $instance');
+  const vars = Object.fromEntries(dash.templating.list.map((v: any) => [v.name, v]));
+  t.match(vars.job, { type: 'query', query: { query: 'label_values(gateway_build_info, job)' }, includeAll: true });
+  t.match(vars.instance, { type: 'query', query: { query: 'label_values(gateway_build_info{job=~"$job"}, instance)' } });
+  t.notOk(vars.job.allValue, '"All" means the jobs found, not every job');
+  const errors = exprs.filter((e) => e.includes('status=~"5.."'));
+  t.ok(errors.length > 0 && errors.every((e) => e.includes('error!="no_accounts"')), 'the 5xx share leaves out models not served');
+  t.ok(
+    exprs.some((e) => e.includes('error="no_accounts"')),
+    'and shows them on their own',
+  );
   const gatewayFamilies = new Set(
     scrapeText
       .split('\n')
@@ -321,4 +345,58 @@ t.test('metrics.token, metrics.listen and metrics.key_labels', async (t) => {
   const text = (await call(plain.url + '/metrics')).text;
   t.notMatch(text, /gateway_key_/, 'no per-key series by default');
   t.equal(YAML.parse(readFileSync(plain.file, 'utf8')).metrics, undefined);
+});
+
+t.test("limit rejections are the gateway's own decisions; an unknown model's 503 is labelled; promtool accepts the scrape", async (t) => {
+  const cfg = baseConfig();
+  // Upstreams that refuse: their 429, 400 and 413 reach the client, and are the upstream's, not a limit.
+  for (const status of [429, 400, 413]) {
+    cfg.models[`refuses-${status}`] = { provider: 'mock', upstream: `refuses#status=${status}`, price: { input: 1, output: 2 } };
+    cfg.groups.chat.models.push(`refuses-${status}`);
+  }
+  cfg.users.slow = { balance: 10, rpm: 1 };
+  cfg.keys.push({ key: key(0x7002), name: 'slow', user: 'slow', group: 'chat' });
+  const h = await startGateway(cfg);
+  t.teardown(() => h.close());
+  const chat = (model: string, k = KEYS.chat) => call(h.url + '/v1/chat/completions', { headers: bearer(k), json: chatBody({ model }) });
+  t.equal((await chat('refuses-429')).status, 429, "the upstream's 429");
+  t.equal((await chat('refuses-400')).status, 400, "the upstream's 400");
+  t.equal((await chat('refuses-413')).status, 413, "the upstream's 413");
+  t.equal((await chat('no-such-model')).status, 503, 'an unknown model');
+  t.equal((await call(h.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), body: '{"model":' })).status, 400, 'a broken body');
+  t.equal((await chat('chat-model', key(0x7002))).status, 200);
+  t.equal((await chat('chat-model', key(0x7002))).status, 429, 'the RPM limit');
+  t.equal((await chat('chat-model', `sk-${'8'.repeat(64)}`)).status, 401, 'an unknown key');
+  t.equal((await call(h.url + '/v1/models')).status, 401, 'no key');
+
+  const text = (await call(h.url + '/metrics')).text;
+  const s = parseProm(text);
+  t.same(
+    find(s, 'gateway_limit_rejections_total').map((x) => [x.labels.code, x.value]),
+    [
+      ['rpm_exceeded', 1],
+      ['invalid_api_key', 1],
+      ['api_key_required', 1],
+    ],
+    'only the key check and the RPM limit: no upstream refusal, no bad request',
+  );
+  t.equal(
+    total(s, 'gateway_requests_total', { route: 'openai-chat', status: '503', error: 'no_accounts' }),
+    1,
+    "the unknown model's 503 says so",
+  );
+  t.equal(total(s, 'gateway_requests_total', { route: 'openai-chat', status: '429', error: 'provider_rate_limit' }), 1);
+  t.equal(total(s, 'gateway_requests_total', { route: 'openai-chat', status: '200', error: '' }), 1, 'a success has no error');
+
+  // promtool (Debian's prometheus package, installed by scripts/ensure-promtool.sh) checks the names,
+  // types and help of the whole output.
+  const { spawnSync } = await import('node:child_process');
+  const which = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
+  if (which.error) {
+    t.comment('promtool is not installed (scripts/ensure-promtool.sh installs it): the check is left out');
+    return;
+  }
+  const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  t.equal(check.status, 0, `promtool check metrics: ${check.stdout}${check.stderr}`);
+  t.equal(`${check.stdout}${check.stderr}`.trim(), '', 'no complaint at all');
 });

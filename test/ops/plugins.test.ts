@@ -1,18 +1,32 @@
 /**
  * Plugins from outside the repository. The example moderation plugin (examples/moderation), in a
- * temporary folder with its own package.json, installs the gateway as a third party does (a
- * tarball made by `npm pack`: another copy of the package), compiles against its TypeScript
- * declarations and passes its own tests; loaded into this gateway, its 403 content_policy_violation
- * comes out in each protocol's format, and reloads keep its metric. Errors are recognised across
- * copies by their brand. The guide (docs/plugins.md) shows the example's files as they are.
+ * temporary folder with its own package.json, gets the gateway as the guide says (`npm pack` of
+ * the gateway, a dev dependency: another copy of the package), compiles against its TypeScript
+ * declarations and passes its own tests, its package.json still publishable; loaded into this
+ * gateway by package name, its 403 content_policy_violation comes out in each protocol's format, its
+ * header on the others, and reloads keep its metric. `use:` finds packages the way Node does.
+ * Errors are recognised across copies by their brand. The guide (docs/plugins.md) shows the
+ * example's files as they are.
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
-import { baseConfig, bearer, call, chatBody, KEYS, messagesBody, responsesBody, ROOT, startGateway, tmpDir } from '../helpers/gateway.js';
+import {
+  baseConfig,
+  bearer,
+  call,
+  chatBody,
+  KEYS,
+  messagesBody,
+  responsesBody,
+  ROOT,
+  startGateway,
+  tmpDir,
+  writeConfig,
+} from '../helpers/gateway.js';
 import { GatewayError, isGatewayError, renderError } from '../../core/errors.js';
 import { parseProm, total } from '../helpers/prom.js';
 
@@ -48,29 +62,49 @@ t.test("the guide shows the example's files as they are", async (t) => {
   t.ok(blocks.length >= 3, 'package.json, the plugin, its test');
   for (const [, file, body] of blocks) t.equal(body, readFileSync(path.join(ROOT, file), 'utf8'), file);
   const files = readdirSync(EXAMPLE)
-    .filter((f) => f !== 'node_modules' && f !== 'dist' && f !== 'package-lock.json')
+    .filter((f) => f !== 'node_modules' && f !== 'dist' && f !== 'package-lock.json' && !f.endsWith('.tgz'))
     .sort();
   t.same(files, ['package.json', 'src', 'test', 'tsconfig.json'], 'the guide shows every file of the example');
 });
 
+t.test(
+  "the example's package.json is publishable: the gateway an optional peer with a range, the packed gateway a dev dependency",
+  async (t) => {
+    const version = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version;
+    const example = JSON.parse(readFileSync(path.join(EXAMPLE, 'package.json'), 'utf8'));
+    t.same(example.peerDependencies, { 'llm-gateway': `^${version}` }, 'a version range, no path');
+    t.same(example.peerDependenciesMeta, { 'llm-gateway': { optional: true } }, 'never fetched: the gateway loads the plugin');
+    t.equal(example.devDependencies['llm-gateway'], `file:llm-gateway-${version}.tgz`, 'what `npm pack` of this gateway writes');
+    for (const [name, spec] of Object.entries<string>({ ...example.dependencies, ...example.peerDependencies }))
+      t.notMatch(spec, /^(file|link):|\//, `${name}: nothing local where a consumer installs it`);
+  },
+);
+
 t.test('the moderation example, installed as a third party installs it', async (t) => {
   const work = tmpDir('gw-plugin-');
   t.teardown(() => rmSync(work, { recursive: true, force: true }));
-  const pack = run('npm', ['pack', '--pack-destination', work, '--silent'], ROOT);
-  t.equal(pack.code, 0, pack.out);
-  const tarball = path.join(
-    work,
-    readdirSync(work).find((f) => f.endsWith('.tgz'))!,
-  );
-
   const plugin = path.join(work, 'moderation');
   // As published: the sources, not a build or an install someone made in the repository's copy.
-  cpSync(EXAMPLE, plugin, { recursive: true, filter: (src) => !/[\\/](node_modules|dist)$/.test(src) });
-  const install = run('npm', ['install', tarball, '--no-audit', '--no-fund', '--prefer-offline'], plugin);
+  cpSync(EXAMPLE, plugin, { recursive: true, filter: (src) => !/[\\/](node_modules|dist)$/.test(src) && !src.endsWith('.tgz') });
+  const before = readFileSync(path.join(plugin, 'package.json'), 'utf8');
+  // The guide's steps: pack the gateway into the plugin's folder, install it as a dev dependency.
+  const pack = run('npm', ['pack', ROOT, '--silent'], plugin);
+  t.equal(pack.code, 0, pack.out);
+  const version = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version;
+  t.ok(existsSync(path.join(plugin, `llm-gateway-${version}.tgz`)), 'npm pack wrote the tarball here');
+  const install = run(
+    'npm',
+    ['install', '--save-dev', `./llm-gateway-${version}.tgz`, '--no-audit', '--no-fund', '--prefer-offline'],
+    plugin,
+  );
   t.equal(install.code, 0, `npm install: ${install.out.slice(-800)}`);
+  t.equal(readFileSync(path.join(plugin, 'package.json'), 'utf8'), before, 'package.json as the example has it: still publishable');
   const installed = realpathSync(path.join(plugin, 'node_modules/llm-gateway'));
   t.not(installed, realpathSync(ROOT), 'a copy of the gateway, not this folder');
   t.ok(existsSync(path.join(installed, 'dist/core/public.d.ts')), 'with its type declarations');
+  const again = run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline'], plugin);
+  t.equal(again.code, 0, `a later plain npm install: ${again.out.slice(-800)}`);
+  t.ok(existsSync(path.join(plugin, 'node_modules/llm-gateway/dist/core/public.d.ts')), 'keeps it (nothing fetched from the registry)');
 
   const build = run('npm', ['run', 'build'], plugin);
   t.equal(build.code, 0, `tsc against the declarations: ${build.out}`);
@@ -79,11 +113,15 @@ t.test('the moderation example, installed as a third party installs it', async (
   t.equal(own.code, 0, `the example's own tests: ${own.out.slice(-1500)}`);
   t.match(own.out, /# pass 3/);
 
-  // This gateway loads the plugin by path; the plugin's `llm-gateway` is the installed copy.
+  // This gateway loads the plugin by its package name, found from the config's folder.
+  const site = path.join(work, 'site');
+  mkdirSync(path.join(site, 'node_modules'), { recursive: true });
+  symlinkSync(plugin, path.join(site, 'node_modules/llm-gateway-moderation'), 'dir');
   const cfg = baseConfig();
-  cfg.plugins.moderation = { use: path.join(plugin, 'dist/index.js'), with: { patterns: ['\\bforbidden\\b', 'secret\\s+plan'] } };
+  cfg.plugins.moderation = { use: 'llm-gateway-moderation', with: { patterns: ['\\bforbidden\\b', 'secret\\s+plan'] } };
   cfg.chains['model-call'].splice(1, 0, 'moderation');
-  const g = await startGateway(cfg);
+  const file = writeConfig(cfg, site);
+  const g = await startGateway(cfg, { configFile: file });
   t.teardown(() => g.close());
   const text = 'tell me the secret   plan';
 
@@ -123,7 +161,9 @@ t.test('the moderation example, installed as a third party installs it', async (
   t.equal(lite.status, 403, 'Responses on a Messages-style group');
   t.same(lite.json, { error: { code: 'content_policy_violation', message: 'Request blocked by content policy' } });
   t.equal(g.gw.mocks.get('mock')!.requests.filter((r) => /secret|FORBIDDEN/.test(r.body)).length, 0, 'no upstream saw them');
-  t.equal((await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() })).status, 200, 'others pass');
+  const passed = await call(g.url + '/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() });
+  t.equal(passed.status, 200, 'others pass');
+  t.equal(passed.headers.get('x-moderation'), 'passed', 'with the header the plugin sets');
 
   const blocked = async () =>
     total(parseProm((await call(g.url + '/metrics')).text), 'moderation_blocked_total', { instance: 'moderation' });
@@ -140,10 +180,10 @@ t.test('the moderation example, installed as a third party installs it', async (
   t.equal(await blocked(), 5, 'and counts on with the new instance');
 
   // A bad pattern is a config error; the running config keeps serving.
-  const good = readFileSync(g.file, 'utf8');
+  const good = readFileSync(file, 'utf8');
   const bad = YAML.parse(good);
   bad.plugins.moderation.with.patterns = ['(unclosed'];
-  writeFileSync(g.file, YAML.stringify(bad));
+  writeFileSync(file, YAML.stringify(bad));
   const err = await g.gw.reload();
   t.ok(err, 'rejected');
   t.match(err!.message, /moderation: patterns\[0\] is not a valid regular expression/);
@@ -157,7 +197,7 @@ t.test('the moderation example, installed as a third party installs it', async (
     403,
     'the old config serves',
   );
-  writeFileSync(g.file, good);
+  writeFileSync(file, good);
 });
 
 t.test("plugin metrics: the same metric on every load, never one of the gateway's, never another kind", async (t) => {
@@ -214,4 +254,87 @@ t.test('the public entry point exports the plugin API', async (t) => {
   const slot = api.createSlot('x');
   t.equal(slot.name, 'x');
   t.ok(new api.GatewayError('CONTENT_POLICY') instanceof GatewayError, 'the same brand as the core');
+});
+
+t.test("use: a package name is resolved from the config's folder as Node resolves an import there; built-ins win", async (t) => {
+  const site = tmpDir('gw-use-');
+  t.teardown(() => rmSync(site, { recursive: true, force: true }));
+  // An installed package with "exports" (a root and a subpath), importing the gateway by name: no
+  // node_modules/llm-gateway anywhere here, as in a deployment.
+  const pkg = path.join(site, 'node_modules/llm-gateway-tagger');
+  mkdirSync(path.join(pkg, 'lib'), { recursive: true });
+  writeFileSync(
+    path.join(pkg, 'package.json'),
+    JSON.stringify({
+      name: 'llm-gateway-tagger',
+      version: '1.0.0',
+      type: 'module',
+      exports: { '.': './lib/tagger.js', './loud': './lib/loud.js' },
+    }),
+  );
+  const tagger = (name: string, value: string) => `import { definePlugin } from 'llm-gateway';
+export default definePlugin({
+  name: '${name}',
+  schema: { type: 'object', properties: { tag: { type: 'string' } } },
+  create: (o) => ({ onRequest(ctx) { ctx.setResponseHeader('x-tag', o.tag ?? '${value}'); } }),
+});
+`;
+  writeFileSync(path.join(pkg, 'lib/tagger.js'), tagger('tagger', 'quiet'));
+  writeFileSync(path.join(pkg, 'lib/loud.js'), tagger('loud-tagger', 'LOUD'));
+  // A package that takes a built-in's name: the built-in wins.
+  mkdirSync(path.join(site, 'node_modules/auth'), { recursive: true });
+  writeFileSync(path.join(site, 'node_modules/auth/package.json'), JSON.stringify({ name: 'auth', version: '1.0.0', main: 'index.js' }));
+  writeFileSync(path.join(site, 'node_modules/auth/index.js'), 'throw new Error("not the built-in");\n');
+
+  // The config one folder down: node_modules is found up the tree.
+  const conf = path.join(site, 'conf');
+  mkdirSync(conf);
+  const cfg = baseConfig();
+  cfg.plugins.tagger = { use: 'llm-gateway-tagger', with: { tag: 'hello' } };
+  cfg.plugins.loud = { use: 'llm-gateway-tagger/loud' };
+  cfg.routes.push({ path: '/tagged/v1/chat/completions', protocol: 'openai-chat', chain: ['auth', 'tagger'] });
+  cfg.routes.push({ path: '/loud/v1/chat/completions', protocol: 'openai-chat', chain: ['auth', 'loud'] });
+  const file = writeConfig(cfg, conf);
+  const g = await startGateway(cfg, { configFile: file });
+  t.teardown(() => g.close());
+  const tagged = await call(g.url + '/tagged/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() });
+  t.equal(tagged.status, 200, 'the built-in auth, not node_modules/auth');
+  t.equal(tagged.headers.get('x-tag'), 'hello', 'the package, by name');
+  const loud = await call(g.url + '/loud/v1/chat/completions', { headers: bearer(KEYS.chat), json: chatBody() });
+  t.equal(loud.headers.get('x-tag'), 'LOUD', 'a subpath of its "exports"');
+
+  // Names that resolve to nothing: config errors at the line and column of `use:`, saying what was looked for.
+  const { loadConfigText, ConfigError } = await import('../../core/config/load.js');
+  const { builtinPlugins } = await import('../../plugins/index.js');
+  const text = readFileSync(file, 'utf8')
+    .replace('use: llm-gateway-tagger\n', 'use: llm-gateway-tagr\n')
+    .replace('use: llm-gateway-tagger/loud', 'use: llm-gateway-tagger/quiet');
+  let issues: unknown[] = [];
+  try {
+    await loadConfigText(text, file, { registry: builtinPlugins });
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    issues = e.issues;
+  }
+  const lines = text.split('\n');
+  const where = (s: string) => {
+    const i = lines.findIndex((l) => l.includes(s));
+    return { line: i + 1, col: lines[i].indexOf(s.replace(/^use: /, '')) + 1 };
+  };
+  t.same(issues, [
+    {
+      path: 'plugins.tagger.use',
+      ...where('use: llm-gateway-tagr'),
+      message:
+        `unknown plugin 'llm-gateway-tagr': not a built-in (${[...builtinPlugins.keys()].join(', ')}) nor a package found from ${conf} ` +
+        `(Cannot find package 'llm-gateway-tagr' imported from ${file})`,
+    },
+    {
+      path: 'plugins.loud.use',
+      ...where('use: llm-gateway-tagger/quiet'),
+      message:
+        `unknown plugin 'llm-gateway-tagger/quiet': not a built-in (${[...builtinPlugins.keys()].join(', ')}) nor a package found from ${conf} ` +
+        `(Package subpath './quiet' is not defined by "exports" in ${pkg}/package.json imported from ${file})`,
+    },
+  ]);
 });

@@ -1,14 +1,30 @@
 /**
  * The production path, as CI runs it on a fresh machine: the tree built here (dev dependencies
  * present) is copied without node_modules; in the copy `npm ci --omit=dev` installs (no
- * TypeScript), `npm start` serves without compiling, answers, and on SIGTERM sent to the npm
+ * TypeScript), a plugin package built as docs/plugins.md says is installed the documented way
+ * (`npm install --omit=dev <plugin>`: no dev dependencies, and never a rebuild) and named by its
+ * package name in gateway.yaml; `npm start` serves without compiling, the plugin refuses and marks
+ * requests (its response header set with ctx.setResponseHeader), and on SIGTERM sent to the npm
  * process the gateway drains the request in flight and everything exits 0.
  * And the newcomer's path: `npm start` on a clone without dist/ builds once, then never again
  * until a source changes.
  */
 import t from 'tap';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync } from 'node:fs';
+import {
+  appendFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
+import YAML from 'yaml';
 import path from 'node:path';
 import { ROOT, tmpDir } from '../helpers/gateway.js';
 
@@ -61,6 +77,45 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
   t.notOk(existsSync(path.join(copy, 'node_modules/typescript')), 'no TypeScript in production');
   t.ok(existsSync(path.join(copy, 'node_modules/pino')), 'runtime dependencies installed');
   const stamp = statSync(path.join(copy, 'dist/.build-stamp')).mtimeMs;
+  const packages = readdirSync(path.join(copy, 'node_modules')).length;
+
+  // A plugin package, built as docs/plugins.md says: the example, the gateway packed as its dev dependency.
+  const work = tmpDir('gw-plugin-build-');
+  t.teardown(() => rmSync(work, { recursive: true, force: true }));
+  const plugin = path.join(work, 'moderation');
+  cpSync(path.join(ROOT, 'examples/moderation'), plugin, {
+    recursive: true,
+    filter: (src) => !/[\\/](node_modules|dist)$/.test(src) && !src.endsWith('.tgz'),
+  });
+  const version = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version;
+  for (const [cmd, ...args] of [
+    ['npm', 'pack', ROOT, '--silent'],
+    ['npm', 'install', '--save-dev', `./llm-gateway-${version}.tgz`, '--no-audit', '--no-fund', '--prefer-offline'],
+    ['npm', 'run', 'build'],
+    ['npm', 'pack', '--silent'],
+  ]) {
+    const r = run(cmd, args, plugin);
+    t.equal(r.code, 0, `${cmd} ${args.join(' ')}: ${r.out.slice(-800)}`);
+  }
+  const tarball = path.join(plugin, 'llm-gateway-moderation-1.0.0.tgz');
+  t.ok(existsSync(tarball), 'the plugin, packed');
+
+  // Installed in the production copy the documented way (docs/plugins.md, docs/operations.md).
+  const added = run('npm', ['install', '--omit=dev', tarball, '--no-audit', '--no-fund', '--prefer-offline'], copy);
+  t.equal(added.code, 0, `npm install --omit=dev <plugin>: ${added.out.slice(-800)}`);
+  t.ok(existsSync(path.join(copy, 'node_modules/llm-gateway-moderation/dist/index.js')), 'the plugin is installed');
+  t.notOk(existsSync(path.join(copy, 'node_modules/typescript')), 'still no TypeScript');
+  t.notOk(existsSync(path.join(copy, 'node_modules/llm-gateway')), 'nothing fetched as llm-gateway: the gateway itself is the peer');
+  t.equal(readdirSync(path.join(copy, 'node_modules')).length, packages + 1, 'one package more, no dev dependencies');
+  t.match(JSON.parse(readFileSync(path.join(copy, 'package.json'), 'utf8')).dependencies, { 'llm-gateway-moderation': /moderation/ });
+
+  // Named by its package name in the shipped gateway.yaml, right after auth.
+  const yamlFile = path.join(copy, 'gateway.yaml');
+  const doc = YAML.parseDocument(readFileSync(yamlFile, 'utf8'));
+  doc.setIn(['plugins', 'moderation'], doc.createNode({ use: 'llm-gateway-moderation', with: { patterns: ['\\bforbidden\\b'] } }));
+  const chain = doc.getIn(['chains', 'model-call']) as YAML.YAMLSeq;
+  chain.items.splice(1, 0, doc.createNode('moderation'));
+  writeFileSync(yamlFile, doc.toString());
 
   const npm = spawn('npm', ['start'], { cwd: copy, env: { ...ENV, GATEWAY_PORT: '0' } });
   let stderr = '';
@@ -76,6 +131,20 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
   t.notMatch(stderr + stdout, /building|rebuilding/, 'no compilation on start');
   t.equal(statSync(path.join(copy, 'dist/.build-stamp')).mtimeMs, stamp, 'the build is untouched');
   t.equal((await fetch(url + '/readyz')).status, 200, 'ready');
+
+  const chat = (content: string) =>
+    fetch(url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${DEMO_KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'demo-chat', messages: [{ role: 'user', content }] }),
+    });
+  const refused = await chat('the forbidden word');
+  t.equal(refused.status, 403, 'the plugin refuses');
+  t.equal(((await refused.json()) as { error: { code: string } }).error.code, 'content_policy_violation');
+  const passed = await chat('hello');
+  t.equal(passed.status, 200);
+  t.equal(passed.headers.get('x-moderation'), 'passed', 'the header the plugin set (ctx.setResponseHeader)');
+  await passed.text();
 
   // A stream in flight when SIGTERM arrives: 40 words, 25 ms apart.
   const res = await fetch(url + '/v1/chat/completions', {
@@ -119,6 +188,17 @@ t.test('built here, copied without node_modules, npm ci --omit=dev, npm start, S
     'the stream was logged',
   );
   t.ok(lines.some((l) => l.msg === 'gateway stopped'));
+
+  // Even with TypeScript at hand (someone ran a plain `npm install` there), a deployed gateway whose
+  // sources are those it was built from never compiles itself: not for a rewritten package.json,
+  // not for files whose times changed.
+  symlinkSync(path.join(ROOT, 'node_modules/typescript'), path.join(copy, 'node_modules/typescript'), 'dir');
+  const later = (Date.now() + 5_000) / 1000;
+  utimesSync(path.join(copy, 'package.json'), later, later);
+  utimesSync(path.join(copy, 'core/log.ts'), later, later);
+  const started = run(process.execPath, [path.join(copy, 'bin/gateway.js'), '--version'], copy);
+  t.equal(started.out.trim(), version, 'no rebuild: the version, nothing else');
+  t.equal(statSync(path.join(copy, 'dist/.build-stamp')).mtimeMs, stamp, 'the build is untouched');
 });
 
 t.test('a clone without dist: the first start builds, later starts do not, a changed source rebuilds', async (t) => {
@@ -145,12 +225,12 @@ t.test('a clone without dist: the first start builds, later starts do not, a cha
 
   const later = (Date.now() + 5_000) / 1000;
   utimesSync(path.join(copy, 'core/log.ts'), later, later);
+  utimesSync(path.join(copy, 'package.json'), later, later);
+  t.equal(run(process.execPath, [bin, '--version'], copy).out.trim(), version, 'a touched source or package.json: no rebuild');
+  appendFileSync(path.join(copy, 'core/log.ts'), '// edited\n');
   const changed = run(process.execPath, [bin, '--version'], copy);
   t.equal(changed.code, 0);
-  t.match(changed.out, /sources changed since the last build: rebuilding/);
-  // The stamp is newer than the touched file only once the clock passes it; move the file back instead.
-  const now = Date.now() / 1000 - 60;
-  utimesSync(path.join(copy, 'core/log.ts'), now, now);
+  t.match(changed.out, /sources changed since the last build: rebuilding/, 'an edited source rebuilds');
   t.equal(run(process.execPath, [bin, '--version'], copy).out.trim(), version, 'and then no more');
 
   // Runtime dependencies without TypeScript, as after `npm ci --omit=dev`.
@@ -159,7 +239,7 @@ t.test('a clone without dist: the first start builds, later starts do not, a cha
   for (const e of readdirSync(path.join(ROOT, 'node_modules'))) {
     if (e !== 'typescript' && e !== '.bin') symlinkSync(path.join(ROOT, 'node_modules', e), path.join(copy, 'node_modules', e), 'dir');
   }
-  utimesSync(path.join(copy, 'core/log.ts'), later, later);
+  appendFileSync(path.join(copy, 'core/log.ts'), '// edited again\n');
   const stale = run(process.execPath, [bin, '--version'], copy);
   t.equal(stale.out.trim(), version, 'changed sources without TypeScript: the existing build runs');
 });

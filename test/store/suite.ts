@@ -926,10 +926,16 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     );
     t.same((await store.keyStats('k1', '2026-01-07', '2026-01-31')).byModel, { b: c(1, 400, 40, 26, 13, 400) });
     t.same((await store.keyStats('k1', '2025-12-01', '2026-01-04')).byModel, {}, 'before any use');
+    t.same(
+      (await store.keyStats('k1', '2026-01-01', '2026-01-06')).byDay,
+      { '2026-01-05': c(1, 100, 10, 20, 10, 100), '2026-01-06': c(2, 500, 50, 46, 23, 500) },
+      'byDay: the days of the range with usage, every model of each',
+    );
     t.same(await store.keyStats('nope', '2026-01-01', '2026-01-31'), {
       today: c(0, 0, 0, 0, 0, 0),
       total: c(0, 0, 0, 0, 0, 0),
       byModel: {},
+      byDay: {},
       rpm: 0,
       tpm: 0,
     });

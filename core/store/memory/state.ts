@@ -692,6 +692,7 @@ export class MemoryState {
     const today = zeroCounters();
     const total = zeroCounters();
     const byModel: Record<string, UsageCounters> = Object.create(null);
+    const byDay: Record<string, UsageCounters> = {};
     let rpm = 0;
     let tpm = 0;
     if (u) {
@@ -702,6 +703,7 @@ export class MemoryState {
         for (const [model, c] of models) {
           byModel[model] ??= zeroCounters();
           addCounters(byModel[model], c);
+          addCounters((byDay[day] ??= zeroCounters()), c);
         }
       }
       const nowSec = Math.floor(now / 1000);
@@ -712,7 +714,7 @@ export class MemoryState {
         }
       }
     }
-    return { today, total, byModel: { ...byModel }, rpm, tpm };
+    return { today, total, byModel: { ...byModel }, byDay, rpm, tpm };
   }
 
   resetKeyQuota(keyId: string): void {

@@ -103,10 +103,15 @@ export class Reads {
       const today = zeroCounters();
       for (const [, c] of Object.entries(byModel(r[1] as string[]))) addCounters(today, c);
       const models: Record<string, UsageCounters> = {};
+      const days: Record<string, UsageCounters> = {};
       for (let i = 4; i < r.length; i += 2) {
-        for (const [model, c] of Object.entries(byModel(r[i + 1] as string[]))) addCounters((models[model] ??= zeroCounters()), c);
+        const day = String(r[i]);
+        for (const [model, c] of Object.entries(byModel(r[i + 1] as string[]))) {
+          addCounters((models[model] ??= zeroCounters()), c);
+          addCounters((days[day] ??= zeroCounters()), c);
+        }
       }
-      return { today, total, byModel: models, rpm: r[2] as number, tpm: r[3] as number };
+      return { today, total, byModel: models, byDay: days, rpm: r[2] as number, tpm: r[3] as number };
     });
   }
 

@@ -1,11 +1,12 @@
 /**
  * moderation: refuses a request whose text matches one of the configured patterns, before any
  * upstream sees it — 403 `content_policy_violation`, rendered by the gateway in the client's
- * protocol. Written only against the public API of `llm-gateway`.
+ * protocol; a request it lets through gets `x-moderation: passed` on its response. Written only
+ * against the public API of `llm-gateway`.
  *
  *   plugins:
  *     moderation:
- *       use: ./node_modules/llm-gateway-moderation/dist/index.js
+ *       use: llm-gateway-moderation
  *       with: { patterns: ["\\bforbidden\\b", "secret\\s+plan"] }
  *   chains:
  *     model-call: [auth, moderation, ip-filter, quota, …]
@@ -72,7 +73,11 @@ export default definePlugin<ModerationOptions>({
       async onAccess(ctx) {
         const text = requestText(await ctx.body());
         const hit = patterns.findIndex((re) => re.test(text));
-        if (hit === -1) return;
+        if (hit === -1) {
+          // On the answer, or on whatever error a later step gives: the check itself passed.
+          ctx.setResponseHeader('x-moderation', 'passed');
+          return;
+        }
         blocked.inc({ instance: instanceName, pattern: String(hit) });
         ctx.log.info('request refused by moderation', { pattern: hit });
         throw new GatewayError('CONTENT_POLICY', { message: options.message });

@@ -26,9 +26,10 @@ test('a request matching a pattern is refused: 403 content_policy_violation', as
   assert.equal(body.error.code, 'content_policy_violation');
 });
 
-test('other requests reach the model', async () => {
+test('other requests reach the model, marked as checked', async () => {
   const res = await chat('tell me something nice');
   assert.equal(res.status, 200);
+  assert.equal(res.headers.get('x-moderation'), 'passed');
   assert.match((await res.json()).choices[0].message.content, /mock reply/);
 });
 
