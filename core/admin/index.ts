@@ -27,12 +27,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
-import { WINDOWS, WINDOW_MS, type GatewayConfig, type KeyConfig, type UserConfig, type Window } from '../config/types.js';
+import { WINDOWS, WINDOW_MS, type GatewayConfig, type UserConfig, type Window } from '../config/types.js';
 import { formatIssue, type ConfigError } from '../config/load.js';
 import type { AccountPools } from '../pool/index.js';
 import type { AuditInput, KeyRecord, Store, Stored, UserRecord } from '../store/types.js';
 import { dayKey } from '../store/types.js';
-import type { AccountDirectory, AccountView } from '../accounts/directory.js';
+import { keyConfigOf, type AccountDirectory, type AccountView } from '../accounts/directory.js';
 import { KEY_FORMAT, keyHint, newKey, sha256Hex } from '../accounts/secret.js';
 import { compileList } from '../client-ip.js';
 import { isGatewayError } from '../errors.js';
@@ -652,23 +652,7 @@ export class AdminApi {
     if (!w.ok)
       throw new AdminError('conflict', w.reason === 'digest_taken' ? 'That key is already in use' : `A key named '${name}' exists`);
     await this.written(w.audit);
-    sendJson(c.res, 201, { ...keyView(this.keyConfig(record), 'store', { value: record, rev: w.rev }), key });
-  }
-
-  private keyConfig(r: KeyRecord): KeyConfig {
-    return {
-      id: r.name,
-      name: r.name,
-      digest: r.digest,
-      user: r.user,
-      group: r.group,
-      enabled: r.enabled,
-      quota: r.quota,
-      windows: r.windows,
-      expiresAt: r.expiresAt,
-      ipAllow: r.ipAllow,
-      ipDeny: r.ipDeny,
-    };
+    sendJson(c.res, 201, { ...keyView(keyConfigOf(record), 'store', { value: record, rev: w.rev }), key });
   }
 
   private async updateKey(c: Call): Promise<void> {
@@ -676,7 +660,7 @@ export class AdminApi {
     const b = updateKey(await readJson(c.req));
     this.storeKeyOrThrow(c, name, 'change');
     const written = await this.change(c, 'key', name, b.enabled === false ? 'key.disable' : 'key.update', (k) => this.keySettings(c, b, k));
-    sendJson(c.res, 200, keyView(this.keyConfig(written!.value), 'store', written!));
+    sendJson(c.res, 200, keyView(keyConfigOf(written!.value), 'store', written!));
   }
 
   private async rotateKey(c: Call): Promise<void> {
@@ -686,7 +670,7 @@ export class AdminApi {
     this.storeKeyOrThrow(c, name, 'rotate');
     const { key, digest } = this.secret(c, b.key);
     const written = await this.change(c, 'key', name, 'key.rotate', (k) => ({ ...k, digest, hint: keyHint(key) }));
-    sendJson(c.res, 200, { ...keyView(this.keyConfig(written!.value), 'store', written!), key });
+    sendJson(c.res, 200, { ...keyView(keyConfigOf(written!.value), 'store', written!), key });
   }
 
   private async deleteKey(c: Call): Promise<void> {

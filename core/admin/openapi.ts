@@ -7,6 +7,7 @@
  * micro-USD. Times are ISO 8601 strings. Names of users and keys: letters, digits, `_ . @ -`.
  */
 import { VERSION } from '../version.js';
+import { FIELDS } from '../ledger/record.js';
 
 const NAME = { type: 'string', pattern: '^[A-Za-z0-9_.@-]{1,64}$' };
 const USD = {
@@ -339,38 +340,7 @@ const nullable = (type: string) => ({ type: [type, 'null'] });
 const LedgerRecord = {
   type: 'object',
   additionalProperties: false,
-  required: [
-    'id',
-    'type',
-    'ts',
-    'user',
-    'key',
-    'group',
-    'model_requested',
-    'model',
-    'provider',
-    'account',
-    'protocol_in',
-    'protocol_out',
-    'stream',
-    'status',
-    'billing',
-    'input_tokens',
-    'output_tokens',
-    'cache_read_tokens',
-    'cache_write_tokens',
-    'reasoning_tokens',
-    'usage_source',
-    'estimate_reason',
-    'list_micros',
-    'rate_ppm',
-    'charged_micros',
-    'duration_ms',
-    'ttft_ms',
-    'attempts',
-    'reference',
-    'actor',
-  ],
+  required: [...FIELDS],
   properties: {
     id: { type: 'string', description: 'The request id, or credit:<id>' },
     type: { enum: ['request', 'topup', 'correction'] },
