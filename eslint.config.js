@@ -37,9 +37,27 @@ export default tseslint.config(
         {
           patterns: [
             {
-              regex: '(^|/)(plugins|mock|cli|bench|test)/',
+              regex: '(^|/)(plugins|mock|cli|bench|test|console)/',
               message:
-                'core/ must not import from plugins/, mock/, cli/, bench/ or test/: pass what it needs in (see docs/architecture.md).',
+                'core/ must not import from plugins/, mock/, cli/, bench/, test/ or console/: pass what it needs in (see docs/architecture.md; the console is served as files).',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // The web console runs in the browser: it reaches the gateway only through HTTP (the admin API, /v1/usage).
+    files: ['console/**/*.{ts,tsx}'],
+    languageOptions: { globals: { ...globals.browser } },
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(node:|(\\.\\./)+(core|plugins|mock|cli|bench|test|scripts)/)',
+              message: 'console/ runs in the browser: it talks to the gateway over HTTP, never by importing its code.',
             },
           ],
         },

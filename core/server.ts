@@ -39,6 +39,7 @@ import { modelsHandler } from './handlers/models.js';
 import { countTokensHandler } from './handlers/count-tokens.js';
 import { usageHandler } from './handlers/usage.js';
 import { AdminApi } from './admin/index.js';
+import { ConsoleFiles } from './console.js';
 import { FileLedgerReader, type LedgerReader } from './ledger/index.js';
 import type { LedgerFiles } from './ledger/files.js';
 import { FailedRequestLog, redactSecrets, type Secrets } from './failed-requests.js';
@@ -87,6 +88,8 @@ export interface GatewayOptions<U extends LocalUpstream = LocalUpstream> {
   store?: Store;
   /** After a successful reload through the admin API (workers: the others reload too). */
   onAdminReload?: () => void;
+  /** The built console's folder (default dist/console/, core/console.ts). */
+  consoleDir?: string;
 }
 
 const PROBE_HEADERS = { 'content-type': 'application/json', 'cache-control': 'no-store' };
@@ -127,6 +130,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   /** The store's users and keys, followed by this process (core/accounts). */
   readonly accounts: AccountDirectory;
   private readonly admin: AdminApi;
+  /** The web console's static files (`console.enabled`). */
+  private readonly consoleFiles: ConsoleFiles;
   /** Where ledger queries are answered (the day files the store writes, or PostgreSQL). */
   private ledgerReader?: LedgerReader;
 
@@ -139,6 +144,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   ) {
     this.pools = new AccountPools({ store, clock, log, metrics });
     this.accounts = new AccountDirectory(store, log);
+    this.consoleFiles = new ConsoleFiles(opts.consoleDir);
     this.admin = new AdminApi({
       current: () => this.runtime,
       directory: this.accounts,
@@ -625,6 +631,11 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       }
       const pathname = pathOf(req.url ?? '/');
       const method = req.method ?? 'GET';
+      if (rt.config.console.enabled && (pathname === '/console' || pathname.startsWith('/console/'))) {
+        routeLabel = 'console';
+        await this.consoleFiles.serve(req, res, pathname);
+        return;
+      }
       if (pathname.startsWith('/admin/')) {
         routeLabel = 'admin';
         await this.admin.handle(req, res, normaliseIp(req.socket.remoteAddress ?? ''));
@@ -657,7 +668,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode), error: failure ? errorLabel(failure) : '' });
         this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
         // Routed requests write their own, richer access line.
-        if (routeLabel === 'unmatched' || routeLabel === 'admin') {
+        if (routeLabel === 'unmatched' || routeLabel === 'admin' || routeLabel === 'console') {
           const line = {
             requestId: id,
             method: req.method,

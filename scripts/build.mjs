@@ -3,8 +3,10 @@
  * installed: it compiles once) and a production copy (dist/ shipped: it never compiles).
  * `node scripts/build.mjs` compiles unconditionally (`npm run build`).
  *
- * A successful build writes dist/.build-stamp with a digest of the runtime sources it compiled
- * (cli/, core/, mock/, plugins/ — .ts and .lua — and tsconfig.json). The build is stale only when
+ * A build is tsc (the gateway) then esbuild (the web console, console/ → dist/console/: static
+ * files the gateway serves; docs/console.md). A successful build writes dist/.build-stamp with a digest of the runtime sources it compiled
+ * (cli/, core/, mock/, plugins/, console/ — .ts, .tsx, .lua and the console's assets — and
+ * tsconfig.json). The build is stale only when
  * those sources differ from that digest: a file newer than the stamp is hashed, and a copy whose
  * files all got new times (a deployment) but the same contents is not stale. package.json is not
  * a source: installing a plugin (`npm install --omit=dev <plugin>`) rewrites it, and that must never
@@ -14,7 +16,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,7 +24,8 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const STAMP = path.join(ROOT, 'dist', '.build-stamp');
 const ENTRY = path.join(ROOT, 'dist', 'cli', 'main.js');
-const SOURCES = ['cli', 'core', 'mock', 'plugins'];
+const SOURCES = ['cli', 'core', 'mock', 'plugins', 'console'];
+const SOURCE_FILE = /\.(ts|tsx|lua|css|html|svg|json)$/;
 
 /** The TypeScript compiler, when dev dependencies are installed. */
 export function findTsc() {
@@ -47,7 +50,7 @@ function sourceFiles() {
     for (const e of entries) {
       const p = path.join(dir, e.name);
       if (e.isDirectory()) walk(p);
-      else if (e.name.endsWith('.ts') || e.name.endsWith('.lua')) files.push(p);
+      else if (SOURCE_FILE.test(e.name)) files.push(p);
     }
   };
   for (const d of SOURCES) walk(path.join(ROOT, d));
@@ -90,7 +93,62 @@ export function build(tsc = findTsc()) {
   const r = spawnSync(process.execPath, [tsc, '-p', path.join(ROOT, 'tsconfig.json')], { cwd: ROOT, stdio: ['ignore', 2, 2] });
   if (r.status !== 0) return false;
   copyAssets();
+  if (!buildConsole(tsc)) return false;
   writeFileSync(STAMP, `${new Date().toISOString()}\ndigest ${digest}\n`);
+  return true;
+}
+
+/**
+ * The web console: type-checked with its own tsconfig (DOM types, Preact's JSX), bundled by esbuild
+ * into content-hashed files under dist/console/assets/, and dist/console/index.html written to
+ * load them. Without esbuild (it is a dev dependency) the gateway still builds, without a console.
+ */
+function buildConsole(tsc) {
+  const src = path.join(ROOT, 'console');
+  if (!existsSync(path.join(src, 'main.tsx'))) return true;
+  let esbuild;
+  try {
+    esbuild = createRequire(path.join(ROOT, 'package.json'))('esbuild');
+  } catch {
+    process.stderr.write('esbuild is not installed: the web console (console/) is not built\n');
+    return true;
+  }
+  const check = spawnSync(process.execPath, [tsc, '-p', path.join(src, 'tsconfig.json')], { cwd: ROOT, stdio: ['ignore', 2, 2] });
+  if (check.status !== 0) return false;
+  const out = path.join(ROOT, 'dist', 'console');
+  rmSync(out, { recursive: true, force: true });
+  mkdirSync(path.join(out, 'assets'), { recursive: true });
+  let result;
+  try {
+    result = esbuild.buildSync({
+      absWorkingDir: ROOT,
+      entryPoints: [path.join(src, 'main.tsx')],
+      bundle: true,
+      format: 'esm',
+      minify: true,
+      target: ['chrome111', 'firefox111', 'safari16.4'],
+      jsx: 'automatic',
+      jsxImportSource: 'preact',
+      outdir: path.join(out, 'assets'),
+      entryNames: '[name]-[hash]',
+      assetNames: '[name]-[hash]',
+      metafile: true,
+      logLevel: 'warning',
+    });
+  } catch {
+    return false; // esbuild printed the errors
+  }
+  const names = Object.keys(result.metafile.outputs).map((f) => path.basename(f));
+  const js = names.find((n) => n.endsWith('.js'));
+  const css = names.find((n) => n.endsWith('.css'));
+  const icon = readFileSync(path.join(src, 'favicon.svg'));
+  const iconName = `favicon-${createHash('sha256').update(icon).digest('hex').slice(0, 8)}.svg`;
+  writeFileSync(path.join(out, 'assets', iconName), icon);
+  const html = readFileSync(path.join(src, 'index.html'), 'utf8')
+    .replace('{{js}}', `./assets/${js}`)
+    .replace('{{css}}', `./assets/${css}`)
+    .replace('{{icon}}', `./assets/${iconName}`);
+  writeFileSync(path.join(out, 'index.html'), html);
   return true;
 }
 

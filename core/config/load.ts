@@ -666,6 +666,7 @@ async function loadChecked(
           }
         : undefined,
     },
+    console: { enabled: raw.console?.enabled ?? false },
     failedRequests: {
       dir: raw.failed_requests?.dir ? path.resolve(baseDir, raw.failed_requests.dir) : undefined,
       retentionMs: parseDuration(raw.failed_requests?.retention ?? '30d'),

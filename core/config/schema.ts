@@ -302,6 +302,20 @@ export const gatewaySchema = {
         },
       },
     },
+    console: {
+      type: 'object',
+      additionalProperties: false,
+      description:
+        'The web console at /console/ (docs/console.md): operators sign in with an admin token, key holders with their API key; it calls the admin API and /v1/usage like any client',
+      properties: {
+        enabled: {
+          type: 'boolean',
+          default: false,
+          description:
+            'Serve the console at /console/ (its static files, built with the gateway into dist/console/); off: /console/ is not served',
+        },
+      },
+    },
     tracing: tracingSchema,
     failed_requests: {
       type: 'object',

@@ -88,6 +88,12 @@ export interface AdminConfig {
   authFailuresPerMinute: number;
 }
 
+/** The web console (docs/console.md). */
+export interface ConsoleConfig {
+  /** Serve it at /console/ (read on every request, so a reload turns it on or off). */
+  enabled: boolean;
+}
+
 export interface StoreConfig {
   kind: 'memory' | 'redis';
   path?: string;
@@ -265,6 +271,7 @@ export interface GatewayConfig {
   metrics: Readonly<MetricsConfig>;
   admin: Readonly<AdminConfig>;
   ledger: Readonly<LedgerConfig>;
+  console: Readonly<ConsoleConfig>;
   failedRequests: Readonly<{ dir?: string; retentionMs: number; maxSize: number; maxFiles: number }>;
   /** OpenTelemetry traces; undefined: off (read at start). */
   tracing?: Readonly<TracingConfig>;

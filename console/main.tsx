@@ -1,0 +1,7 @@
+/** The console's entry point (bundled by scripts/build.mjs into dist/console/assets/). */
+import { render } from 'preact';
+import 'uplot/dist/uPlot.min.css';
+import './style.css';
+import { App } from './app';
+
+render(<App />, document.getElementById('app')!);
