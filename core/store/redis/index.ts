@@ -290,7 +290,7 @@ export class RedisStore implements Store {
       const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && results[i].reason instanceof Unavailable);
       const lostIndex = this.cluster && results[parts.length].status === 'rejected';
       const undo = [...admittedTags, ...unknown];
-      if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
+      if (undo.length > 0 || lostIndex) this.cancelLater({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
       const e = failures.find((f) => f instanceof Unavailable) ?? failures[0];
       throw e instanceof Unavailable ? refuse(e) : e;
     }
@@ -328,7 +328,7 @@ export class RedisStore implements Store {
       if (!(e instanceof Unavailable)) throw e;
       // The answer was lost: take back what may have been applied (its cancel marker also
       // refuses the admission should it reach Redis later), now or once Redis answers.
-      await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
+      this.cancelLater({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
       throw refuse(e);
     }
     if (r[0] === 1) return this.admitted(req, [tag], slot, r[1]);
@@ -386,6 +386,14 @@ export class RedisStore implements Store {
     if (adm.local) return this.status.local.cancel(requestId, opts);
     this.slots.unbind(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
+  }
+
+  /**
+   * The cancel of an admission whose answer was lost: queued, not awaited. Redis has just failed to
+   * answer within the timeout; the client's 503 does not wait for a second one.
+   */
+  private cancelLater(op: PendingOp): void {
+    this.enqueue(op);
   }
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
