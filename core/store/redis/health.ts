@@ -22,8 +22,8 @@ const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'ke
 
 /** What a probe needs of the rest of the store (index.ts wires it). */
 export interface HealthHooks {
-  /** One registry heartbeat (reaper.ts): true when this instance was still registered. */
-  beat(): Promise<boolean>;
+  /** One registry heartbeat (reaper.ts, which logs what it finds). */
+  beat(): Promise<unknown>;
   /** How many settlements and cancels wait in the queue. */
   pending(): number;
   /** Sends them: Redis is back. */
@@ -112,15 +112,13 @@ export class Health implements Faults {
     this.probing ??= (async () => {
       await Promise.resolve(); // yield first, so that the finally below never runs before this promise is stored
       try {
-        const wasKnown = await this.hooks.beat();
+        await this.hooks.beat();
         if (this.state === 'down') {
           this.state = 'up';
           this.upSince = Date.now();
           const hadLogged = this.downLogged;
           this.downLogged = false;
           if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.hooks.pending() });
-          if (!wasKnown && !this.starting)
-            this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
           this.onHealth?.({ ready: true });
           if (!this.redis.cluster && !this.checkedMode) void this.checkMode();
           this.hooks.drain();

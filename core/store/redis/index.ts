@@ -223,8 +223,7 @@ export class RedisStore implements Store {
     if (this.status.state !== 'up' || this.status.closed) return;
     if (this.pending.length > 0) void this.drain();
     try {
-      const known = await this.reaper.beat();
-      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+      await this.reaper.beat();
       await this.slots.renew();
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;

@@ -11,7 +11,7 @@
  *   {r:<ns>}     remember/recall entries of one namespace
  *   {q}          admission records and done markers (single Redis; on a cluster they sit in the
  *                hash slot of each part of the request: {k:<key>}, {u:<user>}, {g:<group>})
- *   {i} / {i:<instance>}   the live-instance registry / one instance's admissions (for the reaper)
+ *   {i} / {i:<instance>}   the live-instance registry and the data's epoch / one instance's admissions (for the reaper)
  *   {acct}       the accounts: user and key records, digest index, version, change log, audit
  *                (accounts.ts); a user's credit records and top-up Idempotency-Keys are under {u:<user>}
  *
@@ -123,6 +123,10 @@ export class Keys {
 
   registry(): string {
     return this.key('i', 'live');
+  }
+  /** Names the data of this Redis (live.lua): a new one means Redis lost what it held. */
+  epoch(): string {
+    return this.key('i', 'epoch');
   }
   index(instance: string): string {
     return this.key(`i:${tagSafe(instance)}`, 'admissions');
