@@ -160,8 +160,16 @@ export interface ClientSignal {
 /**
  * A granted slot is held until `release()` (idempotent). A store shared by several instances holds
  * it as a lease it renews while the holder lives, so the slots of a dead instance come back.
+ *
+ * Fencing: an instance that could not renew a lease in time (paused, or cut off from the store, for
+ * longer than the lease) may find its slot given to another request. It takes the lease back if
+ * the scope still has room; otherwise it calls the listener given to `onLost` (at most once), and
+ * the holder must end its request: going on would run more than the limit. A store whose leases
+ * cannot be lost (memory) leaves `onLost` out.
  */
-export type SlotResult = { ok: true; release: () => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
+export type SlotResult =
+  | { ok: true; release: () => void; onLost?: (listener: () => void) => void }
+  | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
 
 /** What `/readyz` reports about the store. */
 export interface StoreHealth {
