@@ -297,6 +297,8 @@ export class Pool {
         });
         if (!r.ok) return r.reason === 'aborted' ? 'aborted' : 'full';
         release = r.release;
+        // Fencing (a shared store): the account's slot went to another request while this instance could not renew it.
+        r.onLost?.(() => ctx.stop(new GatewayError('SLOT_LOST')));
       } catch (e) {
         // Account limits protect the provider, not money: a store that cannot answer does not stop traffic.
         log.warn('account slot unavailable from the store; going ahead', { account: a.id, error: e as Error });
