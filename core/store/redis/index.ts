@@ -22,10 +22,12 @@
  * The modules, each importing only modules listed below it:
  *   index.ts    RedisStore: open, admit / settle / cancel, the queue, the timers, close, crash
  *   read.ts     the read side (usage, admin views, remembered items)
+ *   upstreams.ts upstream accounts: their shared health, what their limits hold
  *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
  *   reaper.ts   the registry of live instances and crash recovery
  *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
  *   health.ts   Redis up or away, probing, the degraded mode, /readyz
+ *   carry.ts    what the degraded mode counted and held, carried back to Redis once it returns
  *   client.ts   the connections, bounded calls, errors, batching
  *   scripts.ts  the .lua scripts, loaded
  *   pack.ts     the packed arguments of the scripts
@@ -38,6 +40,10 @@ import { silentLogger, type Logger } from '../../log.js';
 import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory/index.js';
 import {
+  type AccountHealthEvent,
+  type AccountHealthSnapshot,
+  type LimitsInUse,
+  type LimitsQuery,
   type AccountChanges,
   type AccountKind,
   type AccountRecord,
@@ -76,6 +82,7 @@ import { Slots, type AdmissionSlot } from './slots.js';
 import { Reads } from './read.js';
 import { Accounts } from './accounts.js';
 import { Carry } from './carry.js';
+import { Upstreams } from './upstreams.js';
 
 const RECENT_MAX = 100_000;
 /** How long audit entries are kept unless the options say otherwise. */
@@ -166,6 +173,7 @@ export class RedisStore implements Store {
   private readonly reaper: Reaper;
   private readonly reads: Reads;
   private readonly accounts: Accounts;
+  private readonly upstreams: Upstreams;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly cluster: boolean;
@@ -212,6 +220,7 @@ export class RedisStore implements Store {
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
     this.accounts = new Accounts(this.redis, this.status, this.keys, opts.clock, opts.auditRetentionMs ?? AUDIT_RETENTION_MS, this.log);
+    this.upstreams = new Upstreams(this.redis, this.status, this.keys, opts.clock);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -613,6 +622,24 @@ export class RedisStore implements Store {
 
   readAudit(q: AuditQuery): Promise<AuditEntry[]> {
     return this.accounts.readAudit(q);
+  }
+
+  // ---- upstream accounts (upstreams.ts) ------------------------------------------------------------
+
+  reportAccountHealth(events: readonly AccountHealthEvent[]): Promise<number> {
+    return this.upstreams.report(events);
+  }
+
+  accountHealth(version?: number): Promise<AccountHealthSnapshot | undefined> {
+    return this.upstreams.read(version);
+  }
+
+  onAccountHealthChanged(listener: () => void): () => void {
+    return this.upstreams.onChanged(listener);
+  }
+
+  limitsInUse(q: LimitsQuery): Promise<LimitsInUse> {
+    return this.upstreams.limitsInUse(q);
   }
 
   async health(): Promise<StoreHealth> {
