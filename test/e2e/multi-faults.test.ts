@@ -302,6 +302,55 @@ t.test(
 );
 
 t.test(
+  'an instance frozen past its lease whose slots nobody took: it takes them back and its requests finish, charged the larger of estimate and usage',
+  async (t) => {
+    const prefix = 'fq:';
+    const [, b] = await instances(t, prefix, 2, { concurrency: 4, queue: { size: 8, max_wait: '60s' } });
+    let contentSeen = 0;
+    const body = {
+      model: 'm',
+      max_tokens: 2000,
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: '[[mock: chunk_delay=100 words=200]] Hello' }],
+    };
+    const onB = [streamed(b, body, () => contentSeen++), streamed(b, body, () => contentSeen++)];
+    t.ok(await until(() => contentSeen === 2), 'b streams 2 answers');
+    b.proc.kill('SIGSTOP');
+    t.teardown(() => b.proc.kill('SIGCONT'));
+    t.ok(
+      await until(async () => Number(await db.hget(`${prefix}{k:k}:totals`, 'recoveredRequests')) === 2),
+      "a's reaper resolved b's admissions, freeing their slots",
+    );
+    t.equal(await db.zcard(`${prefix}{u:u}:slot:held`), 0, 'nothing held in Redis while b is frozen');
+    b.proc.kill('SIGCONT');
+    t.ok(
+      await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 2),
+      'b runs again and holds its 2 slots again: the limit counts them',
+    );
+    t.ok(
+      b.logs.some((l) => /lease had expired; taken back/.test(String(l.msg))),
+      'b says it took them back',
+    );
+    const answers = await Promise.all(onB);
+    t.ok(
+      answers.every((r) => r.status === 200 && r.text.includes('data: [DONE]') && !r.text.includes('event: error')),
+      "b's requests finished normally",
+    );
+    const late = () => b.logs.filter((l) => /settlement arrived after crash recovery/.test(String(l.msg)));
+    t.ok(await until(() => late().length === 2), 'both settled after the recovery');
+    const charged = late().reduce((sum, l) => sum + Number(l.charged), 0);
+    t.ok(
+      late().every((l) => l.charged === Math.max(l.recovered, l.actual) && l.actual > l.recovered),
+      'each at its real usage, above the estimate',
+    );
+    const [tot, wallet] = await Promise.all([db.hgetall(`${prefix}{k:k}:totals`), db.hgetall(`${prefix}{u:u}:wallet`)]);
+    t.same([Number(tot.requests), Number(tot.actual), Number(wallet.spent)], [2, charged, charged], 'recorded once each, at those charges');
+    t.ok(await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 0, 10_000), 'and their slots freed at the end');
+  },
+);
+
+t.test(
   'Redis frozen: each request waits at most one store timeout for its 503, also one queued behind a call Redis never answered',
   async (t) => {
     const prefix = 'fz:';
