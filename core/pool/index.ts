@@ -3,9 +3,11 @@
  * own base URL); the attempt loop asks its pool for an account per attempt and reports back.
  *
  * Where each piece of state lives:
- *  - Live health, per instance: requests in flight here, cooldown until, disabled, consecutive
- *    failures, recent times to first token. An instance learns an account's 429 from its own
- *    attempts (one wasted attempt per instance, then it cools down too).
+ *  - Health, in the store (shared.ts follows it; state.ts holds it): cooldown until, disabled,
+ *    consecutive failures, recent times to first token — what one instance learns, every instance
+ *    on the store schedules by (a 429 costs one attempt in all, an account is demoted on all).
+ *  - Per instance: requests in flight here (selection's headroom; the store's slots count every
+ *    instance's), the RPM minute it saw used up, when it last chose each account (probes), counts.
  *  - Limits that must hold across instances, in the store: an account's `concurrency` is a slot
  *    scope `account:<provider>/<account>` taken with no queue (a full account is skipped, never
  *    waited for); its `rpm` is an `rpm` claim (scope `account`) admitted under its own ledger id

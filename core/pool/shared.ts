@@ -74,7 +74,7 @@ export class SharedHealth {
       const dropped = this.outbox.shift()!;
       dropped.state.unsent--;
     }
-    this.outbox.push({ event: { account: id, fp: state.fingerprint, ...body } as AccountHealthEvent, state });
+    this.outbox.push({ event: { account: id, fp: state.fingerprint, ...body }, state });
     state.unsent++;
     this.arm(body.kind === 'ttft' ? REPORT_MS : REPORT_SOON_MS);
   }

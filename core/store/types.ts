@@ -168,8 +168,7 @@ export interface ClientSignal {
  * cannot be lost (memory) leaves `onLost` out.
  */
 export type SlotResult =
-  | { ok: true; release: () => void; onLost?: (listener: () => void) => void }
-  | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
+  { ok: true; release: () => void; onLost?: (listener: () => void) => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
 
 /** What `/readyz` reports about the store. */
 export interface StoreHealth {

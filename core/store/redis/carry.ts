@@ -176,10 +176,9 @@ export class Carry {
         return g;
       }),
     );
-    let failure: unknown;
-    for (const r of results) if (r.status === 'rejected') failure ??= r.reason;
     for (const s of slots) if (s.state === 'sending') s.state = 'local';
-    if (failure !== undefined) throw failure;
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason instanceof Error ? failed.reason : new Error(String(failed.reason));
     const sentCounts = counts.reduce((n, c) => n + c.n, 0);
     this.log.info('store: what this instance counted while Redis was away is carried back to Redis', {
       rpmCounts: sentCounts,
