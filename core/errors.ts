@@ -348,6 +348,18 @@ export const CATALOGUE = Object.freeze({
     code: 'server_shutting_down',
     message: 'The gateway is shutting down and ended this request (server.drain_timeout); retry it',
   }),
+  // Fencing: this instance lost a concurrency slot's lease (it was paused, or cut off from the store,
+  // for longer than store.lease) and another request has the slot now; going on would run more than
+  // the limit, so the gateway ends the request (a stream with its protocol's error event). A retry
+  // waits for a slot like any other request.
+  SLOT_LOST: entry({
+    category: 'transient',
+    status: 503,
+    type: 'api_error',
+    code: 'concurrency_lease_lost',
+    message:
+      'The gateway ended this request: its instance could not renew its concurrency slot in time (paused or cut off from the store) and the slot went to another request; retry it',
+  }),
   OVERLOADED: entry({
     category: 'transient',
     status: 503,

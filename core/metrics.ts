@@ -33,6 +33,10 @@ import {
 } from 'prom-client';
 import type {
   AccountChanges,
+  AccountHealthEvent,
+  AccountHealthSnapshot,
+  LimitsInUse,
+  LimitsQuery,
   AccountKind,
   AccountRecord,
   AccountsSnapshot,
@@ -750,6 +754,22 @@ export class InstrumentedStore implements Store {
 
   readAudit(q: AuditQuery): Promise<AuditEntry[]> {
     return this.call('readAudit', () => this.inner.readAudit(q));
+  }
+
+  reportAccountHealth(events: readonly AccountHealthEvent[]): Promise<number> {
+    return this.call('reportAccountHealth', () => this.inner.reportAccountHealth(events));
+  }
+
+  accountHealth(version?: number): Promise<AccountHealthSnapshot | undefined> {
+    return this.call('accountHealth', () => this.inner.accountHealth(version));
+  }
+
+  onAccountHealthChanged(listener: () => void): () => void {
+    return this.inner.onAccountHealthChanged(listener);
+  }
+
+  limitsInUse(q: LimitsQuery): Promise<LimitsInUse> {
+    return this.call('limitsInUse', () => this.inner.limitsInUse(q));
   }
 
   health(): Promise<StoreHealth> {

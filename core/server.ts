@@ -185,6 +185,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       await gw.accounts.start();
       gw.runtime = await Runtime.create(loaded, { store, accounts: gw.accounts, clock, log, metrics });
       gw.pools.configure(loaded.config);
+      gw.pools.start();
       gw.keepFailedRequests(loaded.config);
       gw.tracing = await loadTracing(loaded.config.tracing, log);
       await gw.listen(loaded.config);
@@ -948,6 +949,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     this.failed?.close();
     this.transport.close();
     this.accounts.close();
+    this.pools.close();
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
     if (!this.opts.store) await this.store.close();

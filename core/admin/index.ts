@@ -169,7 +169,9 @@ export class AdminApi {
       ),
     );
     r('POST', '/admin/reload', (c) => this.reload(c));
-    r('GET', '/admin/accounts', async (c) => sendJson(c.res, 200, this.deps.pools?.view() ?? { providers: [] }));
+    r('GET', '/admin/accounts', async (c) =>
+      sendJson(c.res, 200, (await this.deps.pools?.view()) ?? { counts: 'this_instance', providers: [] }),
+    );
   }
 
   /** Answers one request under /admin/ (`ip`: the client's address). Throws nothing. */

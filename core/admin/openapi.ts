@@ -728,9 +728,16 @@ export const OPENAPI = {
     },
     '/admin/accounts': {
       get: {
-        summary: 'Upstream provider accounts as this instance sees them',
+        summary: 'Upstream provider accounts: health as every instance on the store shares it, and what their limits hold across instances',
         responses: {
-          200: { description: 'Providers and accounts', content: json({ type: 'object', required: ['providers'] }) },
+          200: {
+            description: 'Providers and accounts',
+            content: json({
+              type: 'object',
+              required: ['counts', 'providers'],
+              properties: { counts: { enum: ['all_instances', 'this_instance'] }, providers: { type: 'array' } },
+            }),
+          },
           ...common,
         },
       },

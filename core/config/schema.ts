@@ -202,7 +202,7 @@ export const gatewaySchema = {
           ...duration,
           default: '15s',
           description:
-            "redis: lease of an instance and of its concurrency slots, renewed every third of it; within it a dead instance's slots come back and its reservations are resolved (1s to 30s)",
+            "redis: lease of an instance and of its concurrency slots, renewed every third of it; within it a dead instance's slots come back and its reservations are resolved; an instance paused or cut off for longer is taken for dead, and ends those of its requests whose slots went to others (1s to 30s)",
         },
       },
     },

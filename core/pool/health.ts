@@ -19,6 +19,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { GatewayError } from '../errors.js';
 import type { SchedulingConfig } from '../config/types.js';
+import { ACCOUNT_TTFT_SAMPLES } from '../store/types.js';
 
 export type OutcomeKind =
   | 'ok'
@@ -173,7 +174,7 @@ export function parseResetDuration(v: string): number | undefined {
 // ---- time to first token -------------------------------------------------------------------------
 
 /** Samples kept per account, and how long one counts. */
-export const TTFT_SAMPLES = 8;
+export const TTFT_SAMPLES = ACCOUNT_TTFT_SAMPLES; // the store keeps as many (shared.ts)
 export const TTFT_WINDOW_MS = 10 * 60_000;
 /** Fewer recent samples than this: no figure yet (an account is never judged on one request). */
 export const TTFT_MIN_SAMPLES = 3;
@@ -194,6 +195,18 @@ export class TtftWindow {
     this.at[this.next] = now;
     this.ms[this.next] = ms;
     this.next = (this.next + 1) % TTFT_SAMPLES;
+  }
+
+  /** Replaces the samples (oldest first; the last TTFT_SAMPLES are kept): the store's, every instance's. */
+  set(samples: ReadonlyArray<readonly [at: number, ms: number]>): void {
+    const from = Math.max(0, samples.length - TTFT_SAMPLES);
+    this.at.length = 0;
+    this.ms.length = 0;
+    for (let i = from; i < samples.length; i++) {
+      this.at.push(samples[i][0]);
+      this.ms.push(samples[i][1]);
+    }
+    this.next = 0; // full: the oldest, at 0, goes first
   }
 
   /** Median of the recent samples; undefined with too few. */

@@ -3,9 +3,11 @@
  * own base URL); the attempt loop asks its pool for an account per attempt and reports back.
  *
  * Where each piece of state lives:
- *  - Live health, per instance: requests in flight here, cooldown until, disabled, consecutive
- *    failures, recent times to first token. An instance learns an account's 429 from its own
- *    attempts (one wasted attempt per instance, then it cools down too).
+ *  - Health, in the store (shared.ts follows it; state.ts holds it): cooldown until, disabled,
+ *    consecutive failures, recent times to first token — what one instance learns, every instance
+ *    on the store schedules by (a 429 costs one attempt in all, an account is demoted on all).
+ *  - Per instance: requests in flight here (selection's headroom; the store's slots count every
+ *    instance's), the RPM minute it saw used up, when it last chose each account (probes), counts.
  *  - Limits that must hold across instances, in the store: an account's `concurrency` is a slot
  *    scope `account:<provider>/<account>` taken with no queue (a full account is skipped, never
  *    waited for); its `rpm` is an `rpm` claim (scope `account`) admitted under its own ledger id
@@ -30,8 +32,10 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { Store } from '../store/types.js';
 import { selectAccount, type Candidate, type Selection } from './select.js';
-import { classifyOutcome, cooldownMs, slowAccounts, TtftWindow, type AttemptView, type OutcomeKind, type OutcomeReport } from './health.js';
+import { classifyOutcome, cooldownMs, slowAccounts, type AttemptView, type OutcomeKind, type OutcomeReport } from './health.js';
 import { sessionKey } from './session.js';
+import { AccountState } from './state.js';
+import { SharedHealth } from './shared.js';
 
 /** A demoted account is offered one new request per this interval, so its figures stay fresh. */
 export const PROBE_INTERVAL_MS = 30_000;
@@ -43,23 +47,6 @@ export interface PoolDeps {
   metrics?: Metrics;
   /** Uniform in [0, 1) (tests may pin it). */
   random?: () => number;
-}
-
-/** Live state of one account on this instance. */
-export class AccountState {
-  inFlight = 0;
-  coolingUntil = 0;
-  coolReason?: OutcomeKind;
-  failures = 0;
-  /** Its own RPM is used up until then (learned from the store). */
-  blockedUntil = 0;
-  disabled?: { at: number; status?: number; message: string };
-  readonly ttft = new TtftWindow();
-  lastChosenAt = 0;
-  requests = 0;
-  readonly outcomes: Partial<Record<OutcomeKind, number>> = {};
-
-  constructor(readonly fingerprint: string) {}
 }
 
 /** An account chosen for one attempt; `done()` exactly once when the attempt is over. */
@@ -85,7 +72,15 @@ export interface AccountView {
   rpm_blocked_until: string | null;
   disabled: { since: string; status: number | null; message: string } | null;
   demoted: boolean;
+  /**
+   * Requests in flight to it: every instance's for an account with a `concurrency` (the store's
+   * slots; see AccountsView.counts), else this instance's.
+   */
   in_flight: number;
+  /** This instance's requests in flight to it. */
+  in_flight_here: number;
+  /** Requests counted this minute against its `rpm`, every instance's (null without an rpm). */
+  rpm_used: number | null;
   ttft_ms: number | null;
   consecutive_failures: number;
   weight: number;
@@ -97,19 +92,42 @@ export interface AccountView {
   outcomes: Partial<Record<OutcomeKind, number>>;
 }
 
+/** What GET /admin/accounts answers. */
+export interface AccountsView {
+  /**
+   * `all_instances`: in-flight and RPM figures are the store's (every instance's); `this_instance`:
+   * the store could not be read, they are this instance's. Health (cooling, disabled, demoted) is
+   * the store's in both, as last followed.
+   */
+  counts: 'all_instances' | 'this_instance';
+  providers: Array<{ name: string; accounts: AccountView[] }>;
+}
+
 export class AccountPools {
   private states = new Map<string, AccountState>();
   private readonly pools = new WeakMap<ProviderConfig, Pool>();
   private current: Pool[] = [];
+  /** Health shared with the other instances on the store (shared.ts). */
+  private readonly shared: SharedHealth;
 
   constructor(private readonly deps: PoolDeps) {
     if (deps.metrics) deps.metrics.accountStates = () => this.stateRows();
+    this.shared = new SharedHealth(deps.store, deps.log, () => this.states);
+  }
+
+  /** Starts following the health the store shares (after the first configure). */
+  start(): void {
+    this.shared.start();
+  }
+
+  close(): void {
+    this.shared.close();
   }
 
   /**
    * Builds the pools of a (re)loaded config. An account keeps its live state across a reload when
    * its name, key and URL are unchanged — except `disabled`, which a reload clears (that is how an
-   * operator puts a fixed account back).
+   * operator puts a fixed account back; on a shared store, for every instance).
    */
   configure(config: GatewayConfig): void {
     const next = new Map<string, AccountState>();
@@ -120,11 +138,14 @@ export class AccountPools {
         const fp = fingerprint(p, a);
         let st = this.states.get(a.id);
         if (!st || st.fingerprint !== fp) st = new AccountState(fp);
-        else st.disabled = undefined;
+        else if (st.disabled) {
+          st.disabled = undefined;
+          this.shared.report(a.id, st, { kind: 'enable' });
+        }
         next.set(a.id, st);
         states.set(a.name, st);
       }
-      const pool = new Pool(p, states, this.deps);
+      const pool = new Pool(p, states, this.deps, this.shared);
       this.pools.set(p, pool);
       pools.push(pool);
     }
@@ -138,15 +159,52 @@ export class AccountPools {
     if (!pool) {
       const states = new Map<string, AccountState>();
       for (const a of provider.accounts) states.set(a.name, this.states.get(a.id) ?? new AccountState(fingerprint(provider, a)));
-      pool = new Pool(provider, states, this.deps);
+      pool = new Pool(provider, states, this.deps, this.shared);
       this.pools.set(provider, pool);
     }
     return pool;
   }
 
-  /** Every account of the current config, as this instance sees it. */
-  view(): { providers: Array<{ name: string; accounts: AccountView[] }> } {
-    return { providers: this.current.map((p) => ({ name: p.provider.name, accounts: p.view() })) };
+  /**
+   * Every account of the current config: its health as the store shares it, and what its limits
+   * hold across instances (one store read for all; this instance's figures if that fails).
+   */
+  async view(): Promise<AccountsView> {
+    const providers = this.current.map((p) => ({ name: p.provider.name, accounts: p.view(), config: p.provider.accounts }));
+    const slots: { scope: string; v: AccountView }[] = [];
+    const rpm: { scope: 'account'; id: string; v: AccountView; limit: number }[] = [];
+    for (const p of providers) {
+      p.accounts.forEach((v, i) => {
+        const a = p.config[i];
+        if (a.concurrency > 0) slots.push({ scope: `account:${a.id}`, v });
+        if (a.rpm > 0) rpm.push({ scope: 'account', id: a.id, v, limit: a.rpm });
+      });
+    }
+    let counts: AccountsView['counts'] = 'all_instances';
+    if (slots.length + rpm.length > 0) {
+      try {
+        const use = await this.deps.store.limitsInUse({
+          slots: slots.map((x) => x.scope),
+          rpm: rpm.map(({ scope, id }) => ({ scope, id })),
+        });
+        const now = this.deps.clock.now();
+        slots.forEach((x, i) => (x.v.in_flight = use.slots[i]));
+        rpm.forEach((x, i) => {
+          x.v.rpm_used = use.rpm[i];
+          x.v.rpm_blocked_until = use.rpm[i] >= x.limit ? new Date(now + use.minuteLeftMs).toISOString() : null;
+        });
+        for (const p of providers) {
+          p.accounts.forEach((v, i) => {
+            const a = p.config[i];
+            v.available = v.state === 'available' && v.rpm_blocked_until === null && (a.concurrency <= 0 || v.in_flight < a.concurrency);
+          });
+        }
+      } catch (e) {
+        counts = 'this_instance';
+        this.deps.log.debug('accounts view: the store could not tell what the limits hold', { error: e as Error });
+      }
+    }
+    return { counts, providers: providers.map(({ name, accounts }) => ({ name, accounts })) };
   }
 
   private *stateRows(): Iterable<{ provider: string; account: string; state: string }> {
@@ -168,6 +226,8 @@ function fingerprint(p: ProviderConfig, a: AccountConfig): string {
 
 /** The per-request state of choosing accounts for one model. */
 interface Choosing {
+  /** The model's id. */
+  model: string;
   tried: Set<string>;
   /** Refused a slot by the store just now (full across instances). */
   refused: Set<string>;
@@ -194,6 +254,7 @@ export class Pool {
     readonly provider: ProviderConfig,
     private readonly states: ReadonlyMap<string, AccountState>,
     private readonly deps: PoolDeps,
+    private readonly shared: SharedHealth,
   ) {
     this.multi = provider.accounts.length > 1;
     for (const a of provider.accounts) this.byName.set(a.name, a);
@@ -243,7 +304,7 @@ export class Pool {
    * its store limits; at most `scheduling.max_attempts` accounts per model.
    */
   chooser(ctx: RequestContext, model: ModelConfig): () => Promise<Pick> {
-    const c: Choosing = { tried: new Set(), refused: new Set(), attempts: 0, recalled: !this.multi };
+    const c: Choosing = { model: model.id, tried: new Set(), refused: new Set(), attempts: 0, recalled: !this.multi };
     return () => this.next(ctx, model, c);
   }
 
@@ -273,7 +334,7 @@ export class Pool {
       st.inFlight++;
       st.lastChosenAt = now;
       this.deps.metrics?.accountInFlight.inc(this.labels(account.name).account);
-      return { ok: true, lease: this.lease(account, st, release, c) };
+      return { ok: true, lease: this.lease(account, st, release, c, sel.probe) };
     }
     return { ok: false, error: c.attempts === 0 ? this.noAccount(model, { ok: false, reason: 'busy' }, true) : undefined };
   }
@@ -297,6 +358,8 @@ export class Pool {
         });
         if (!r.ok) return r.reason === 'aborted' ? 'aborted' : 'full';
         release = r.release;
+        // Fencing (a shared store): the account's slot went to another request while this instance could not renew it.
+        r.onLost?.(() => ctx.stop(new GatewayError('SLOT_LOST')));
       } catch (e) {
         // Account limits protect the provider, not money: a store that cannot answer does not stop traffic.
         log.warn('account slot unavailable from the store; going ahead', { account: a.id, error: e as Error });
@@ -320,7 +383,8 @@ export class Pool {
     return release;
   }
 
-  private lease(account: AccountConfig, st: AccountState, release: () => void, c: Choosing): Lease {
+  /** `probe`: a demoted account's probe request (it binds no session). */
+  private lease(account: AccountConfig, st: AccountState, release: () => void, c: Choosing, probe: boolean): Lease {
     const started = Date.now();
     let finished = false;
     return {
@@ -340,7 +404,9 @@ export class Pool {
           ctx.committedAt !== undefined && report.kind === 'ok' ? ctx.committedAt - started : undefined,
           attempt,
         );
-        if (report.kind === 'ok' && this.multi && c.session !== undefined) this.bind(ctx, c, account.name);
+        if (report.kind === 'ok' && this.multi && c.session !== undefined && !probe && !this.bindingHolds(c, account.name)) {
+          this.bind(ctx, c, account.name);
+        }
         return report;
       },
     };
@@ -356,9 +422,11 @@ export class Pool {
     st.outcomes[report.kind] = (st.outcomes[report.kind] ?? 0) + 1;
     metrics?.accountRequests.inc((sets.outcome[report.kind] ??= { ...labels, outcome: report.kind }));
     if (report.health === 'success') {
+      if (this.multi && st.failures > 0) this.shared.report(a.id, st, { kind: 'success' });
       st.failures = 0;
       if (ttftMs !== undefined) {
         st.ttft.add(now, ttftMs);
+        if (this.multi) this.shared.report(a.id, st, { kind: 'ttft', at: now, ms: ttftMs });
         metrics?.accountTtft.observe(labels, ttftMs / 1000);
       }
       return;
@@ -368,6 +436,7 @@ export class Pool {
       if (st.disabled) return;
       const message = attempt.error?.message ?? '';
       st.disabled = { at: now, status: attempt.status, message };
+      this.shared.report(a.id, st, { kind: 'disable', at: now, status: attempt.status, message });
       metrics?.accountCooldowns.inc({ ...labels, reason: 'disabled' });
       log.error('UPSTREAM ACCOUNT DISABLED: the provider rejected its credentials; it stays out of rotation until the config is reloaded', {
         account: a.id,
@@ -380,6 +449,7 @@ export class Pool {
     // A later, shorter verdict (a request already in flight) never shortens a cooldown.
     st.coolingUntil = Math.max(st.coolingUntil, now + ms);
     st.coolReason = report.kind;
+    this.shared.report(a.id, st, { kind: 'failure', until: now + ms, reason: report.kind });
     metrics?.accountCooldowns.inc({ ...labels, reason: report.kind });
     log.warn('upstream account cooling down', {
       account: a.id,
@@ -388,6 +458,24 @@ export class Pool {
       cooldownMs: ms,
       failures: st.failures,
     });
+  }
+
+  /**
+   * The session's bound account was passed over only for want of room (full, its RPM minute used
+   * up) while another of no better tier answered: the binding stays, so the next turn goes back to
+   * the account that holds the conversation's prompt cache instead of moving the session for good
+   * (and back again, near capacity).
+   */
+  private bindingHolds(c: Choosing, served: string): boolean {
+    const b = c.bound?.a;
+    if (b === undefined || b === served) return false;
+    const bound = this.byName.get(b);
+    const st = this.states.get(b);
+    if (!bound || !st) return false;
+    const now = this.deps.clock.now();
+    if ((bound.models && !bound.models.includes(c.model)) || st.disabled || st.coolingUntil > now) return false;
+    if (this.slow(now).has(b)) return false;
+    return bound.priority <= this.byName.get(served)!.priority;
   }
 
   /** Loads the session's binding (once per chooser). */
@@ -484,6 +572,8 @@ export class Pool {
         disabled: st.disabled ? { since: iso(st.disabled.at), status: st.disabled.status ?? null, message: st.disabled.message } : null,
         demoted: slow.has(a.name),
         in_flight: st.inFlight,
+        in_flight_here: st.inFlight,
+        rpm_used: null,
         ttft_ms: st.ttft.figure(now) ?? null,
         consecutive_failures: st.failures,
         weight: a.weight,

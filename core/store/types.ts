@@ -160,8 +160,15 @@ export interface ClientSignal {
 /**
  * A granted slot is held until `release()` (idempotent). A store shared by several instances holds
  * it as a lease it renews while the holder lives, so the slots of a dead instance come back.
+ *
+ * Fencing: an instance that could not renew a lease in time (paused, or cut off from the store, for
+ * longer than the lease) may find its slot given to another request. It takes the lease back if
+ * the scope still has room; otherwise it calls the listener given to `onLost` (at most once), and
+ * the holder must end its request: going on would run more than the limit. A store whose leases
+ * cannot be lost (memory) leaves `onLost` out.
  */
-export type SlotResult = { ok: true; release: () => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
+export type SlotResult =
+  { ok: true; release: () => void; onLost?: (listener: () => void) => void } | { ok: false; reason: 'queue_full' | 'timeout' | 'aborted' };
 
 /** What `/readyz` reports about the store. */
 export interface StoreHealth {
@@ -286,6 +293,31 @@ export interface Store {
   appendAudit(entry: AuditInput): Promise<AuditEntry>;
   /** Audit entries, newest first, filtered, at most `limit`, older than the entry id `before`. */
   readAudit(q: AuditQuery): Promise<AuditEntry[]>;
+
+  // ---- upstream accounts (core/pool): their health, and what their limits hold ------------------
+
+  /**
+   * Applies health events of upstream accounts, in order (the rules at AccountHealthEvent), and
+   * returns the version the account health is at after them. Instances sharing the store see the
+   * same health; a cooldown, disable or enable is also announced (onAccountHealthChanged).
+   */
+  reportAccountHealth(events: readonly AccountHealthEvent[]): Promise<number>;
+  /**
+   * Every account's health and the version it reflects; undefined when the version is still
+   * `version` (nothing changed since the caller last read).
+   */
+  accountHealth(version?: number): Promise<AccountHealthSnapshot | undefined>;
+  /**
+   * Calls `listener` (best effort, possibly for an event of this very instance) when any instance
+   * reported a cooldown, a disable or an enable: a hint to read `accountHealth` now. Returns the
+   * function that stops the calls.
+   */
+  onAccountHealthChanged(listener: () => void): () => void;
+  /**
+   * What some shared limits hold right now, every instance's: the slots held in each scope, and the
+   * requests counted this minute by each RPM claim's counter (admin views, not the request path).
+   */
+  limitsInUse(q: LimitsQuery): Promise<LimitsInUse>;
 
   /** Whether the store can serve now (cheap; called by /readyz). */
   health(): Promise<StoreHealth>;
@@ -454,6 +486,70 @@ export interface CreditRecord {
 
 export type CreditResult =
   { ok: true; record: CreditRecord; replayed: boolean } | { ok: false; reason: 'idempotency_conflict' | 'below_zero' };
+
+// ---- upstream account health ----------------------------------------------------------------
+//
+// core/pool decides what an attempt's outcome means for its account (core/pool/health.ts); the
+// store keeps the result, so that every instance sharing it schedules by the same health: an
+// account cooled down, disabled or demoted by one instance is by all.
+
+/** Recent times to first token kept per account (core/pool/health.ts TTFT_SAMPLES). */
+export const ACCOUNT_TTFT_SAMPLES = 8;
+
+/** One upstream account's health (`<provider>/<account>`). */
+export interface AccountHealth {
+  /**
+   * Which credentials it describes (core/pool's fingerprint of kind, URL and key): an event with
+   * another fingerprint starts the record afresh, and a pool ignores a record of another one.
+   */
+  fp: string;
+  /** Epoch ms until which it cools down (0: not cooling), and why. */
+  coolingUntil: number;
+  coolReason?: string;
+  /** Consecutive failures (the backoff's exponent); a success resets them. */
+  failures: number;
+  /** The provider rejected its credentials: out of rotation until a reload enables it. */
+  disabled?: { at: number; status?: number; message: string };
+  /** Recent times to first token, oldest first: [epoch ms, ms], at most ACCOUNT_TTFT_SAMPLES. */
+  ttft: Array<[number, number]>;
+}
+
+/**
+ * What an instance learned about an account. Rules (each event atomic): `failure` adds one to
+ * the consecutive failures and extends the cooldown to `until` (never shortens it: the reason is
+ * the one that set the latest end); `success` resets the failures; `disable` sets `disabled` (the
+ * first one stays); `enable` clears it (a reload); `ttft` adds a sample, keeping the latest
+ * ACCOUNT_TTFT_SAMPLES. An event whose `fp` differs from the record's starts a fresh record.
+ */
+export type AccountHealthEvent = { account: string; fp: string } & (
+  | { kind: 'failure'; until: number; reason: string }
+  | { kind: 'success' }
+  | { kind: 'disable'; at: number; status?: number; message: string }
+  | { kind: 'enable' }
+  | { kind: 'ttft'; at: number; ms: number }
+);
+
+export interface AccountHealthSnapshot {
+  version: number;
+  /** By account (`<provider>/<account>`). */
+  accounts: Record<string, AccountHealth>;
+}
+
+export interface LimitsQuery {
+  /** Slot scopes (SlotRequest.scope). */
+  slots: readonly string[];
+  /** RPM counters, as an `rpm` claim names them. */
+  rpm: ReadonlyArray<{ scope: 'group' | 'user' | 'account'; id: string }>;
+}
+
+export interface LimitsInUse {
+  /** Slots held now in each scope of the query, in its order. */
+  slots: number[];
+  /** Requests counted in the current minute by each RPM counter of the query, in its order. */
+  rpm: number[];
+  /** Milliseconds until the current minute ends (the store's clock). */
+  minuteLeftMs: number;
+}
 
 // ---- calendar helpers shared by both stores (UTC) ------------------------------------------
 //

@@ -40,6 +40,8 @@ export default definePlugin<ConcurrencyOptions>({
         }
         if (r.ok) {
           ctx.set(RELEASE, r.release);
+          // Fencing (a shared store): the slot went to another request while this instance could not renew it.
+          r.onLost?.(() => ctx.stop(new GatewayError('SLOT_LOST')));
           return;
         }
         if (r.reason === 'queue_full') throw new GatewayError('QUEUE_FULL');

@@ -1381,6 +1381,93 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     await after.close();
   });
 
+  // ---- upstream accounts ------------------------------------------------------------------------
+
+  test('account health: cooldowns only extend, failures count and reset, a disable stays until an enable, the last 8 TTFT samples, another fingerprint starts afresh', async (t) => {
+    const { store } = await open();
+    let heard = 0;
+    const stop = store.onAccountHealthChanged(() => heard++);
+    t.same((await store.accountHealth())?.accounts, {}, 'nothing known at first');
+    const a = 'p/a';
+    const fp = 'fp-a';
+    const v1 = await store.reportAccountHealth([
+      { account: a, fp, kind: 'failure', until: T0 + 30_000, reason: 'rate_limited' },
+      { account: a, fp, kind: 'failure', until: T0 + 10_000, reason: 'server_error' },
+      ...Array.from({ length: 10 }, (_, i) => ({ account: a, fp, kind: 'ttft' as const, at: T0 + i, ms: 100 + i })),
+    ]);
+    const s1 = await store.accountHealth();
+    t.equal(s1?.version, v1, 'the version the report returned');
+    t.same(
+      s1?.accounts[a],
+      {
+        fp,
+        coolingUntil: T0 + 30_000,
+        coolReason: 'rate_limited',
+        failures: 2,
+        ttft: Array.from({ length: 8 }, (_, i) => [T0 + 2 + i, 102 + i]),
+      },
+      'the later, shorter cooldown did not shorten the first; two failures; the last 8 samples, oldest first',
+    );
+    t.equal(await store.accountHealth(v1), undefined, 'nothing new since that version');
+    await eventually(t, () => heard > 0, 'a cooldown is announced');
+
+    await store.reportAccountHealth([
+      { account: a, fp, kind: 'success' },
+      { account: 'p/b', fp: 'fp-b', kind: 'disable', at: T0, status: 401, message: 'invalid x-api-key' },
+      { account: 'p/b', fp: 'fp-b', kind: 'disable', at: T0 + 5, status: 403, message: 'later' },
+    ]);
+    const s2 = (await store.accountHealth(v1))!;
+    t.same([s2.accounts[a].failures, s2.accounts[a].coolingUntil], [0, T0 + 30_000], 'a success resets the failures, not the cooldown');
+    t.same(
+      s2.accounts['p/b'],
+      { fp: 'fp-b', coolingUntil: 0, failures: 0, disabled: { at: T0, status: 401, message: 'invalid x-api-key' }, ttft: [] },
+      'the first disable stays',
+    );
+    await store.reportAccountHealth([{ account: 'p/b', fp: 'fp-b', kind: 'enable' }]);
+    t.same((await store.accountHealth())!.accounts['p/b'], { fp: 'fp-b', coolingUntil: 0, failures: 0, ttft: [] }, 'an enable clears it');
+    await store.reportAccountHealth([{ account: a, fp: 'fp-a2', kind: 'ttft', at: T0, ms: 5 }]);
+    t.same(
+      (await store.accountHealth())!.accounts[a],
+      { fp: 'fp-a2', coolingUntil: 0, failures: 0, ttft: [[T0, 5]] },
+      'new credentials under the same name: a fresh record',
+    );
+    stop();
+    await store.close();
+  });
+
+  test('limitsInUse: slots held per scope and requests counted this minute per RPM counter', async (t) => {
+    const { store, clock } = await open();
+    clock.set(T0 + 15_000);
+    const slot = () =>
+      store.acquireSlot({ scope: 'account:p/a', limit: 3, queueSize: 0, maxWaitMs: 0, signal: new AbortController().signal });
+    const s1 = await slot();
+    const s2 = await slot();
+    t.ok(s1.ok && s2.ok);
+    for (let i = 0; i < 2; i++) {
+      const r = await admit(store, 0, rpm(10, 'p/a', 'account'));
+      t.ok(r.ok);
+      await store.cancel(r.id, { keepCounts: true });
+    }
+    const q = {
+      slots: ['account:p/a', 'account:p/idle'],
+      rpm: [
+        { scope: 'account' as const, id: 'p/a' },
+        { scope: 'user' as const, id: 'nobody' },
+      ],
+    };
+    t.same(
+      await store.limitsInUse(q),
+      { slots: [2, 0], rpm: [2, 0], minuteLeftMs: 45_000 },
+      'two held, two counted, 45 s left in the minute',
+    );
+    if (s1.ok) s1.release();
+    await eventually(t, async () => (await store.limitsInUse(q)).slots[0] === 1, 'a release frees one');
+    clock.set(T0 + 61_000);
+    t.same((await store.limitsInUse(q)).rpm, [0, 0], 'a new minute counts from zero');
+    if (s2.ok) s2.release();
+    await store.close();
+  });
+
   // ---- remembered items ------------------------------------------------------------------------
 
   test('remember / recall: by namespace, expiring, health', async (t) => {

@@ -6,6 +6,7 @@
  * - state.ts: the counters and their rules (admission, settlement, cancel, slots, reads), pure
  *   and synchronous;
  * - accounts.ts: the records of users and keys, the audit trail, credit records (pure too);
+ * - upstreams.ts: the health of upstream accounts (in memory only);
  * - persistence.ts: the store folder (snapshot, journal, compaction, lock, crash recovery), only
  *   with `path`; it is the state's `Recorder` and the accounts' `AccountRecorder`.
  * Each method hands the call to the state in the same turn: no `await` is added before or inside
@@ -17,6 +18,10 @@
 import { systemClock, type Clock } from '../../clock.js';
 import { silentLogger, type Logger } from '../../log.js';
 import type {
+  AccountHealthEvent,
+  AccountHealthSnapshot,
+  LimitsInUse,
+  LimitsQuery,
   AccountChanges,
   AccountKind,
   AccountRecord,
@@ -44,6 +49,7 @@ import type {
 } from '../types.js';
 import { MemoryState } from './state.js';
 import { AccountBook } from './accounts.js';
+import { UpstreamHealth } from './upstreams.js';
 import { LedgerFiles } from '../../ledger/files.js';
 import { COMPACT_BYTES, Persistence } from './persistence.js';
 
@@ -73,6 +79,7 @@ export class MemoryStore implements Store {
 
   private closed = false;
   private closing: Promise<void> | undefined;
+  private readonly upstreams = new UpstreamHealth();
 
   private constructor(
     private readonly state: MemoryState,
@@ -225,6 +232,24 @@ export class MemoryStore implements Store {
 
   async readAudit(q: AuditQuery): Promise<AuditEntry[]> {
     return this.book.readAudit(q);
+  }
+
+  // ---- upstream accounts (upstreams.ts) ------------------------------------------------------------
+
+  async reportAccountHealth(events: readonly AccountHealthEvent[]): Promise<number> {
+    return this.upstreams.report(events);
+  }
+
+  async accountHealth(version?: number): Promise<AccountHealthSnapshot | undefined> {
+    return this.upstreams.snapshot(version);
+  }
+
+  onAccountHealthChanged(listener: () => void): () => void {
+    return this.upstreams.onChanged(listener);
+  }
+
+  async limitsInUse(q: LimitsQuery): Promise<LimitsInUse> {
+    return this.state.limitsInUse(q);
   }
 
   async health(): Promise<StoreHealth> {

@@ -57,6 +57,8 @@ import {
   type KeyStats,
   type PeriodUsage,
   type Settlement,
+  type LimitsInUse,
+  type LimitsQuery,
   type SlotRequest,
   type SlotResult,
   type UsageCounters,
@@ -627,6 +629,20 @@ export class MemoryState {
   }
 
   // ---- reads -----------------------------------------------------------------------------------
+
+  /** Slots held in scopes, and requests counted this minute by RPM counters (Store.limitsInUse). */
+  limitsInUse(q: LimitsQuery): LimitsInUse {
+    const now = this.clock.now();
+    const minute = Math.floor(now / MINUTE);
+    return {
+      slots: q.slots.map((scope) => this.slots.get(scope)?.active ?? 0),
+      rpm: q.rpm.map((c) => {
+        const r = this.rpm.get(rpmKey(c.scope, c.id));
+        return r !== undefined && r.minute === minute ? r.count : 0;
+      }),
+      minuteLeftMs: minuteStart(now) + MINUTE - now,
+    };
+  }
 
   balanceSpent(user: string): number {
     return this.wallets.get(user)?.spent ?? 0;

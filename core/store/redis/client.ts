@@ -10,6 +10,9 @@
  * - Batching: on a single Redis the admissions, settlements and cancels of one event-loop turn go
  *   as one batch.lua call (`op`; the rule is at BATCHES_IN_FLIGHT). The scripts are defined on the
  *   client once, at construction (scripts.ts).
+ * - An operation's `timeoutMs` runs from its call, not from when its batch leaves: one that waited
+ *   behind a batch Redis does not answer (a frozen Redis) gets what is left of it, and none when
+ *   nothing is left, so no request waits two timeouts for its 503.
  */
 import { Cluster, Redis } from 'ioredis';
 import { GatewayError } from '../../errors.js';
@@ -72,9 +75,16 @@ interface BatchOp {
   name: ScriptName;
   keys: string[];
   args: string[];
+  /** performance.now() by which it must be answered: `timeoutMs` from its call, however long it waited for a batch. */
+  deadline: number;
   resolve: (r: Reply) => void;
   reject: (e: unknown) => void;
 }
+
+/** The message of ioredis's command timeout: `classify` treats it as a timeout (confirmDown). */
+const TIMED_OUT = 'Command timed out';
+/** A call with less than `timeoutMs` minus this left is bounded by its own timer; otherwise ioredis's timeout is as good. */
+const BUDGET_SLACK_MS = 5;
 
 export interface ClientOptions {
   /** `redis://[user:pass@]host:port[/db]`; for a cluster, seed nodes separated by commas. */
@@ -162,14 +172,29 @@ export class RedisClient {
     this.sub.on('error', () => undefined);
   }
 
-  /** Runs a script; failures that mean "Redis away" become Unavailable and mark the store down. */
-  async run(name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
+  /**
+   * Runs a script; failures that mean "Redis away" become Unavailable and mark the store down.
+   * `budgetMs`: the call's share of its timeout left (a batched operation that waited).
+   */
+  async run(name: ScriptName, keys: string[], args: string[], budgetMs?: number): Promise<Reply> {
     try {
       const fn = (this.client as unknown as Record<string, (n: number, ...a: string[]) => Promise<Reply>>)[`gw_${name}`];
-      return await fn.call(this.client, keys.length, ...keys, ...args);
+      const call = fn.call(this.client, keys.length, ...keys, ...args);
+      if (budgetMs === undefined || budgetMs >= this.timeoutMs - BUDGET_SLACK_MS) return await call;
+      return await this.within(call, budgetMs);
     } catch (e) {
       throw this.classify(e);
     }
+  }
+
+  /** `p`, or ioredis's timeout error once `ms` have passed (the call itself still ends by ioredis's own timeout). */
+  private within<T>(p: Promise<T>, ms: number): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(TIMED_OUT)), Math.max(0, ms));
+    });
+    p.catch(() => undefined);
+    return Promise.race([p, limit]).finally(() => clearTimeout(timer));
   }
 
   /**
@@ -181,7 +206,7 @@ export class RedisClient {
   op(kind: BatchOp['kind'], name: ScriptName, keys: string[], args: string[]): Promise<Reply> {
     if (this.cluster) return this.run(name, keys, args);
     return new Promise<Reply>((resolve, reject) => {
-      this.batchOps.push({ kind, name, keys, args, resolve, reject });
+      this.batchOps.push({ kind, name, keys, args, deadline: performance.now() + this.timeoutMs, resolve, reject });
       this.armBatch();
     });
   }
@@ -209,11 +234,26 @@ export class RedisClient {
     this.armBatch(); // a full batch left over beyond BATCH_MAX goes as the second
   };
 
-  private async sendBatch(ops: BatchOp[]): Promise<void> {
+  private async sendBatch(all: BatchOp[]): Promise<void> {
+    // What waited past its deadline fails now, as its own call would have; the rest go with the
+    // time the first of them has left.
+    const now = performance.now();
+    let ops = all;
+    let budget = Infinity;
+    for (const o of all) if (o.deadline - now < budget) budget = o.deadline - now;
+    if (budget <= 0) {
+      const late = all.filter((o) => o.deadline <= now);
+      ops = all.filter((o) => o.deadline > now);
+      const e = this.classify(new Error(TIMED_OUT));
+      for (const o of late) o.reject(e);
+      budget = Infinity;
+      for (const o of ops) if (o.deadline - now < budget) budget = o.deadline - now;
+      if (ops.length === 0) return;
+    }
     if (ops.length === 1) {
       const o = ops[0];
       try {
-        o.resolve(await this.run(o.name, o.keys, o.args));
+        o.resolve(await this.run(o.name, o.keys, o.args, budget));
       } catch (e) {
         o.reject(e);
       }
@@ -230,7 +270,7 @@ export class RedisClient {
     }
     let replies: Reply[];
     try {
-      replies = (await this.run('batch', [], args)) as Reply[];
+      replies = (await this.run('batch', [], args, budget)) as Reply[];
     } catch (e) {
       for (const o of ops) o.reject(e);
       return;
@@ -264,7 +304,7 @@ export class RedisClient {
     const msg = (e as Error)?.message ?? String(e);
     if ((e as Error)?.name === 'ReplyError') {
       // A busy reply (out of memory, loading) did not run the call: this call fails, nothing more.
-    } else if (msg === 'Command timed out') {
+    } else if (msg === TIMED_OUT) {
       // One slow answer may be a blip: Redis is marked away only if a heartbeat times out too.
       this.faults.confirmDown(e);
     } else {

@@ -9,6 +9,8 @@
  *   admissions and slots run on a local memory store at each limit's per-instance share
  *   (limit / `instancesHint`, rounded up); reads fail closed (read.ts); settlements and cancels wait
  *   in a queue (index.ts), sent once Redis is back.
+ * - Back: what the fallback counted (RPM) and still holds (slots) is carried to Redis (carry.ts)
+ *   before the store serves from Redis again, so the shared limits count the outage too.
  * - `onHealth` is told when Redis goes away or comes back; `report()` is what `/readyz` shows.
  * - `closed`: the store was closed (or crashed): faults are no longer noted, nothing probes.
  */
@@ -16,14 +18,15 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../log.js';
 import type { AdmitRequest, AdmitResult, Claim, SlotRequest, SlotResult, Store, StoreHealth } from '../types.js';
 import { isUnavailable, refuse, Unavailable, type Faults, type RedisClient } from './client.js';
+import type { Carry } from './carry.js';
 
 export const PROBE_MS = 250;
 const MONEY_CLAIMS = new Set<Claim['kind']>(['balance', 'plan', 'key-quota', 'key-window', 'spend-cap']);
 
 /** What a probe needs of the rest of the store (index.ts wires it). */
 export interface HealthHooks {
-  /** One registry heartbeat (reaper.ts): true when this instance was still registered. */
-  beat(): Promise<boolean>;
+  /** One registry heartbeat (reaper.ts, which logs what it finds). */
+  beat(): Promise<unknown>;
   /** How many settlements and cancels wait in the queue. */
   pending(): number;
   /** Sends them: Redis is back. */
@@ -54,10 +57,11 @@ export class Health implements Faults {
   private readonly log: Logger;
   private readonly onHealth?: (h: StoreHealth) => void;
 
-  /** `local`: the store that serves while Redis is away (a memory store). */
+  /** `local`: the store that serves while Redis is away (a memory store); `carry`: what it did, for Redis. */
   constructor(
     private readonly redis: RedisClient,
     readonly local: Store,
+    readonly carry: Carry,
     opts: HealthOptions,
     private readonly hooks: HealthHooks,
   ) {
@@ -112,15 +116,14 @@ export class Health implements Faults {
     this.probing ??= (async () => {
       await Promise.resolve(); // yield first, so that the finally below never runs before this promise is stored
       try {
-        const wasKnown = await this.hooks.beat();
+        await this.hooks.beat();
         if (this.state === 'down') {
+          await this.carryBack();
           this.state = 'up';
           this.upSince = Date.now();
           const hadLogged = this.downLogged;
           this.downLogged = false;
           if (hadLogged) this.log.info('store recovered: Redis reachable again', { pending: this.hooks.pending() });
-          if (!wasKnown && !this.starting)
-            this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
           this.onHealth?.({ ready: true });
           if (!this.redis.cluster && !this.checkedMode) void this.checkMode();
           this.hooks.drain();
@@ -133,6 +136,20 @@ export class Health implements Faults {
       }
     })();
     return this.probing;
+  }
+
+  /**
+   * Before serving from Redis again: what the fallback counted and holds, into Redis (carry.ts),
+   * until a pass finds nothing new — its last pass awaits nothing, so no local admission slips in
+   * between it and the switch. Throws Unavailable when Redis does not take it (still away).
+   */
+  private async carryBack(): Promise<void> {
+    try {
+      for (let pass = 0; pass < 5 && (await this.carry.send()); pass++);
+    } catch (e) {
+      if (e instanceof Unavailable) throw e;
+      this.log.error('store: carrying back what this instance counted while Redis was away failed', { error: e as Error });
+    }
   }
 
   /** A Redis Cluster node addressed as a single server fails every multi-key script: say why. */
@@ -172,12 +189,35 @@ export class Health implements Faults {
   admitLocally(req: AdmitRequest): Promise<AdmitResult> {
     if (req.claims.some((c) => MONEY_CLAIMS.has(c.kind))) throw refuse(new Unavailable('Redis unreachable'));
     const claims = req.claims.map((c) => (c.kind === 'rpm' ? { ...c, limit: this.share(c.limit) } : c));
-    const slot = req.slot && { ...req.slot, limit: this.share(req.slot.limit), queueSize: this.share(req.slot.queueSize) };
-    return this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot });
+    const sr = req.slot;
+    const slot = sr && { ...sr, limit: this.share(sr.limit), queueSize: this.share(sr.queueSize) };
+    return this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot }).then((r) => {
+      if (!r.ok) return r;
+      this.carry.counted(req.claims);
+      return r.slot && sr ? { ok: true, slot: r.slot.then((s) => this.carried(s, sr.scope, sr.limit)) } : r;
+    });
   }
 
   /** Redis away: a slot of the local store at the per-instance share, waiting at most `maxWaitMs`. */
   acquireSlotLocally(req: SlotRequest, maxWaitMs: number): Promise<SlotResult> {
-    return this.local.acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs });
+    return this.local
+      .acquireSlot({ ...req, limit: this.share(req.limit), queueSize: this.share(req.queueSize), maxWaitMs })
+      .then((s) => this.carried(s, req.scope, req.limit));
+  }
+
+  /** A local slot, registered for the carry-back: its release frees its lease in Redis too, once it has one. */
+  private carried(s: SlotResult, scope: string, limit: number): SlotResult {
+    if (!s.ok || limit <= 0) return s;
+    const h = this.carry.slot(scope, limit);
+    return {
+      ok: true,
+      release: () => {
+        s.release();
+        this.carry.release(h);
+      },
+      onLost: (listener) => {
+        h.lost = listener;
+      },
+    };
   }
 }

@@ -22,10 +22,12 @@
  * The modules, each importing only modules listed below it:
  *   index.ts    RedisStore: open, admit / settle / cancel, the queue, the timers, close, crash
  *   read.ts     the read side (usage, admin views, remembered items)
+ *   upstreams.ts upstream accounts: their shared health, what their limits hold
  *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
  *   reaper.ts   the registry of live instances and crash recovery
  *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
  *   health.ts   Redis up or away, probing, the degraded mode, /readyz
+ *   carry.ts    what the degraded mode counted and held, carried back to Redis once it returns
  *   client.ts   the connections, bounded calls, errors, batching
  *   scripts.ts  the .lua scripts, loaded
  *   pack.ts     the packed arguments of the scripts
@@ -38,6 +40,10 @@ import { silentLogger, type Logger } from '../../log.js';
 import { WINDOW_MS } from '../../config/types.js';
 import { MemoryStore } from '../memory/index.js';
 import {
+  type AccountHealthEvent,
+  type AccountHealthSnapshot,
+  type LimitsInUse,
+  type LimitsQuery,
   type AccountChanges,
   type AccountKind,
   type AccountRecord,
@@ -75,6 +81,8 @@ import { Reaper } from './reaper.js';
 import { Slots, type AdmissionSlot } from './slots.js';
 import { Reads } from './read.js';
 import { Accounts } from './accounts.js';
+import { Carry } from './carry.js';
+import { Upstreams } from './upstreams.js';
 
 const RECENT_MAX = 100_000;
 /** How long audit entries are kept unless the options say otherwise. */
@@ -119,12 +127,34 @@ interface LiveAdmission {
   local?: boolean;
   /** The concurrency slot taken with the admission: its record frees it at settlement or cancel. */
   slot?: AdmissionSlot;
+  /** What crash recovery applies if this instance is taken for dead (a late settlement corrects it). */
+  recovery?: Settlement;
+  /** Local admissions: the claims and minute counted (carry.ts), and the slot's release (it is carried too). */
+  fallback?: { claims: readonly Claim[]; minute: number; release?: () => void };
 }
 
 type PendingOp =
-  | { op: 'settle'; id: string; s: Settlement; tags?: string[] }
+  | { op: 'settle'; id: string; s: Settlement; tags?: string[]; recovery?: Settlement }
   /** undo: 0 keep the counts, 1 take RPM counts back, 2 also unstart the windows it started (compensation). */
   | { op: 'cancel'; id: string; undo: 0 | 1 | 2; tags: string[] };
+
+/**
+ * What settlement `s` has above the recovered estimate `r`, counter by counter (0 where it has
+ * less), as a settlement that counts no request; undefined when it has nothing more.
+ */
+function correction(r: Settlement, s: Settlement): Settlement | undefined {
+  const more = (a: number, b: number) => Math.max(0, a - b);
+  const usage = {
+    input: more(s.usage.input, r.usage.input),
+    output: more(s.usage.output, r.usage.output),
+    cacheRead: more(s.usage.cacheRead, r.usage.cacheRead),
+    cacheWrite: more(s.usage.cacheWrite, r.usage.cacheWrite),
+  };
+  const actual = more(s.actual, r.actual);
+  const cost = more(s.cost, r.cost);
+  if (actual === 0 && cost === 0 && usage.input + usage.output + usage.cacheRead + usage.cacheWrite === 0) return undefined;
+  return { ...s, usage, actual, cost, durationMs: more(s.durationMs, r.durationMs), estimated: false, recovered: false, detail: undefined };
+}
 
 function assertMoney(name: string, v: number): void {
   if (!Number.isSafeInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer (micro-USD), got ${v}`);
@@ -143,6 +173,7 @@ export class RedisStore implements Store {
   private readonly reaper: Reaper;
   private readonly reads: Reads;
   private readonly accounts: Accounts;
+  private readonly upstreams: Upstreams;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly cluster: boolean;
@@ -170,10 +201,12 @@ export class RedisStore implements Store {
       windows: WINDOW_MS,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
+    const carry = new Carry(this.redis, this.keys, opts.clock, () => this.status.state === 'up', this.log);
     // Health's hooks call parts made below: they run on connection events and failed calls, never during construction.
     this.status = new Health(
       this.redis,
       local,
+      carry,
       { divisor: Math.max(1, Math.floor(opts.instancesHint ?? 1)), log: this.log, onHealth: opts.onHealth },
       {
         beat: () => this.reaper.beat(),
@@ -183,9 +216,11 @@ export class RedisStore implements Store {
     );
     this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
+    carry.slotsModule = this.slots;
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
     this.accounts = new Accounts(this.redis, this.status, this.keys, opts.clock, opts.auditRetentionMs ?? AUDIT_RETENTION_MS, this.log);
+    this.upstreams = new Upstreams(this.redis, this.status, this.keys, opts.clock);
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -223,8 +258,7 @@ export class RedisStore implements Store {
     if (this.status.state !== 'up' || this.status.closed) return;
     if (this.pending.length > 0) void this.drain();
     try {
-      const known = await this.reaper.beat();
-      if (!known) this.log.warn('this instance had been taken for dead; its admissions may have been resolved by crash recovery');
+      await this.reaper.beat();
       await this.slots.renew();
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;
@@ -290,7 +324,7 @@ export class RedisStore implements Store {
       const unknown = tags.filter((_t, i) => results[i].status === 'rejected' && results[i].reason instanceof Unavailable);
       const lostIndex = this.cluster && results[parts.length].status === 'rejected';
       const undo = [...admittedTags, ...unknown];
-      if (undo.length > 0 || lostIndex) await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
+      if (undo.length > 0 || lostIndex) this.cancelLater({ op: 'cancel', id: req.requestId, undo: 2, tags: undo });
       const e = failures.find((f) => f instanceof Unavailable) ?? failures[0];
       throw e instanceof Unavailable ? refuse(e) : e;
     }
@@ -328,7 +362,7 @@ export class RedisStore implements Store {
       if (!(e instanceof Unavailable)) throw e;
       // The answer was lost: take back what may have been applied (its cancel marker also
       // refuses the admission should it reach Redis later), now or once Redis answers.
-      await this.runOrQueue({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
+      this.cancelLater({ op: 'cancel', id: req.requestId, undo: 2, tags: [tag] });
       throw refuse(e);
     }
     if (r[0] === 1) return this.admitted(req, [tag], slot, r[1]);
@@ -342,22 +376,35 @@ export class RedisStore implements Store {
   /** An admission every part admitted; `state`: the slot's (0 queued, 1 granted, 2 queue full). */
   private admitted(req: AdmitRequest, tags: string[], slot: Part['slot'], state: number): AdmitResult {
     const sr = req.slot;
-    const live: LiveAdmission = { tags };
+    const live: LiveAdmission = { tags, recovery: req.recovery };
     this.live.set(req.requestId, live);
     if (!sr) return { ok: true };
     if (!slot)
       return { ok: true, slot: Promise.resolve(sr.signal.aborted ? { ok: false, reason: 'aborted' } : { ok: true, release: () => {} }) };
     if (state === 2) return { ok: true, slot: Promise.resolve({ ok: false, reason: 'queue_full' }) };
     live.slot = { scope: sr.scope, id: slot.id };
-    if (state === 1) return { ok: true, slot: Promise.resolve(this.slots.granted(sr.scope, slot.id, req.requestId)) };
+    if (state === 1) return { ok: true, slot: Promise.resolve(this.slots.granted(sr.scope, slot.id, sr.limit, req.requestId)) };
     return { ok: true, slot: this.slots.wait(sr, slot.id, req.requestId) };
   }
 
-  /** Redis away: the degraded admission (health.ts), settled or cancelled on the local store too. */
+  /**
+   * Redis away: the degraded admission (health.ts), settled or cancelled on the local store too;
+   * what it counts and the slot it holds are carried to Redis once it is back (carry.ts).
+   */
   private async admitLocally(req: AdmitRequest): Promise<AdmitResult> {
+    const minute = this.status.carry.minute();
     const r = await this.status.admitLocally(req);
-    if (r.ok) this.live.set(req.requestId, { tags: [], local: true });
-    return r;
+    if (!r.ok) return r;
+    const local: NonNullable<LiveAdmission['fallback']> = { claims: req.claims, minute };
+    this.live.set(req.requestId, { tags: [], local: true, fallback: local });
+    if (!r.slot) return r;
+    return {
+      ok: true,
+      slot: r.slot.then((s) => {
+        if (s.ok) local.release = s.release;
+        return s;
+      }),
+    };
   }
 
   // ---- settlement and cancel ----------------------------------------------------------------
@@ -373,9 +420,11 @@ export class RedisStore implements Store {
     if (this.recent.has(requestId)) return;
     const adm = this.live.get(requestId);
     this.live.delete(requestId);
-    if (adm?.local) await this.status.local.cancel(requestId, { keepCounts: true });
-    else if (adm) this.slots.unbind(adm);
-    await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined });
+    if (adm?.local) {
+      adm.fallback?.release?.();
+      await this.status.local.cancel(requestId, { keepCounts: true });
+    } else if (adm) this.slots.unbind(adm);
+    await this.runOrQueue({ op: 'settle', id: requestId, s, tags: adm && !adm.local ? adm.tags : undefined, recovery: adm?.recovery });
     this.recent.add(requestId);
   }
 
@@ -383,9 +432,22 @@ export class RedisStore implements Store {
     const adm = this.live.get(requestId);
     if (!adm) return;
     this.live.delete(requestId);
-    if (adm.local) return this.status.local.cancel(requestId, opts);
+    if (adm.local) {
+      const l = adm.fallback;
+      l?.release?.();
+      if (l && !opts.keepCounts) this.status.carry.uncounted(l.claims, l.minute);
+      return this.status.local.cancel(requestId, opts);
+    }
     this.slots.unbind(adm);
     await this.runOrQueue({ op: 'cancel', id: requestId, undo: opts.keepCounts ? 0 : 1, tags: adm.tags });
+  }
+
+  /**
+   * The cancel of an admission whose answer was lost: queued, not awaited. Redis has just failed to
+   * answer within the timeout; the client's 503 does not wait for a second one.
+   */
+  private cancelLater(op: PendingOp): void {
+    this.enqueue(op);
   }
 
   /** Sends now when Redis is up and nothing waits before it; queues otherwise (order kept). */
@@ -446,20 +508,39 @@ export class RedisStore implements Store {
     const packed = packSettlement(op.s);
     if (!this.cluster) {
       // One part: no fan-out (every request settles here).
-      if ((await this.ops.settlePart(op.id, this.keys.request(op.id), op.s, packed, 's', instance)) === 2) this.lateSettlement(op);
+      const tag = this.keys.request(op.id);
+      if ((await this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)) === 2) await this.lateSettlement(op, [tag], instance);
       return;
     }
-    const codes = await Promise.all(
-      this.ops.settleTags(op.id, op.s, op.tags).map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)),
-    );
+    const tags = this.ops.settleTags(op.id, op.s, op.tags);
+    const codes = await Promise.all(tags.map((tag) => this.ops.settlePart(op.id, tag, op.s, packed, 's', instance)));
     if (this.cluster) await this.ops.indexDel(instance, op.id);
-    if (codes.includes(2)) this.lateSettlement(op);
+    const late = tags.filter((_t, i) => codes[i] === 2);
+    if (late.length > 0) await this.lateSettlement(op, late, instance);
   }
 
-  private lateSettlement(op: { id: string; s: Settlement }): void {
-    this.log.warn('store: settlement arrived after crash recovery had resolved the request; the recovery stands', {
-      requestId: op.id,
-      actual: op.s.actual,
+  /**
+   * A settlement whose admission crash recovery resolved already (this instance was taken for
+   * dead, and was not): what the real usage has above the recovered estimate is added as a
+   * correction, counter by counter, once (settle.lua mode `x`), so the request ends charged the
+   * larger of the two — never less than the upstream reported, never the estimate twice.
+   */
+  private async lateSettlement(op: { id: string; s: Settlement; recovery?: Settlement }, tags: string[], instance: string): Promise<void> {
+    const r = op.recovery;
+    const extra = r ? correction(r, op.s) : undefined;
+    const fields = { requestId: op.id, recovered: r?.actual ?? null, actual: op.s.actual, charged: Math.max(r?.actual ?? 0, op.s.actual) };
+    if (!extra) {
+      this.log.warn(
+        'store: settlement arrived after crash recovery had resolved the request; the estimate was not below it and stands',
+        fields,
+      );
+      return;
+    }
+    const packed = packSettlement(extra);
+    await Promise.all(tags.map((tag) => this.ops.settlePart(op.id, tag, extra, packed, 'x', instance)));
+    this.log.warn('store: settlement arrived after crash recovery had resolved the request; what it used above the estimate was added', {
+      ...fields,
+      added: extra.actual,
     });
   }
 
@@ -541,6 +622,24 @@ export class RedisStore implements Store {
 
   readAudit(q: AuditQuery): Promise<AuditEntry[]> {
     return this.accounts.readAudit(q);
+  }
+
+  // ---- upstream accounts (upstreams.ts) ------------------------------------------------------------
+
+  reportAccountHealth(events: readonly AccountHealthEvent[]): Promise<number> {
+    return this.upstreams.report(events);
+  }
+
+  accountHealth(version?: number): Promise<AccountHealthSnapshot | undefined> {
+    return this.upstreams.read(version);
+  }
+
+  onAccountHealthChanged(listener: () => void): () => void {
+    return this.upstreams.onChanged(listener);
+  }
+
+  limitsInUse(q: LimitsQuery): Promise<LimitsInUse> {
+    return this.upstreams.limitsInUse(q);
   }
 
   async health(): Promise<StoreHealth> {

@@ -11,9 +11,10 @@
  *   {r:<ns>}     remember/recall entries of one namespace
  *   {q}          admission records and done markers (single Redis; on a cluster they sit in the
  *                hash slot of each part of the request: {k:<key>}, {u:<user>}, {g:<group>})
- *   {i} / {i:<instance>}   the live-instance registry / one instance's admissions (for the reaper)
+ *   {i} / {i:<instance>}   the live-instance registry and the data's epoch / one instance's admissions (for the reaper)
  *   {acct}       the accounts: user and key records, digest index, version, change log, audit
  *                (accounts.ts); a user's credit records and top-up Idempotency-Keys are under {u:<user>}
+ *   {up}         the health of upstream accounts (cooldowns, disables, times to first token: upstreams.ts)
  *
  * Key counters sit under the key, not under its user, so they follow the key when the config
  * moves it to another user or group. On a cluster a request's admission and settlement therefore
@@ -22,7 +23,7 @@
  * Durable (no TTL): wallet, caps, plan, key counters, totals, day records and their index.
  * Volatile (TTL set by the script that writes them): RPM and free-call minutes, the ring,
  * admission records, done markers, slot leases and queues, the registry, instance indexes,
- * remembered entries.
+ * remembered entries, the upstream accounts' health.
  */
 
 /**
@@ -124,6 +125,10 @@ export class Keys {
   registry(): string {
     return this.key('i', 'live');
   }
+  /** Names the data of this Redis (live.lua): a new one means Redis lost what it held. */
+  epoch(): string {
+    return this.key('i', 'epoch');
+  }
   index(instance: string): string {
     return this.key(`i:${tagSafe(instance)}`, 'admissions');
   }
@@ -155,6 +160,16 @@ export class Keys {
 
   wakeChannel(): string {
     return `${this.prefix}slot-wake`;
+  }
+
+  /** The health of upstream accounts, shared by the pools of every instance (upstreams.ts). */
+  upstreamHealth(): string {
+    return this.key('up', 'health');
+  }
+
+  /** Where cooldowns, disables and enables of upstream accounts are announced (upstreams.ts). */
+  upstreamsChannel(): string {
+    return `${this.prefix}upstreams`;
   }
 
   /** Where account writes are announced (accounts.ts). */

@@ -265,6 +265,8 @@ end
 --   duration ms, key windows "5h,1d", estimated 0/1
 -- Returns 1 applied, 0 already settled, 2 already resolved by crash recovery, 3 nothing to recover,
 -- 4 not recovered: the instance is alive after all (it renewed its lease since the reaper looked).
+-- Mode 'x' (index.ts, after a 2): a correction on top of the recovery — A[8] holds what the real
+-- settlement has above the recovered one; applied once, only after a recovery, counting no request.
 local COUNTERS = { 'requests', 'input', 'output', 'cacheRead', 'cacheWrite', 'cost', 'actual', 'durationMs' }
 -- What the settlements of a batch share, built once per script call: a model's day-record fields,
 -- a key's and a user's hash names (and whether their fields were declared), the day, the ring's
@@ -349,9 +351,11 @@ local function settle_op(K, A)
       return 3
     end
     if K[4] ~= K[1] and (tonumber(redis.call('ZSCORE', K[4], A[4])) or 0) > now_ms('0') then return 4 end
+  elseif mode == 'x' then
+    if redis.call('GET', K[2]) ~= 'r' then return 0 end
   else
     local done = redis.call('GET', K[2])
-    if done == 's' or done == 'r' then
+    if done == 's' or done == 'r' or done == 'x' then
       if indexed then redis.call('HDEL', K[3], A[3]) end
       return done == 's' and 0 or 2
     end
@@ -426,7 +430,8 @@ local function settle_op(K, A)
     end
 
     local values = VALUES
-    values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8] = 1, input, output, cr, cw, cost, actual, dur
+    local one = mode == 'x' and 0 or 1
+    values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8] = one, input, output, cr, cw, cost, actual, dur
     if hraw(dayrec, dayf[1]) == false then
       redis.call('ZADD', key(A[6], 'days'), 0, day)
     end
@@ -442,7 +447,7 @@ local function settle_op(K, A)
       -- Only the last 60 s are read: the ring goes once nothing was recorded for two minutes.
       hexpire(ring, 2 * MINUTE)
     end
-    hadd(ring, fr, 1)
+    hadd(ring, fr, one)
     hadd(ring, ft, input + output + cr + cw)
   end
 

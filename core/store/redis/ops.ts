@@ -76,9 +76,10 @@ export class Ops {
 
   /**
    * Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`:
-   * packSettlement(s); mode `s` a settlement, `r` crash recovery. Returns settle.lua's code.
+   * packSettlement(s); mode `s` a settlement, `r` crash recovery, `x` a correction on top of a
+   * recovery (index.ts). Returns settle.lua's code.
    */
-  async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r', instance: string): Promise<number> {
+  async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r' | 'x', instance: string): Promise<number> {
     const k = this.keys;
     const rec = k.record(tag, id);
     const keyTag = k.apiKey(s.keyId);

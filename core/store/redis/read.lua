@@ -7,6 +7,8 @@
 --   stats: KEYS[1] totals, KEYS[2] days (zset), KEYS[3] ring; ARGV[3] first day, ARGV[4] last day
 --          (YYYY-MM-DD, compared as text), ARGV[5] day record key prefix
 --          → {totals (flat hash), today (flat hash), rpm, tpm, then day, flat hash per day in range}
+--   held:   KEYS[1] a slot scope's held set → the leases not expired (by TIME)
+--   minute: KEYS[1] an RPM minute hash → {requests counted this minute, ms until it ends}
 
 local now = now_ms(ARGV[1])
 local what = ARGV[2]
@@ -57,5 +59,12 @@ elseif what == 'stats' then
     table.insert(out, redis.call('HGETALL', prefix .. day))
   end
   return out
+elseif what == 'held' then
+  -- Leases run on the server's clock whatever the test clock says (slots.lua).
+  return redis.call('ZCOUNT', KEYS[1], '(' .. I(now_ms('0')), '+inf')
+elseif what == 'minute' then
+  local h = redis.call('HMGET', KEYS[1], 'm', 'c')
+  local minute = math.floor(now / MINUTE)
+  return { (num(h[1]) == minute) and num(h[2]) or 0, (minute + 1) * MINUTE - now }
 end
 return redis.error_reply('ERR unknown read ' .. tostring(what))

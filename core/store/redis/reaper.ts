@@ -6,12 +6,14 @@
  * resolves the admissions of an instance whose lease expired: the `recovery` settlement (settle
  * semantics, once, `recovered`), or a release without charge when there is none. It waits one
  * lease after its own (re)connection before judging others, so an outage of Redis itself kills
- * nobody. A live instance cut off from Redis for longer than the lease is taken for dead: its late
- * settlements find the request resolved and are dropped (logged); the recovered charge stands.
+ * nobody. A live instance cut off from Redis (or paused) for longer than the lease is taken for dead:
+ * its late settlements find the request resolved and add, as a correction, what the real usage has
+ * above the recovered estimate (index.ts); its lost slots are fenced (slots.ts).
  *
  * `beat` is the heartbeat's registry part (index.ts runs the heartbeat; health.ts probes with it),
  * `reap` the reaper (run every lease/2 by index.ts), `leave` the registry exit at close.
  */
+import { randomBytes } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import type { Logger } from '../../log.js';
 import type { Settlement } from '../types.js';
@@ -21,8 +23,13 @@ import type { Keys } from './keys.js';
 import type { Ops } from './ops.js';
 import { int, LIST, PARTS, RECORD_TTL_MS, unpackSettlement } from './pack.js';
 
+/** What a heartbeat found: first contact, registered already, taken for dead, or Redis lost its data. */
+export type Beat = 'new' | 'known' | 'reaped' | 'lost';
+
 export class Reaper {
   private readonly cluster: boolean;
+  /** The epoch of Redis's data seen last (live.lua): another one means Redis lost its data. */
+  private epoch: string | undefined;
 
   constructor(
     private readonly redis: RedisClient,
@@ -36,8 +43,11 @@ export class Reaper {
     this.cluster = redis.cluster;
   }
 
-  /** Renews this instance's lease in the registry: true when it was registered already (not reaped). */
-  async beat(): Promise<boolean> {
+  /**
+   * Renews this instance's lease in the registry, and says (in the log, once) when it finds this
+   * instance taken for dead, or Redis without the data it had.
+   */
+  async beat(): Promise<Beat> {
     const client = this.redis.client;
     // Not before the client is ready: a cluster client without its slot table sends commands to
     // random nodes and follows the redirections, out of order.
@@ -46,19 +56,38 @@ export class Reaper {
       // A cluster client connects to each node on first use, and retries that first command on a
       // random node (out of order): connect them all before serving.
       if (client instanceof Cluster) await Promise.all(client.nodes('master').map((n) => n.ping()));
-      return this.redis.run('live', [this.keys.registry()], ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS)]);
+      return this.redis.run(
+        'live',
+        [this.keys.registry(), this.keys.epoch()],
+        ['beat', this.instanceId, int(this.leaseMs), int(RECORD_TTL_MS), randomBytes(8).toString('hex')],
+      );
     })();
     // Bounded whatever a client queue does: a probe that never ends would stop every later one.
     let timer: NodeJS.Timeout | undefined;
     const limit = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Unavailable('heartbeat timed out')), this.redis.timeoutMs + 200);
     });
+    let reply: [number, string];
     try {
-      return (await Promise.race([work, limit])) === 1;
+      reply = (await Promise.race([work, limit])) as [number, string];
     } finally {
       clearTimeout(timer);
       work.catch(() => undefined);
     }
+    const [registered, epoch] = reply;
+    const known = this.epoch;
+    this.epoch = epoch;
+    const beat: Beat = known === undefined ? 'new' : epoch !== known ? 'lost' : registered === 1 ? 'known' : 'reaped';
+    if (beat === 'lost') {
+      this.log.error(
+        'Redis lost its data (restarted empty, flushed, or failed over to a replica without it): the balances, usage and limits it held are gone unless restored; this instance registered again',
+      );
+    } else if (beat === 'reaped') {
+      this.log.warn(
+        'this instance had been taken for dead (no heartbeat reached Redis within store.lease: paused, or cut off from Redis): crash recovery resolved its admissions, whose settlements now add what they used above the estimate; its requests whose concurrency slots went to others are ended',
+      );
+    }
+    return beat;
   }
 
   /** Resolves the admissions of instances whose lease expired (see the header). */
@@ -66,7 +95,7 @@ export class Reaper {
     if (this.health.state !== 'up' || this.health.closed || Date.now() - this.health.upSince < this.leaseMs) return;
     let dead: string[];
     try {
-      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0'])) as string[]).filter(
+      dead = ((await this.redis.run('live', [this.keys.registry()], ['dead', '', '0', '0', ''])) as string[]).filter(
         (i) => i !== this.instanceId,
       );
     } catch (e) {
@@ -111,7 +140,7 @@ export class Reaper {
       if (this.cluster) await this.ops.indexDel(instance, id);
     }
     if ((await this.redis.cmd((c) => c.hlen(index))) === 0) {
-      await this.redis.run('live', [this.keys.registry()], ['forget', instance, '0', '0']);
+      await this.redis.run('live', [this.keys.registry()], ['forget', instance, '0', '0', '']);
     }
   }
 

@@ -12,7 +12,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
-export const SCRIPT_NAMES = ['admit', 'settle', 'cancel', 'batch', 'read', 'slots', 'live', 'accounts'] as const;
+export const SCRIPT_NAMES = ['admit', 'settle', 'cancel', 'batch', 'read', 'slots', 'live', 'accounts', 'carry', 'upstreams'] as const;
 /** The scripts that run operations on admissions: `ops.lua` (after `lib.lua`) is prepended to them. */
 const WITH_OPS: ReadonlySet<string> = new Set(['admit', 'settle', 'cancel', 'batch']);
 export type ScriptName = (typeof SCRIPT_NAMES)[number];

@@ -2,12 +2,14 @@
 -- and frees it with its record; the slot functions are in lib.lua).
 --
 -- KEYS[1..5] held, queue, waiter expiry, arrival counter, limit (one base: KEYS[1] minus 'held')
--- ARGV[1] op: acquire | poll | release | leave | renew
+-- ARGV[1] op: acquire | poll | release | leave | renew | reclaim
 -- acquire: ARGV[2] id, ARGV[3] limit, ARGV[4] queue size → 1 granted, 0 queued, 2 queue full
 -- poll:    ARGV[2] id → 1 granted, 0 waiting, 3 unknown (its waiter expired)
 -- release: ARGV[2] id → 1
 -- leave:   ARGV[2] id → 0 left the queue, 1 it had been granted meanwhile, 3 unknown
 -- renew:   ARGV[2] number of held ids, then held ids, then waiter ids → ids no longer known
+-- reclaim: ARGV[2] id of a lease its instance lost, ARGV[3] limit → 1 held again, 0 the scope is
+--          full or has a queue (its instance ends the request: fencing, slots.ts)
 
 local now = now_ms('0')
 local op = ARGV[1]
@@ -63,5 +65,18 @@ elseif op == 'renew' then
   slot_pump(base, now)
   slot_keep(base)
   return lost
+elseif op == 'reclaim' then
+  local id, limit = ARGV[2], tonumber(ARGV[3])
+  slot_purge(base, now)
+  slot_pump(base, now)
+  if redis.call('ZSCORE', held, id) then
+    redis.call('ZADD', held, now + LEASE, id)
+  elseif redis.call('ZCARD', queue) == 0 and redis.call('ZCARD', held) < limit then
+    redis.call('ZADD', held, now + LEASE, id)
+  else
+    return 0
+  end
+  slot_keep(base)
+  return 1
 end
 return redis.error_reply('ERR unknown slot op ' .. tostring(op))

@@ -14,6 +14,11 @@
  * An admission's slot is freed by its settlement or cancel (its record names it): `unbind` only
  * stops renewing it and ends a wait for it. Which admission holds which slot is index.ts's table of
  * live admissions, read here through `live`.
+ *
+ * Fencing (SlotResult.onLost): a lease the heartbeat finds gone (this instance was paused or cut
+ * off past the lease, and the slot was purged, or freed by crash recovery) is taken back when the
+ * scope has room and nobody waits (slots.lua `reclaim`); otherwise its holder is told to end its
+ * request, so the limit holds again as soon as this instance runs.
  */
 import { LRUCache } from 'lru-cache';
 import type { Logger } from '../../log.js';
@@ -31,6 +36,14 @@ export interface AdmissionSlot {
   id: string;
   /** A slot of the local fallback, taken while Redis was away during the wait: freed here. */
   local?: () => void;
+}
+
+/** A lease held by this instance: its scope's limit (to take it back), and whom to tell if it is lost. */
+interface Held {
+  limit: number;
+  lost?: () => void;
+  /** Taken back after it was lost: no admission record frees it any more, its own release does. */
+  reclaimed?: boolean;
 }
 
 /** An admission as this module sees it (index.ts's live admissions): the slot bound to it, if any. */
@@ -55,8 +68,8 @@ interface Waiter {
 }
 
 export class Slots {
-  /** scope → lease ids held by this instance */
-  private readonly held = new Map<string, Set<string>>();
+  /** scope → lease id → lease, held by this instance */
+  private readonly held = new Map<string, Map<string, Held>>();
   private readonly waiters = new Map<string, Waiter>();
   private slotSeq = 0;
   private readonly goneWaiters = new LRUCache<string, string>({ max: 10_000 });
@@ -94,7 +107,7 @@ export class Slots {
       if (e instanceof Unavailable) return this.health.acquireSlotLocally(req, req.maxWaitMs);
       throw e;
     }
-    if (r === 1) return this.granted(req.scope, id);
+    if (r === 1) return this.granted(req.scope, id, req.limit);
     if (r === 2) return { ok: false, reason: 'queue_full' };
     return this.wait(req, id);
   }
@@ -104,13 +117,14 @@ export class Slots {
   }
 
   /** A slot held from now on (renewed by the heartbeat); `requestId`: it belongs to that admission. */
-  granted(scope: string, id: string, requestId?: string): SlotResult {
-    let set = this.held.get(scope);
-    if (!set) this.held.set(scope, (set = new Set()));
-    set.add(id);
+  granted(scope: string, id: string, limit: number, requestId?: string): SlotResult {
+    const h = this.hold(scope, id, limit);
     let released = false;
     return {
       ok: true,
+      onLost: (listener) => {
+        h.lost = listener;
+      },
       release: () => {
         if (released) return;
         released = true;
@@ -133,16 +147,35 @@ export class Slots {
     const s = adm.slot;
     if (!s) return;
     adm.slot = undefined;
-    this.forgetHeld(s.scope, s.id);
+    if (this.held.get(s.scope)?.get(s.id)?.reclaimed) this.releaseRemote(s.scope, s.id);
+    else this.forgetHeld(s.scope, s.id);
     const w = this.waiters.get(s.id);
     if (w) this.finish(w, { ok: false, reason: 'aborted' });
     s.local?.();
   }
 
+  private hold(scope: string, id: string, limit: number): Held {
+    let m = this.held.get(scope);
+    if (!m) this.held.set(scope, (m = new Map()));
+    const h: Held = { limit };
+    m.set(id, h);
+    return h;
+  }
+
   private forgetHeld(scope: string, id: string): void {
-    const set = this.held.get(scope);
-    set?.delete(id);
-    if (set?.size === 0) this.held.delete(scope);
+    const m = this.held.get(scope);
+    m?.delete(id);
+    if (m?.size === 0) this.held.delete(scope);
+  }
+
+  /** A lease registered in Redis by someone else here (carry.ts): renewed and fenced as any other. */
+  adopt(scope: string, id: string, limit: number, lost: () => void): void {
+    this.hold(scope, id, limit).lost = lost;
+  }
+
+  /** Frees a lease in Redis, fire and forget: if Redis does not hear it, the lease runs out instead. */
+  release(scope: string, id: string): void {
+    this.releaseRemote(scope, id);
   }
 
   /** Fire and forget: if Redis does not hear it, the lease runs out instead. */
@@ -189,7 +222,7 @@ export class Slots {
   /** A grant published by the instance that freed the slot (or found by a poll). */
   private onWake(id: string): void {
     const w = this.waiters.get(id);
-    if (w) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
+    if (w) return this.finish(w, this.granted(w.scope, w.id, w.req.limit, w.requestId));
     // A grant for a waiter of ours that is gone (timed out, aborted): give the slot back.
     if (id.startsWith(`${this.instanceId}/`) && !this.isHeld(id)) {
       const scope = this.scopeOfOrphan(id);
@@ -202,7 +235,7 @@ export class Slots {
   }
 
   private isHeld(id: string): boolean {
-    for (const set of this.held.values()) if (set.has(id)) return true;
+    for (const m of this.held.values()) if (m.has(id)) return true;
     return false;
   }
 
@@ -214,11 +247,11 @@ export class Slots {
         if (r === 1 && !w.ok) this.releaseRemote(w.scope, w.id);
         return;
       }
-      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
+      if (r === 1) this.finish(w, this.granted(w.scope, w.id, w.req.limit, w.requestId));
       else if (r === 3) {
         // Its place expired (this instance could not renew it): queue again.
         const again = (await this.slotOp(w.scope, 'acquire', w.id, int(w.req.limit), int(Math.max(0, w.req.queueSize)))) as number;
-        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.requestId));
+        if (again === 1) this.finish(w, this.granted(w.scope, w.id, w.req.limit, w.requestId));
         else if (again === 2) this.finish(w, { ok: false, reason: 'queue_full' });
       }
     } catch (e) {
@@ -258,19 +291,22 @@ export class Slots {
     }
     if (r === 1) {
       // Granted just before: a timed-out waiter takes it, an aborted one gives it back.
-      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.requestId));
+      if (!w.done) return this.finish(w, this.granted(w.scope, w.id, w.req.limit, w.requestId));
       if (!w.ok) this.releaseRemote(w.scope, w.id);
       return;
     }
     this.finish(w, { ok: false, reason });
   }
 
-  /** The heartbeat's part: renews the leases of the slots held and the places of the waiters, per scope. */
+  /**
+   * The heartbeat's part: renews the leases of the slots held and the places of the waiters, per
+   * scope; a lease found gone is taken back or fenced (see the top).
+   */
   renew(): Promise<unknown> {
     const scopes = new Set<string>([...this.held.keys(), ...[...this.waiters.values()].map((w) => w.scope)]);
     return Promise.all(
       [...scopes].map(async (scope) => {
-        const held = [...(this.held.get(scope) ?? [])];
+        const held = [...(this.held.get(scope)?.keys() ?? [])];
         const waiting = [...this.waiters.values()].filter((w) => w.scope === scope && !w.done).map((w) => w.id);
         if (held.length === 0 && waiting.length === 0) return;
         const lost = (await this.redis.run('slots', this.keys.slots(scope), [
@@ -279,11 +315,30 @@ export class Slots {
           ...held,
           ...waiting,
         ])) as string[];
-        for (const id of lost) {
-          if (this.held.get(scope)?.delete(id)) this.log.warn('store: a concurrency slot lease had expired', { scope });
-        }
+        for (const id of lost) await this.lostLease(scope, id);
       }),
     );
+  }
+
+  /** A lease of ours that Redis no longer has: back if the scope has room, else its request is ended. */
+  private async lostLease(scope: string, id: string): Promise<void> {
+    const h = this.held.get(scope)?.get(id);
+    if (!h) return; // a waiter's place (its poll queues it again), or released meanwhile
+    const back = (await this.slotOp(scope, 'reclaim', id, int(h.limit))) as number;
+    if (this.held.get(scope)?.get(id) !== h) {
+      if (back === 1) this.releaseRemote(scope, id); // released while we asked
+      return;
+    }
+    if (back === 1) {
+      h.reclaimed = true;
+      this.log.warn('store: a concurrency slot lease had expired; taken back (the scope had room)', { scope });
+      return;
+    }
+    this.forgetHeld(scope, id);
+    this.log.warn('store: a concurrency slot lease went to another request while this instance could not renew it: its request is ended', {
+      scope,
+    });
+    h.lost?.();
   }
 
   /** close(): every waiter is answered `aborted`. */
@@ -293,7 +348,7 @@ export class Slots {
 
   /** close(): gives back every slot held (a release Redis does not hear runs out with its lease). */
   async releaseAll(): Promise<void> {
-    for (const [scope, set] of this.held) for (const id of set) await this.slotOp(scope, 'release', id).catch(() => undefined);
+    for (const [scope, m] of this.held) for (const id of m.keys()) await this.slotOp(scope, 'release', id).catch(() => undefined);
     this.held.clear();
   }
 
