@@ -1,5 +1,5 @@
 /**
- * The operator commands: `usage`, `reset-quota`, `users`, `keys`, `topup`, `plans`, `audit`. Each is
+ * The operator commands: `usage`, `reset-quota`, `users`, `keys`, `topup`, `plans`, `audit`, `ledger`. Each is
  * one or more calls to the admin API of a running gateway (core/admin, its contract at
  * /admin/openapi.json), so it sees and changes exactly what the gateway enforces, whatever the store.
  *
@@ -45,6 +45,8 @@ export async function runAdmin(cmd: string, rest: string[], help: () => number):
       return topup(rest, help);
     case 'plans':
       return plans(rest, help);
+    case 'ledger':
+      return ledger(rest, help);
     case 'audit': {
       const { values } = parse(
         rest,
@@ -67,7 +69,7 @@ export async function runAdmin(cmd: string, rest: string[], help: () => number):
 }
 
 /** The commands runAdmin serves. */
-export const ADMIN_COMMANDS = new Set(['usage', 'reset-quota', 'users', 'keys', 'topup', 'plans', 'audit']);
+export const ADMIN_COMMANDS = new Set(['usage', 'reset-quota', 'users', 'keys', 'topup', 'plans', 'audit', 'ledger']);
 
 // ---- users --------------------------------------------------------------------------------------
 
@@ -381,6 +383,152 @@ async function plans(rest: string[], help: () => number): Promise<number> {
       );
     }
   }
+}
+
+// ---- ledger (docs/ledger.md) --------------------------------------------------------------------
+
+const RANGE: Options = {
+  from: { type: 'string' },
+  to: { type: 'string' },
+  user: { type: 'string' },
+  key: { type: 'string' },
+  type: { type: 'string' },
+};
+
+async function ledger(rest: string[], help: () => number): Promise<number> {
+  const [sub, ...args] = rest;
+  switch (sub) {
+    case 'summary': {
+      const { values } = parse(args, { ...ADMIN, ...RANGE, by: { type: 'string' } }, 0);
+      if (values.help) return help();
+      oneOf(values, 'type', ['request', 'topup', 'correction']);
+      const q = query(values, { from: 'from', to: 'to', user: 'user', key: 'key', type: 'type', by: 'by' });
+      return send(values, 'ledger summary', 'GET', `/admin/ledger/summary?${q.toString()}`, {}, (r) => {
+        const by: string[] = r.by;
+        const rows = r.data.map((x: any) => [
+          ...by.map((b) => (x[b] === '' ? '—' : String(x[b]))),
+          String(x.requests),
+          String(x.input_tokens),
+          String(x.output_tokens),
+          String(x.cache_read_tokens + x.cache_write_tokens),
+          usd(x.charged_usd),
+          usd(x.credited_usd),
+          String(x.estimated),
+        ]);
+        return [
+          `ledger from ${r.from} to ${r.to} (${r.source})`,
+          ...table(
+            [...by.map((b) => b.toUpperCase()), 'REQUESTS', 'INPUT', 'OUTPUT', 'CACHE', 'CHARGED', 'CREDITED', 'ESTIMATED'],
+            rows,
+            'no records',
+          ),
+        ];
+      });
+    }
+    case 'records': {
+      const { values } = parse(args, { ...ADMIN, ...RANGE, ...PAGE }, 0);
+      if (values.help) return help();
+      oneOf(values, 'type', ['request', 'topup', 'correction']);
+      const q = query(values, { from: 'from', to: 'to', user: 'user', key: 'key', type: 'type' });
+      return list(values, 'ledger records', '/admin/ledger/records', q, (data) =>
+        table(
+          ['TIME', 'ID', 'TYPE', 'USER', 'KEY', 'MODEL', 'IN', 'OUT', 'CHARGED', 'USAGE'],
+          data.map((x) => [
+            new Date(x.ts).toISOString(),
+            x.id,
+            x.type,
+            x.user,
+            x.key ?? '—',
+            x.model ?? '—',
+            String(x.input_tokens),
+            String(x.output_tokens),
+            usd(x.charged_micros / 1e6),
+            x.usage_source === null ? '—' : x.estimate_reason ? `estimated (${x.estimate_reason})` : x.usage_source,
+          ]),
+          'no records',
+        ),
+      );
+    }
+    case 'export': {
+      const { values } = parse(args, { ...ADMIN, ...RANGE, format: { type: 'string' } }, 0);
+      if (values.help) return help();
+      oneOf(values, 'type', ['request', 'topup', 'correction']);
+      oneOf(values, 'format', ['jsonl', 'csv']);
+      const q = query(values, { from: 'from', to: 'to', user: 'user', key: 'key', type: 'type', format: 'format' });
+      const target = await adminTarget(values);
+      if (!target) return 1;
+      return exportTo(target, `/admin/ledger/export?${q.toString()}`, process.stdout);
+    }
+    case 'reconcile': {
+      const { values } = parse(args, { ...ADMIN, from: { type: 'string' }, to: { type: 'string' } }, 0);
+      if (values.help) return help();
+      const q = query(values, { from: 'from', to: 'to' });
+      const target = await adminTarget(values);
+      if (!target) return 1;
+      const res = await adminCall(target, 'GET', `/admin/ledger/reconcile?${q.toString()}`);
+      if (!res) return 1;
+      if (!res.ok) {
+        failed('ledger reconcile', res);
+        return 1;
+      }
+      const r = JSON.parse(res.text);
+      if (values.json) console.log(res.text);
+      else if (r.ok) console.log(`ledger (${r.source}) and the store's counters from ${r.from} to ${r.to}: no difference`);
+      else {
+        console.log(`ledger (${r.source}) and the store's counters from ${r.from} to ${r.to}: ${r.differences.length} differences`);
+        console.log(
+          table(
+            ['WHAT', 'FIELD', 'LEDGER', 'STORE'],
+            r.differences.map((d: any) => [d.what, d.field, String(d.ledger), String(d.store)]),
+            '',
+          ).join('\n'),
+        );
+      }
+      // Differences are a failure: scripts and monitoring see them in the exit status.
+      return r.ok ? 0 : 1;
+    }
+    default:
+      return subcommand('ledger', sub, ['summary', 'records', 'export', 'reconcile'], help);
+  }
+}
+
+/**
+ * A streamed export: the body written to `out` as it arrives, waiting for `out` between chunks
+ * (a month of records is never held here either). An error answer is reported like any other.
+ */
+function exportTo(target: AdminTarget, path_: string, out: NodeJS.WritableStream): Promise<number> {
+  return new Promise((resolve) => {
+    const url = new URL(target.url + path_);
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = request(url, { method: 'GET', agent: false, headers: { authorization: `Bearer ${target.token}` } }, (res) => {
+      const status = res.statusCode ?? 0;
+      if (status < 200 || status >= 300) {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          failed('ledger export', { ok: false, status, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') });
+          resolve(1);
+        });
+        return;
+      }
+      res.pipe(out, { end: false });
+      res.on('end', () => resolve(0));
+      res.on('error', (e) => {
+        console.error(`ledger export: the answer broke off: ${e.message}`);
+        resolve(1);
+      });
+      // A gateway that stops mid-export ends the response early: chunked encoding tells it apart.
+      res.on('aborted', () => {
+        console.error('ledger export: the answer broke off before its end');
+        resolve(1);
+      });
+    });
+    req.on('error', (e) => {
+      console.error(`cannot reach the gateway at ${target.url}: ${e.message}`);
+      resolve(1);
+    });
+    req.end();
+  });
 }
 
 // ---- usage (the running gateway's view of a key) ------------------------------------------------

@@ -41,6 +41,17 @@ commands on a running gateway (its admin API):
   plans suspend|resume|remove USER GROUP
   plans extend USER GROUP --days N
   audit [--actor NAME] [--target user:NAME|key:NAME] [--since ISO] [--until ISO] [LIST]
+  ledger summary [RANGE] [--by user,key,model,group,day,type]
+                                    spend and tokens over the range, grouped (docs/ledger.md)
+  ledger records [RANGE] [LIST]     the records themselves, in time order
+  ledger export [RANGE] [--format jsonl|csv]
+                                    every record of the range to stdout, streamed
+  ledger reconcile [--from DAY] [--to DAY]
+                                    the ledger against the store's counters; prints each
+                                    difference and exits 1 when there is one
+
+  RANGE: [--from YYYY-MM-DD] [--to YYYY-MM-DD] (UTC days, both included; default the 30 days to
+  today) [--user USER] [--key KEY_NAME] [--type request|topup|correction]
 
   LIST: [--limit N] [--cursor C] [--all] (--all follows next_cursor through every page)
   every admin command: [--json] (the API's JSON as it answers) [--url URL] [--token TOKEN]

@@ -314,6 +314,14 @@ export interface Metrics {
   /** Failed-request records not kept (core/failed-requests.ts), by reason. */
   failedRequestsDropped: Counter<'reason'>;
 
+  // ---- the ledger's PostgreSQL sink (core/ledger/postgres.ts) --------------------------------
+  /** Bytes of the day files not yet shipped to PostgreSQL (the outbox's backlog). */
+  ledgerOutboxBytes: Gauge;
+  ledgerShipped: Counter;
+  ledgerRejected: Counter;
+  /** 1 while PostgreSQL takes the records, 0 while it is unavailable. */
+  ledgerPostgresUp: Gauge;
+
   // ---- upstream account pools (core/pool) -------------------------------------------------
   // Labels: provider and account names from the config, outcome/reason/state from fixed lists.
   accountRequests: Counter<'provider' | 'account' | 'outcome'>;
@@ -521,6 +529,36 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
           registers,
         }),
       ),
+    ),
+
+    // ---- the ledger's PostgreSQL sink -----------------------------------------------------------
+    ledgerOutboxBytes: own(
+      new HotGauge({
+        name: 'gateway_ledger_outbox_bytes',
+        help: 'Bytes of the ledger day files not yet shipped to PostgreSQL (ledger.postgres): grows while PostgreSQL is unavailable',
+        registers,
+      }),
+    ),
+    ledgerShipped: own(
+      new HotCounter({
+        name: 'gateway_ledger_shipped_records_total',
+        help: 'Ledger records sent to PostgreSQL (a record sent again after a crash is counted again; the table keeps one row)',
+        registers,
+      }),
+    ),
+    ledgerRejected: own(
+      new HotCounter({
+        name: 'gateway_ledger_rejected_records_total',
+        help: 'Day-file lines not shipped to PostgreSQL: not a ledger record, or refused by the database (logged; they stay in the file)',
+        registers,
+      }),
+    ),
+    ledgerPostgresUp: own(
+      new HotGauge({
+        name: 'gateway_ledger_postgres_up',
+        help: '1 while the ledger ships to PostgreSQL, 0 while PostgreSQL is unavailable (records wait in the day files)',
+        registers,
+      }),
     ),
 
     // ---- upstream account pools (core/pool) -------------------------------------------------

@@ -134,6 +134,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private readonly consoleFiles: ConsoleFiles;
   /** Where ledger queries are answered (the day files the store writes, or PostgreSQL). */
   private ledgerReader?: LedgerReader;
+  /** The ledger's PostgreSQL sink (`ledger.postgres`, read at start): ships the day files. */
+  private pgLedger?: { close(): Promise<void> };
 
   private constructor(
     private readonly opts: GatewayOptions<U>,
@@ -181,6 +183,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const files = (opened as { ledger?: LedgerFiles }).ledger;
     if (files) gw.ledgerReader = new FileLedgerReader(files);
     try {
+      await gw.startPostgresLedger(loaded.config, files);
       await gw.startMocks(loaded.config);
       await gw.accounts.start();
       gw.runtime = await Runtime.create(loaded, { store, accounts: gw.accounts, clock, log, metrics });
@@ -222,6 +225,39 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       }
       this.mocks.set(p.name, await start({ fixturesDir: p.fixturesDir }));
     }
+  }
+
+  /**
+   * With `ledger.postgres`, the day files are shipped to PostgreSQL and ledger queries answered
+   * from it (core/ledger/postgres.ts, loaded only then). Nothing here waits for PostgreSQL.
+   */
+  private async startPostgresLedger(config: GatewayConfig, files: LedgerFiles | undefined): Promise<void> {
+    const pgc = config.ledger.postgres;
+    if (!pgc) return;
+    // The memory store's own files; a store that keeps none of its own writes them in ledger.dir.
+    const dir = files?.dir ?? (config.store.kind === 'memory' ? undefined : config.ledger.dir);
+    if (!dir) {
+      // The config loader refuses this (memory store without a folder); a store passed in by an embedder may still have none.
+      this.log.warn('ledger.postgres is set but this store writes no ledger day files: nothing is shipped to PostgreSQL');
+      return;
+    }
+    const { openPostgresLedger } = await import('./ledger/postgres.js');
+    const m = this.metrics;
+    const sink = await openPostgresLedger({
+      url: pgc.url,
+      table: pgc.table,
+      batchSize: pgc.batchSize,
+      dir,
+      log: this.log,
+      metrics: {
+        backlog: (bytes) => m.ledgerOutboxBytes.set(bytes),
+        shipped: (n) => m.ledgerShipped.inc(n),
+        rejected: (n) => m.ledgerRejected.inc(n),
+        reachable: (up) => m.ledgerPostgresUp.set(up ? 1 : 0),
+      },
+    });
+    this.pgLedger = sink;
+    this.ledgerReader = sink.reader;
   }
 
   private keepFailedRequests(config: GatewayConfig): void {
@@ -953,6 +989,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
     if (!this.opts.store) await this.store.close();
+    // After the store: its last lines are in the day files, and a last pass ships them.
+    await this.pgLedger?.close();
     // Last: the spans of the requests that just finished are exported before the process goes.
     await this.tracing?.shutdown();
   }

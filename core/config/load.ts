@@ -624,6 +624,13 @@ async function loadChecked(
   } as const;
   if (store.leaseMs > 30_000 || store.leaseMs < 1_000) fail(['store', 'lease'], 'lease must be between 1s and 30s');
   if (store.timeoutMs <= 0) fail(['store', 'timeout'], 'timeout must be more than 0');
+  // PostgreSQL gets the ledger from its day files (the outbox); without them it would get nothing.
+  if (raw.ledger?.postgres && store.kind === 'memory' && store.path === undefined) {
+    fail(
+      ['ledger', 'postgres'],
+      "ledger.postgres ships the ledger's day files, and the memory store keeps none without a folder: set store.path (docs/ledger.md)",
+    );
+  }
 
   let metricsListen: { host: string; port: number } | undefined;
   if (typeof raw.metrics?.listen === 'string') {

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Makes PostgreSQL's server programs (initdb, pg_ctl, postgres: Debian's `postgresql` package)
+# available for the ledger's PostgreSQL tests. Does nothing when they are on PATH or in Debian's
+# /usr/lib/postgresql/<version>/bin (where the package puts them; test/helpers/postgres.ts looks
+# there too). Otherwise installs the `postgresql` package with apt-get (as root, or through sudo
+# when it works without a password). The package's own service and cluster are never used: the
+# tests run their own clusters (initdb in a temp folder, a free port).
+# Exit status 1, with what to do, when it cannot install.
+set -euo pipefail
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+found() {
+  if have initdb && have pg_ctl && have postgres; then
+    return 0
+  fi
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ]; then
+      return 0
+    fi
+  done
+  return 1
+}
+
+if found; then
+  exit 0
+fi
+
+echo "ensure-postgres: initdb/pg_ctl/postgres not found; installing Debian's postgresql package" >&2
+if [ "$(id -u)" -eq 0 ]; then
+  SUDO=()
+elif have sudo && sudo -n true 2>/dev/null; then
+  SUDO=(sudo -n)
+else
+  echo "ensure-postgres: cannot install (not root, no password-less sudo)." >&2
+  echo "  Install it yourself: sudo apt-get install -y postgresql   (or: brew install postgresql)" >&2
+  echo "  The ledger's PostgreSQL tests need initdb, pg_ctl and postgres (on PATH or in /usr/lib/postgresql/<version>/bin)." >&2
+  exit 1
+fi
+if ! have apt-get; then
+  echo "ensure-postgres: no apt-get here; install PostgreSQL (initdb, pg_ctl, postgres) with your package manager." >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+# Another install may hold the dpkg lock: wait for it rather than fail.
+LOCK=(-o DPkg::Lock::Timeout=600)
+"${SUDO[@]}" apt-get "${LOCK[@]}" update -qq
+# policy-rc.d 101: the package must not start (or fail to start) a system service in containers.
+POLICY=/usr/sbin/policy-rc.d
+CREATED_POLICY=0
+if [ ! -e "$POLICY" ]; then
+  printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$POLICY" >/dev/null
+  "${SUDO[@]}" chmod +x "$POLICY"
+  CREATED_POLICY=1
+fi
+status=0
+"${SUDO[@]}" apt-get "${LOCK[@]}" install -y -qq --no-install-recommends postgresql >/dev/null || status=$?
+if [ "$CREATED_POLICY" -eq 1 ]; then "${SUDO[@]}" rm -f "$POLICY"; fi
+if [ "$status" -ne 0 ] || ! found; then
+  echo "ensure-postgres: apt-get install postgresql failed (status $status)." >&2
+  exit 1
+fi
+for d in /usr/lib/postgresql/*/bin; do
+  if [ -x "$d/postgres" ]; then
+    "$d/postgres" --version >&2
+    break
+  fi
+done
