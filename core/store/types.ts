@@ -288,9 +288,38 @@ export interface Store {
   /** Whether the store can serve now (cheap; called by /readyz). */
   health(): Promise<StoreHealth>;
 
+  /**
+   * Stores shared by several instances (Redis) keep each ledger record (core/ledger) until an
+   * instance takes it into its day files: up to `max` records no instance has taken yet, and
+   * records taken but never acknowledged by an instance that has since gone quiet for a lease
+   * (`redelivered`: an instance may have written them already). Each record goes to one caller
+   * until it is acknowledged (`ack`, once it is durable); a batch never acknowledged comes back.
+   * Fails (Unavailable) while the store is away. Absent: the store writes its ledger itself
+   * (memory: with its journal).
+   */
+  takeLedger?(max: number): Promise<LedgerBatch>;
+
   /** Write everything pending to disk (memory) / no-op (redis). */
   flush(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Ledger records taken from a store (Store.takeLedger). */
+export interface LedgerBatch {
+  records: TakenRecord[];
+  /** The records are durable elsewhere: the store forgets them. */
+  ack(): Promise<void>;
+}
+
+export interface TakenRecord {
+  /** The record's id (core/ledger/record.ts `id`). */
+  id: string;
+  /** Its time, epoch ms. */
+  ts: number;
+  /** The record as JSON, fields in core/ledger/record.ts FIELDS order. */
+  json: string;
+  /** Taken before by an instance that never acknowledged it. */
+  redelivered?: boolean;
 }
 
 export interface Wallet {

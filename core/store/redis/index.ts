@@ -12,6 +12,10 @@
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
  *   (`clock`) replaces it for the money periods only (pack.ts `now`).
  * - Crash recovery: reaper.ts. Concurrency slots: slots.ts.
+ * - The ledger: every settlement that applies (the reaper's too) and every credit adds its record
+ *   to a stream in its own script; instances take them into their day files (ledger.ts,
+ *   `takeLedger`; core/ledger/drain.ts). A settlement queued while Redis is away carries its
+ *   record with it.
  * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
  *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
  *   Redis is back (idempotent per request id, so nothing counts twice). An admission whose outcome
@@ -23,8 +27,10 @@
  *   index.ts    RedisStore: open, admit / settle / cancel, the queue, the timers, close, crash
  *   read.ts     the read side (usage, admin views, remembered items)
  *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
+ *   accounts.ts users, keys, the audit trail, credits
  *   reaper.ts   the registry of live instances and crash recovery
  *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
+ *   ledger.ts   the ledger's streams: where records go, and taking them out
  *   health.ts   Redis up or away, probing, the degraded mode, /readyz
  *   client.ts   the connections, bounded calls, errors, batching
  *   scripts.ts  the .lua scripts, loaded
@@ -63,18 +69,20 @@ import {
   type SlotResult,
   type Store,
   type StoreHealth,
+  type LedgerBatch,
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
 import { RedisClient, refuse, Unavailable } from './client.js';
-import { DONE_TTL_MS, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
+import { DONE_TTL_MS, LEDGER_FIELD, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
 import { Health, PROBE_MS } from './health.js';
 import { Ops, type PartSlot } from './ops.js';
 import { Reaper } from './reaper.js';
 import { Slots, type AdmissionSlot } from './slots.js';
 import { Reads } from './read.js';
 import { Accounts } from './accounts.js';
+import { LedgerStreams } from './ledger.js';
 
 const RECENT_MAX = 100_000;
 /** How long audit entries are kept unless the options say otherwise. */
@@ -143,6 +151,7 @@ export class RedisStore implements Store {
   private readonly reaper: Reaper;
   private readonly reads: Reads;
   private readonly accounts: Accounts;
+  private readonly ledger: LedgerStreams;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly cluster: boolean;
@@ -168,6 +177,7 @@ export class RedisStore implements Store {
       recordTtl: RECORD_TTL_MS,
       doneTtl: DONE_TTL_MS,
       windows: WINDOW_MS,
+      ledgerField: LEDGER_FIELD,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
     // Health's hooks call parts made below: they run on connection events and failed calls, never during construction.
@@ -181,11 +191,26 @@ export class RedisStore implements Store {
         drain: () => void this.drain(),
       },
     );
-    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
+    this.ledger = new LedgerStreams(this.redis, this.status, this.keys, {
+      consumer: this.instanceId,
+      // Past two leases its reader is taken for gone (its instance would have been reaped).
+      claimIdleMs: 2 * this.leaseMs,
+      sweepMs: this.leaseMs,
+      log: this.log,
+    });
+    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock, this.ledger);
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
-    this.accounts = new Accounts(this.redis, this.status, this.keys, opts.clock, opts.auditRetentionMs ?? AUDIT_RETENTION_MS, this.log);
+    this.accounts = new Accounts(
+      this.redis,
+      this.status,
+      this.keys,
+      opts.clock,
+      opts.auditRetentionMs ?? AUDIT_RETENTION_MS,
+      this.log,
+      this.ledger,
+    );
   }
 
   static async open(opts: RedisStoreOptions): Promise<RedisStore> {
@@ -545,6 +570,10 @@ export class RedisStore implements Store {
 
   async health(): Promise<StoreHealth> {
     return this.status.report();
+  }
+
+  takeLedger(max: number): Promise<LedgerBatch> {
+    return this.ledger.take(max);
   }
 
   /** Queued settlements not yet in Redis. */
