@@ -443,11 +443,17 @@ const LedgerSummary = {
 const Reconciliation = {
   type: 'object',
   additionalProperties: false,
-  required: ['from', 'to', 'source', 'ok', 'differences'],
+  required: ['from', 'to', 'source', 'scope', 'ok', 'differences'],
   properties: {
     from: { type: 'string' },
     to: { type: 'string' },
     source: { type: 'string' },
+    scope: {
+      enum: ['ledger', 'instance'],
+      description:
+        '`instance`: the records this instance drained from a store shared with other instances (Redis store, no PostgreSQL): the whole ledger only while it is the only instance (`note` says so)',
+    },
+    note: { type: 'string' },
     ok: { type: 'boolean' },
     differences: {
       type: 'array',
