@@ -17,7 +17,7 @@
  * have been written by another instance (its own files) far more likely. Readers of the files
  * count what is there; PostgreSQL keeps one row per id in any case.
  *
- * Rounds run every `intervalMs`, at once while batches come full; `catchUp` runs rounds until the
+ * Rounds run every `intervalMs`, at once while records wait; `catchUp` runs rounds until the
  * store has nothing left (the ledger's queries call it, so a single instance answers with every
  * settled request); `close` ends with one. While the store is away, rounds fail quietly (one line
  * logged per outage) and the records wait in the store.
@@ -41,9 +41,9 @@ export interface LedgerDrainerOptions {
   source: LedgerSource;
   files: LedgerFiles;
   log: Logger;
-  /** Between rounds that found less than a full batch (default 500 ms). */
+  /** Between rounds that left nothing waiting (default 500 ms). */
   intervalMs?: number;
-  /** Records per round (default 1,000). */
+  /** Records per round, about (default 1,000). */
   batch?: number;
 }
 
@@ -59,7 +59,7 @@ export class LedgerDrainer {
   private held: LedgerBatch | undefined;
   /** In the files, not yet acknowledged. */
   private unacked: LedgerBatch | undefined;
-  private running: Promise<number> | undefined;
+  private running: Promise<boolean> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private failing = false;
@@ -89,25 +89,25 @@ export class LedgerDrainer {
   }
 
   private async tick(): Promise<void> {
-    let n = 0;
+    let more = false;
     try {
-      n = await this.round();
+      more = await this.round();
       if (this.failing) this.log.info('ledger: draining again');
       this.failing = false;
     } catch (e) {
       if (!this.failing) this.log.warn('ledger: records wait in the store (cannot drain them now)', { error: e as Error });
       this.failing = true;
     }
-    this.schedule(n >= this.batch ? 0 : this.intervalMs);
+    this.schedule(more ? 0 : this.intervalMs);
   }
 
-  /** One round (joined when one runs): the number of records taken. */
-  private round(): Promise<number> {
+  /** One round (joined when one runs): whether more records wait. */
+  private round(): Promise<boolean> {
     this.running ??= this.drainOnce().finally(() => (this.running = undefined));
     return this.running;
   }
 
-  private async drainOnce(): Promise<number> {
+  private async drainOnce(): Promise<boolean> {
     if (this.unacked) {
       await this.unacked.ack();
       this.unacked = undefined;
@@ -140,7 +140,7 @@ export class LedgerDrainer {
     this.unacked = batch;
     await batch.ack();
     this.unacked = undefined;
-    return records.length;
+    return batch.more === true || records.length >= this.batch;
   }
 
   /**
@@ -150,7 +150,7 @@ export class LedgerDrainer {
   async catchUp(maxMs = 2_000): Promise<void> {
     const deadline = Date.now() + maxMs;
     do {
-      if ((await this.round()) < this.batch) return;
+      if (!(await this.round())) return;
     } while (Date.now() < deadline);
   }
 

@@ -290,7 +290,8 @@ export interface Store {
 
   /**
    * Stores shared by several instances (Redis) keep each ledger record (core/ledger) until an
-   * instance takes it into its day files: up to `max` records no instance has taken yet, and
+   * instance takes it into its day files: about `max` records at most (`more` when others wait)
+   * that no instance has taken yet, and
    * records taken but never acknowledged by an instance that has since gone quiet for a lease
    * (`redelivered`: an instance may have written them already). Each record goes to one caller
    * until it is acknowledged (`ack`, once it is durable); a batch never acknowledged comes back.
@@ -307,6 +308,8 @@ export interface Store {
 /** Ledger records taken from a store (Store.takeLedger). */
 export interface LedgerBatch {
   records: TakenRecord[];
+  /** More records wait: take again at once. */
+  more?: boolean;
   /** The records are durable elsewhere: the store forgets them. */
   ack(): Promise<void>;
 }

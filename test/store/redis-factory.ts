@@ -37,7 +37,7 @@ export function redisFactory(name: string, url: () => string, cluster: boolean):
         const batch = await store.takeLedger!(1_000);
         list.push(...batch.records.map((r) => JSON.parse(r.json) as LedgerRecord));
         await batch.ack();
-        if (batch.records.length < 1_000) return [...list];
+        if (!batch.more) return [...list];
       }
     },
     async die(store: Store, clock: ManualClock) {

@@ -35,6 +35,12 @@ import { LEDGER_FIELD, ledgerJson } from './pack.js';
 
 /** The consumer group of every ledger stream. */
 export const LEDGER_GROUP = 'drain';
+/**
+ * Stream entries read per command (each up to a batch's records, 32): replies stay small — ioredis
+ * spends far more per record on a reply of megabytes (measured: about 8 µs of the gateway's CPU per
+ * record drained in reads of 16 entries, 19 µs in reads of 64, 21 µs of 256).
+ */
+const ENTRIES = 16;
 /** Streams read at once in a sweep (a cluster's: one command each). */
 const SWEEP_PARALLEL = 32;
 const CONSUMERS_EVERY_MS = 3_600_000;
@@ -94,7 +100,7 @@ export class LedgerStreams {
     if (this.cluster) this.dirty.add(stream);
   }
 
-  /** Store.takeLedger: up to about `max` records (see the header). */
+  /** Store.takeLedger: records of up to ENTRIES entries per stream, until about `max` (see the header). */
   async take(max: number): Promise<LedgerBatch> {
     if (this.health.state !== 'up' || this.health.closed) throw new Unavailable('Redis is away');
     const now = Date.now();
@@ -125,20 +131,29 @@ export class LedgerStreams {
         if (!fields || this.records(stream, id, fields, redelivered, records)) ids.push(id);
       }
     };
-    for (let i = 0; i < streams.length && records.length < max; i += SWEEP_PARALLEL) {
+    let more = false;
+    let i = 0;
+    for (; i < streams.length && records.length < max; i += SWEEP_PARALLEL) {
       await Promise.all(
         streams.slice(i, i + SWEEP_PARALLEL).map(async (stream) => {
           if (sweep) {
-            const [claimed, deleted] = await this.claim(stream, max);
+            const [claimed, deleted] = await this.claim(stream);
             note(stream, claimed, true);
             note(stream, deleted, true); // read once, gone since: acknowledged now
+            if (claimed.length + deleted.length >= ENTRIES) more = true;
           }
-          const fresh = await this.read(stream, max);
-          if (fresh.length >= max) this.dirty.add(stream);
+          const fresh = await this.read(stream);
           note(stream, fresh, false);
+          if (fresh.length >= ENTRIES) {
+            this.wrote(stream);
+            more = true;
+          }
         }),
       );
     }
+    // Streams not reached this time: the next round, at once.
+    for (; i < streams.length; i++) this.wrote(streams[i]);
+    if (i < streams.length) more = true;
     if (sweep) {
       this.nextSweep = now + this.opts.sweepMs;
       if (now >= this.nextConsumers) {
@@ -148,7 +163,7 @@ export class LedgerStreams {
         );
       }
     }
-    return { records, ack: () => this.ack(taken) };
+    return { records, more, ack: () => this.ack(taken) };
   }
 
   /**
@@ -183,8 +198,8 @@ export class LedgerStreams {
     return true;
   }
 
-  private async read(stream: string, count: number): Promise<Entry[]> {
-    const args = ['GROUP', LEDGER_GROUP, this.opts.consumer, 'COUNT', String(count), 'STREAMS', stream, '>'];
+  private async read(stream: string): Promise<Entry[]> {
+    const args = ['GROUP', LEDGER_GROUP, this.opts.consumer, 'COUNT', String(ENTRIES), 'STREAMS', stream, '>'];
     let r: Reply;
     try {
       r = (await this.redis.cmd((c) => c.call('XREADGROUP', ...args))) as Reply;
@@ -200,11 +215,11 @@ export class LedgerStreams {
   }
 
   /** Entries idle past claimIdleMs, taken over; and ids pending whose entries are gone. */
-  private async claim(stream: string, count: number): Promise<[Entry[], Entry[]]> {
+  private async claim(stream: string): Promise<[Entry[], Entry[]]> {
     let r: Reply[];
     try {
       r = (await this.redis.cmd((c) =>
-        c.call('XAUTOCLAIM', stream, LEDGER_GROUP, this.opts.consumer, String(this.opts.claimIdleMs), '0-0', 'COUNT', String(count)),
+        c.call('XAUTOCLAIM', stream, LEDGER_GROUP, this.opts.consumer, String(this.opts.claimIdleMs), '0-0', 'COUNT', String(ENTRIES)),
       )) as Reply[];
     } catch (e) {
       if (!isNoGroup(e)) throw e;
