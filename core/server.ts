@@ -41,7 +41,8 @@ import { usageHandler } from './handlers/usage.js';
 import { AdminApi } from './admin/index.js';
 import { ConsoleFiles } from './console.js';
 import { FileLedgerReader, type LedgerReader } from './ledger/index.js';
-import type { LedgerFiles } from './ledger/files.js';
+import { LedgerFiles } from './ledger/files.js';
+import { LedgerDrainer } from './ledger/drain.js';
 import { FailedRequestLog, redactSecrets, type Secrets } from './failed-requests.js';
 import { clientAddress, normaliseIp, trustedProxies } from './client-ip.js';
 import { AccountPools } from './pool/index.js';
@@ -136,6 +137,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private ledgerReader?: LedgerReader;
   /** The ledger's PostgreSQL sink (`ledger.postgres`, read at start): ships the day files. */
   private pgLedger?: { close(): Promise<void> };
+  /** A shared store's ledger (Redis): the day files this instance drains its records into. */
+  private ledgerDrain?: { files: LedgerFiles; drainer: LedgerDrainer };
 
   private constructor(
     private readonly opts: GatewayOptions<U>,
@@ -183,7 +186,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     const files = (opened as { ledger?: LedgerFiles }).ledger;
     if (files) gw.ledgerReader = new FileLedgerReader(files);
     try {
-      await gw.startPostgresLedger(loaded.config, files);
+      await gw.drainLedger(opened, loaded.config);
+      await gw.startPostgresLedger(loaded.config, files ?? gw.ledgerDrain?.files);
       await gw.startMocks(loaded.config);
       await gw.accounts.start();
       gw.runtime = await Runtime.create(loaded, { store, accounts: gw.accounts, clock, log, metrics });
@@ -211,6 +215,27 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
 
   baseUrl(provider: ProviderConfig): string {
     return provider.kind === 'mock' ? (this.mocks.get(provider.name)?.url ?? '') : provider.baseUrl;
+  }
+
+  /**
+   * A store shared by several instances (Redis) keeps the ledger's records until an instance takes
+   * them: this one drains them into its day files (ledger.dir) and answers ledger queries from
+   * those, which hold what it drained (docs/operations.md, "Scale out").
+   */
+  private async drainLedger(store: Store, config: GatewayConfig): Promise<void> {
+    const dir = config.ledger.dir;
+    if (!store.takeLedger || !dir) return;
+    const files = new LedgerFiles({ dir, retentionMs: config.ledger.retentionMs, log: this.log });
+    const source = { takeLedger: (max: number) => store.takeLedger!(max) };
+    let drainer: LedgerDrainer;
+    try {
+      drainer = await LedgerDrainer.start({ source, files, log: this.log });
+    } catch (e) {
+      files.close();
+      throw e;
+    }
+    this.ledgerDrain = { files, drainer };
+    this.ledgerReader = new FileLedgerReader(files, { scope: 'instance', refresh: () => drainer.catchUp() });
   }
 
   private async startMocks(config: GatewayConfig): Promise<void> {
@@ -988,6 +1013,13 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     this.pools.close();
     for (const m of this.mocks.values()) await m.close();
     this.mocks.clear();
+    if (this.ledgerDrain) {
+      // Settlements queued while the store was away go first, so their records are drained too.
+      await this.store.flush().catch(() => undefined);
+      await this.ledgerDrain.drainer.close();
+      this.ledgerDrain.files.close();
+      this.ledgerDrain = undefined;
+    }
     if (!this.opts.store) await this.store.close();
     // After the store: its last lines are in the day files, and a last pass ships them.
     await this.pgLedger?.close();

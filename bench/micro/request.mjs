@@ -1,6 +1,6 @@
 // One bench request as the stores see it: the nine claims the bench configures (balance, key
 // quota, three key windows, two spend caps, group and user RPM), a concurrency slot, a recovery
-// settlement, then its settlement. Shared by the store micro-benchmarks.
+// settlement, then its settlement (with the details of its ledger record). Shared by the store micro-benchmarks.
 const BIG = 1e15;
 export const claims = [
   { kind: 'balance', user: 'bench', credit: BIG, free: false, freeRpm: 0 },
@@ -24,6 +24,19 @@ export const settlement = (actual) => ({
   actual,
   durationMs: 3,
   windows: ['5h', '1d', '7d'],
+  // What plugins/metering attaches for the ledger record (a store writes it with the settlement).
+  detail: {
+    requestedModel: 'bench-chat',
+    provider: 'bench',
+    account: 'bench/main',
+    protocolIn: 'openai-chat',
+    protocolOut: 'openai-chat',
+    stream: false,
+    status: 200,
+    ratePpm: 1_000_000,
+    ttftMs: 2,
+    attempts: 1,
+  },
 });
 const signal = new AbortController().signal;
 let seq = 0;

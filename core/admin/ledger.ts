@@ -69,6 +69,7 @@ export function need(reader: LedgerReader | undefined): LedgerReader {
 
 export async function summary(res: ServerResponse, url: URL, reader: LedgerReader, now: number): Promise<void> {
   const q = ledgerQuery(url, now);
+  await refresh(reader);
   const raw = url.searchParams.get('by');
   const by = raw === null || raw === '' ? [] : raw.split(',');
   for (const b of by) if (!(GROUP_BY as readonly string[]).includes(b)) throw invalid('by', `'${b}' is not one of ${GROUP_BY.join(', ')}`);
@@ -82,6 +83,7 @@ export async function records(res: ServerResponse, url: URL, reader: LedgerReade
   const cursor = url.searchParams.get('cursor');
   if (cursor !== null && !/^\d+$/.test(cursor)) throw invalid('cursor', 'is not a cursor this API gave');
   const offset = cursor === null ? 0 : Number(cursor);
+  await refresh(reader);
   const page = await reader.page(q, offset, limit);
   sendJson(res, 200, { data: page.records, next_cursor: page.more ? String(offset + page.records.length) : null });
 }
@@ -102,6 +104,7 @@ export async function exportRecords(req: IncomingMessage, res: ServerResponse, u
   const format = url.searchParams.get('format') ?? 'jsonl';
   if (format !== 'jsonl' && format !== 'csv') throw invalid('format', 'must be jsonl or csv');
   const name = `ledger-${q.fromDay}_${q.toDay}.${format}`;
+  await refresh(reader);
   res.writeHead(200, {
     'content-type': format === 'csv' ? 'text/csv; charset=utf-8' : 'application/x-ndjson',
     'content-disposition': `attachment; filename="${name}"`,
@@ -135,6 +138,25 @@ export async function reconcileRange(
   now: number,
 ): Promise<void> {
   const q = ledgerQuery(url, now);
+  await refresh(reader);
   const differences = await reconcile(reader, store, { fromDay: q.fromDay, toDay: q.toDay }, keys);
-  sendJson(res, 200, { from: q.fromDay, to: q.toDay, source: reader.source, ok: differences.length === 0, differences });
+  const scope = reader.scope ?? 'ledger';
+  sendJson(res, 200, {
+    from: q.fromDay,
+    to: q.toDay,
+    source: reader.source,
+    scope,
+    ...(scope === 'instance' ? { note: INSTANCE_NOTE } : {}),
+    ok: differences.length === 0,
+    differences,
+  });
+}
+
+const INSTANCE_NOTE =
+  "This instance's day files hold the records it drained from the shared store: they equal the shared counters only when it is the " +
+  "only instance. With several, the others' records show as differences here; PostgreSQL (ledger.postgres) is the whole ledger.";
+
+/** Brings the reader up to date (a failure leaves the records as they are: a query still answers). */
+async function refresh(reader: LedgerReader): Promise<void> {
+  await reader.refresh?.().catch(() => undefined);
 }

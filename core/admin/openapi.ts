@@ -362,7 +362,7 @@ const LedgerRecord = {
     cache_read_tokens: { type: 'integer' },
     cache_write_tokens: { type: 'integer' },
     reasoning_tokens: nullable('integer'),
-    usage_source: { enum: ['reported', 'estimated', null] },
+    usage_source: { enum: ['reported', 'estimated', 'late', null] },
     estimate_reason: { enum: ['client_disconnect', 'cut_at_reservation', 'upstream_cut', 'no_usage_reported', 'crash_recovery', null] },
     list_micros: { type: 'integer' },
     rate_ppm: nullable('integer'),
@@ -413,11 +413,17 @@ const LedgerSummary = {
 const Reconciliation = {
   type: 'object',
   additionalProperties: false,
-  required: ['from', 'to', 'source', 'ok', 'differences'],
+  required: ['from', 'to', 'source', 'scope', 'ok', 'differences'],
   properties: {
     from: { type: 'string' },
     to: { type: 'string' },
     source: { type: 'string' },
+    scope: {
+      enum: ['ledger', 'instance'],
+      description:
+        '`instance`: the records this instance drained from a store shared with other instances (Redis store, no PostgreSQL): the whole ledger only while it is the only instance (`note` says so)',
+    },
+    note: { type: 'string' },
     ok: { type: 'boolean' },
     differences: {
       type: 'array',

@@ -10,10 +10,26 @@
  *   written twice.
  * - `seq` orders the records of one store folder; a store with no journal of its own (Redis) writes
  *   `seq: 0` and relies on the record ids instead (drain.ts).
+ * - A torn line never swallows the next record: after a failed write, or in a file found ending
+ *   mid-line (a process killed in a write), the next write begins with a newline, so the torn
+ *   line stays one unreadable line (skipped).
  * - Files older than the retention are deleted (checked at start and hourly).
  * - Reading streams line by line (readline): a month of records is never held in memory.
  */
-import { closeSync, fsync, fsyncSync, mkdirSync, openSync, readdirSync, unlinkSync, writeSync, createReadStream, statSync } from 'node:fs';
+import {
+  closeSync,
+  fstatSync,
+  fsync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  readdirSync,
+  unlinkSync,
+  writeSync,
+  createReadStream,
+  statSync,
+} from 'node:fs';
 import { open } from 'node:fs/promises';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -22,6 +38,8 @@ import { dayKey } from '../store/types.js';
 import type { LedgerRecord } from './record.js';
 
 const FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
+/** A record line's id (a JSON string). */
+const ID = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/;
 const HOUR = 3_600_000;
 
 /**
@@ -45,6 +63,8 @@ export class LedgerFiles {
   private fd: number | undefined;
   private fdDay = '';
   private unsynced = false;
+  /** The open file may end mid-line (a write failed, or a process was killed in one). */
+  private torn = false;
   private readonly retentionMs: number;
   private readonly log: Logger;
   private readonly now: () => number;
@@ -69,9 +89,18 @@ export class LedgerFiles {
       let text = '';
       while (i < lines.length && dayKey(lines[i].ts) === day) text += lines[i++].line;
       const fd = this.fileFor(day);
+      if (this.torn) text = '\n' + text;
       const buf = Buffer.from(text, 'utf8');
-      let off = 0;
-      while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      try {
+        let off = 0;
+        while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
+      } catch (e) {
+        // Part of it may be written: the next write ends that line first. (Not cut back off:
+        // the workers of one instance may share the folder, and another may have appended since.)
+        this.torn = true;
+        throw e;
+      }
+      this.torn = false;
       this.unsynced = true;
     }
   }
@@ -87,7 +116,12 @@ export class LedgerFiles {
       }
       closeSync(this.fd);
     }
-    this.fd = openSync(path.join(this.dir, `${day}.jsonl`), 'a');
+    const fd = openSync(path.join(this.dir, `${day}.jsonl`), 'a+');
+    const size = fstatSync(fd).size;
+    const last = Buffer.alloc(1);
+    if (size > 0) readSync(fd, last, 0, 1, size - 1);
+    this.torn = size > 0 && last[0] !== 0x0a;
+    this.fd = fd;
     this.fdDay = day;
     return this.fd;
   }
@@ -142,6 +176,41 @@ export class LedgerFiles {
       }
     }
     return 0;
+  }
+
+  /**
+   * The ids of the records in the last `maxBytes` of the newest day files (at most the two newest):
+   * what a process wrote last (drain.ts checks records that may have been written already).
+   */
+  async tailIds(maxBytes: number): Promise<Set<string>> {
+    const ids = new Set<string>();
+    let budget = maxBytes;
+    for (const day of this.days().slice(-2).reverse()) {
+      if (budget <= 0) break;
+      const file = path.join(this.dir, `${day}.jsonl`);
+      const size = statSync(file).size;
+      const len = Math.min(size, budget);
+      budget -= len;
+      const fh = await open(file, 'r');
+      try {
+        const buf = Buffer.alloc(len);
+        await fh.read(buf, 0, len, size - len);
+        const lines = buf.toString('utf8').split('\n');
+        if (len < size) lines.shift(); // began mid-line
+        for (const line of lines) {
+          const m = ID.exec(line);
+          if (!m || !line.endsWith('}')) continue;
+          try {
+            ids.add(JSON.parse(m[1]) as string);
+          } catch {
+            /* not a record line */
+          }
+        }
+      } finally {
+        await fh.close();
+      }
+    }
+    return ids;
   }
 
   /**

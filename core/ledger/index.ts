@@ -44,6 +44,14 @@ export interface SummaryRow {
 export interface LedgerReader {
   /** Where the records are read from (`files` or `postgres`). */
   readonly source: string;
+  /**
+   * What the records read are: `ledger`, all of them (the default: the memory store's files,
+   * PostgreSQL); `instance`, those this instance took from a store shared with other instances
+   * (the Redis store's files, drain.ts): the whole ledger only while it is the only instance.
+   */
+  readonly scope?: 'ledger' | 'instance';
+  /** Brings the records up to date before a query (the Redis store's: its drainer catches up). */
+  refresh?(): Promise<void>;
   /** Every record of the range and filters, in order, one at a time (never all in memory). */
   stream(q: LedgerQuery): AsyncIterable<LedgerRecord>;
   /** Totals grouped by `by` (no grouping: one row for everything). */
@@ -82,7 +90,7 @@ const zero = (group: SummaryRow['group']): SummaryRow => ({
 export function accumulate(row: SummaryRow, r: LedgerRecord): void {
   row.records++;
   if (r.type === 'request') {
-    row.requests++;
+    if (r.usage_source !== 'late') row.requests++;
     row.input_tokens += r.input_tokens;
     row.output_tokens += r.output_tokens;
     row.cache_read_tokens += r.cache_read_tokens;
@@ -120,8 +128,16 @@ export async function summarise(records: AsyncIterable<LedgerRecord>, by: readon
 /** The ledger in day files. */
 export class FileLedgerReader implements LedgerReader {
   readonly source = 'files';
+  readonly scope: 'ledger' | 'instance';
+  readonly refresh?: () => Promise<void>;
 
-  constructor(private readonly files: LedgerFiles) {}
+  constructor(
+    private readonly files: LedgerFiles,
+    opts: { scope?: 'ledger' | 'instance'; refresh?: () => Promise<void> } = {},
+  ) {
+    this.scope = opts.scope ?? 'ledger';
+    this.refresh = opts.refresh;
+  }
 
   async *stream(q: LedgerQuery): AsyncGenerator<LedgerRecord> {
     for await (const r of this.files.read(q.fromDay, q.toDay)) {
@@ -161,6 +177,8 @@ export interface Difference {
  * Compares the ledger with the store's counters: for every key seen in either, day by day over the
  * range, each model's requests, tokens, list price and charge (the store's day records behind
  * `/v1/usage`). Differences are listed; none means every settled request has exactly its record.
+ * A reader of scope `instance` holds only what this instance drained: against counters shared by
+ * several instances it shows the others' records as missing (the admin API says so).
  */
 export async function reconcile(reader: LedgerReader, store: Store, q: LedgerQuery, keys: Iterable<string>): Promise<Difference[]> {
   const rows = await reader.summary({ ...q, type: 'request' }, ['key', 'day', 'model']);

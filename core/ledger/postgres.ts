@@ -703,7 +703,7 @@ export class PostgresLedgerReader implements LedgerReader {
     const req = `FILTER (WHERE "type" = 'request')`;
     const sum = (c: string) => `coalesce(sum(${ident(c)}) ${req}, 0) AS ${ident(c)}`;
     const rows = await this.query<Record<string, string | number>>(
-      `SELECT ${[...groups, 'count(*) AS records', `count(*) ${req} AS requests`].join(', ')}, ` +
+      `SELECT ${[...groups, 'count(*) AS records', `count(*) FILTER (WHERE "type" = 'request' AND "usage_source" IS DISTINCT FROM 'late') AS requests`].join(', ')}, ` +
         ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'list_micros', 'charged_micros'].map(sum).join(', ') +
         `, coalesce(sum("charged_micros") FILTER (WHERE "type" <> 'request'), 0) AS credited_micros` +
         `, count(*) FILTER (WHERE "type" = 'request' AND "usage_source" = 'estimated') AS estimated` +

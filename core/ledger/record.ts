@@ -43,8 +43,12 @@ export interface LedgerRecord {
   cache_read_tokens: number;
   cache_write_tokens: number;
   reasoning_tokens: number | null;
-  /** `reported`: the upstream's usage; `estimated`: see `estimate_reason`. */
-  usage_source: 'reported' | 'estimated' | null;
+  /**
+   * `reported`: the upstream's usage; `estimated`: see `estimate_reason`; `late`: what a request's
+   * reported usage had above its crash-recovery estimate, settled after the recovery (the record
+   * `<request id>:late`, which counts no request: docs/ledger.md).
+   */
+  usage_source: 'reported' | 'estimated' | 'late' | null;
   estimate_reason: EstimateReason | null;
   /** micro-USD at list price. */
   list_micros: number;
@@ -85,7 +89,7 @@ export function requestRecord(id: string, t: number, s: Settlement): LedgerRecor
     cache_read_tokens: u.cacheRead,
     cache_write_tokens: u.cacheWrite,
     reasoning_tokens: d?.reasoning ?? null,
-    usage_source: estimated ? 'estimated' : 'reported',
+    usage_source: s.late ? 'late' : estimated ? 'estimated' : 'reported',
     estimate_reason: s.recovered ? 'crash_recovery' : estimated ? (d?.estimateReason ?? 'no_usage_reported') : null,
     list_micros: s.cost,
     rate_ppm: d?.ratePpm ?? null,

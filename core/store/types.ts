@@ -92,6 +92,12 @@ export interface Settlement {
   /** Applied by crash recovery (the admission's `recovery`), not by the request itself. */
   recovered?: boolean;
   /**
+   * A late settlement's correction (Redis, a fenced instance: core/store/redis/index.ts): what the
+   * request's real usage has above the crash-recovery estimate already applied. Counts no request;
+   * its ledger record is `<request id>:late` with usage_source `late`.
+   */
+  late?: boolean;
+  /**
    * The request's details for its ledger record (core/ledger): stored with the settlement, never
    * read by the counters. Absent on settlements that predate the ledger.
    */
@@ -322,9 +328,41 @@ export interface Store {
   /** Whether the store can serve now (cheap; called by /readyz). */
   health(): Promise<StoreHealth>;
 
+  /**
+   * Stores shared by several instances (Redis) keep each ledger record (core/ledger) until an
+   * instance takes it into its day files: about `max` records at most (`more` when others wait)
+   * that no instance has taken yet, and
+   * records taken but never acknowledged by an instance that has since gone quiet for a lease
+   * (`redelivered`: an instance may have written them already). Each record goes to one caller
+   * until it is acknowledged (`ack`, once it is durable); a batch never acknowledged comes back.
+   * Fails (Unavailable) while the store is away. Absent: the store writes its ledger itself
+   * (memory: with its journal).
+   */
+  takeLedger?(max: number): Promise<LedgerBatch>;
+
   /** Write everything pending to disk (memory) / no-op (redis). */
   flush(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Ledger records taken from a store (Store.takeLedger). */
+export interface LedgerBatch {
+  records: TakenRecord[];
+  /** More records wait: take again at once. */
+  more?: boolean;
+  /** The records are durable elsewhere: the store forgets them. */
+  ack(): Promise<void>;
+}
+
+export interface TakenRecord {
+  /** The record's id (core/ledger/record.ts `id`). */
+  id: string;
+  /** Its time, epoch ms. */
+  ts: number;
+  /** The record as JSON, fields in core/ledger/record.ts FIELDS order. */
+  json: string;
+  /** Taken before by an instance that never acknowledged it. */
+  redelivered?: boolean;
 }
 
 export interface Wallet {

@@ -305,7 +305,7 @@ t.test(
   'an instance frozen past its lease whose slots nobody took: it takes them back and its requests finish, charged the larger of estimate and usage',
   async (t) => {
     const prefix = 'fq:';
-    const [, b] = await instances(t, prefix, 2, { concurrency: 4, queue: { size: 8, max_wait: '60s' } });
+    const [a, b] = await instances(t, prefix, 2, { concurrency: 4, queue: { size: 8, max_wait: '60s' } });
     let contentSeen = 0;
     const body = {
       model: 'm',
@@ -347,6 +347,36 @@ t.test(
     const [tot, wallet] = await Promise.all([db.hgetall(`${prefix}{k:k}:totals`), db.hgetall(`${prefix}{u:u}:wallet`)]);
     t.same([Number(tot.requests), Number(tot.actual), Number(wallet.spent)], [2, charged, charged], 'recorded once each, at those charges');
     t.ok(await until(async () => (await db.zcard(`${prefix}{u:u}:slot:held`)) === 0, 10_000), 'and their slots freed at the end');
+
+    // The ledger: each request's crash-recovery record and its late correction (`<id>:late`), drained
+    // by whichever instance took them, summing to the counters' charge and counting two requests.
+    const records = new Map<string, Record<string, any>>();
+    t.ok(
+      await until(async () => {
+        for (const g of [a, b]) {
+          const r = await request(`${g.url}/admin/ledger/records?user=u&limit=100`, { headers: { authorization: 'Bearer adm' } });
+          for (const x of JSON.parse(r.text).data ?? []) records.set(x.id, x);
+        }
+        return records.size === 4;
+      }),
+      'four records across the instances',
+    );
+    const list = [...records.values()];
+    t.same(list.map((r) => r.usage_source).sort(), ['estimated', 'estimated', 'late', 'late'], 'two recoveries, two late corrections');
+    t.ok(
+      list.filter((r) => r.usage_source === 'late').every((r) => records.has(r.id.replace(/:late$/, ''))),
+      'each correction names its request',
+    );
+    t.equal(
+      list.reduce((sum, r) => sum + r.charged_micros, 0),
+      charged,
+      'the records sum to what the counters charged',
+    );
+    const summary = JSON.parse((await request(`${b.url}/admin/ledger/summary?by=user`, { headers: { authorization: 'Bearer adm' } })).text);
+    t.ok(
+      summary.data.every((row: any) => row.requests <= 2),
+      'a correction counts no request',
+    );
   },
 );
 

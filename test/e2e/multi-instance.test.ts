@@ -318,7 +318,7 @@ t.test(
         `instance ${gw.pid} logged the outage and the recovery`,
       );
     }
-    const durable = /\}:(wallet|caps|plan:.+|counters|totals|days|day:.+)$/;
+    const durable = /\}:(wallet|caps|plan:.+|counters|totals|days|day:.+|ledger)$/;
     const keys = await keysOf(prefix);
     const ttls = await Promise.all(keys.map(async (k) => [k, await db.pttl(k)] as const));
     const without = ttls.filter(([k, ttl]) => !durable.test(k) && ttl < 0).map(([k]) => k);

@@ -4,7 +4,7 @@
  * API (each answer checked against /admin/openapi.json); exact after kill -9.
  */
 import t from 'tap';
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import OpenAI from 'openai';
@@ -12,6 +12,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, tmpDir, type TestGateway } from '../helpers/gateway.js';
 import { AdminClient } from '../helpers/admin.js';
 import { request, startGatewayProcess } from '../helpers/process.js';
+import { LedgerFiles } from '../../core/ledger/files.js';
+import { silentLogger } from '../../core/log.js';
 
 const TOKEN = 'ledger-admin-token-123';
 
@@ -162,3 +164,17 @@ t.test(
     }
   },
 );
+
+t.test('day files: a line torn by a killed writer never swallows the next record', async (t) => {
+  const dir = tmpDir('ledger-torn-');
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const day = today();
+  writeFileSync(path.join(dir, `${day}.jsonl`), '{"seq":0,"id":"whole","type":"request"}\n{"seq":0,"id":"torn","ty');
+  const files = new LedgerFiles({ dir, retentionMs: 86_400_000, log: silentLogger });
+  files.appendSync([{ ts: Date.now(), line: '{"seq":0,"id":"next","type":"request"}\n' }]);
+  await files.sync();
+  const ids: string[] = [];
+  for await (const r of files.read(day, day)) ids.push(r.id);
+  files.close();
+  t.same(ids, ['whole', 'next'], 'the torn line is skipped, the next record read');
+});

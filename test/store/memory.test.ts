@@ -23,11 +23,13 @@ const folder = () => {
   made.push(d);
   return d;
 };
+// Its ledger: day files in the folder (written with the journal), read as the gateway reads them.
+const ledger = (dir: string) => ({ dir: path.join(dir, 'ledger'), retentionMs: 100 * 365 * 86_400_000 });
 storeSuite(t, {
   name: 'memory',
   async open(clock) {
     const dir = folder();
-    const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000 });
+    const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, ledger: ledger(dir) });
     folders.set(store, dir);
     return store;
   },
@@ -36,7 +38,15 @@ storeSuite(t, {
     const copy = folder();
     await cp(folders.get(store as MemoryStore)!, copy, { recursive: true });
     await store.close(); // the original folder only; the copy is what the killed process left
-    return MemoryStore.open({ path: copy, clock });
+    const after = await MemoryStore.open({ path: copy, clock, ledger: ledger(copy) });
+    folders.set(after, copy);
+    return after;
+  },
+  async ledger(store) {
+    await store.flush();
+    const out = [];
+    for await (const { seq: _seq, ...r } of (store as MemoryStore).ledger!.read('0000-01-01', '9999-12-31')) out.push(r);
+    return out;
   },
   tick: () => new Promise((r) => setImmediate(r)),
 });

@@ -18,6 +18,7 @@ import type {
   UserRecord,
 } from '../../core/store/types.js';
 import type { Window } from '../../core/config/types.js';
+import type { LedgerRecord } from '../../core/ledger/record.js';
 
 export interface StoreFactory {
   name: string;
@@ -29,6 +30,12 @@ export interface StoreFactory {
    * Undefined: not wired for this store yet (the case is reported as todo, never passed).
    */
   die?: (store: Store, clock: ManualClock) => Promise<Store>;
+  /**
+   * Every ledger record (core/ledger) the store has made so far, as its reader gets them: the
+   * memory store's day files; a shared store's records taken (takeLedger) and acknowledged,
+   * added to what was taken before from the same keys. Undefined: the case is todo.
+   */
+  ledger?: (store: Store) => Promise<LedgerRecord[]>;
   /** Lets other work run: a store answering over the network needs real time between steps. */
   tick(): Promise<void>;
 }
@@ -1467,6 +1474,126 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     if (s2.ok) s2.release();
     await store.close();
   });
+
+  // ---- the ledger ------------------------------------------------------------------------------
+
+  const ledgerOpts = f.ledger ? {} : { todo: `the ledger hook is not wired for the ${f.name} store yet` };
+  const detail = {
+    requestedModel: 'm0',
+    provider: 'p1',
+    account: 'p1/main',
+    protocolIn: 'openai-chat',
+    protocolOut: 'anthropic-messages',
+    stream: true,
+    status: 200,
+    reasoning: 3,
+    ratePpm: 800_000,
+    ttftMs: 12,
+    attempts: 2,
+  } as const;
+
+  tap.test(`${f.name}: ledger: one record per settlement that applies and per credit, each once`, ledgerOpts, async (t) => {
+    if (!f.ledger) return;
+    const { store, clock } = await open();
+    t.ok((await store.admit({ requestId: 'led-1', reserve: 500, claims: [quota(10_000), balance(10_000)] })).ok);
+    await store.settle('led-1', settlement({ actual: 80, cost: 100, detail }));
+    await store.settle('led-1', settlement({ actual: 999, cost: 999, detail })); // repeated: changes nothing
+    clock.advance(1_000);
+    // Settled without an admission (Redis away at the admission), estimated: a record all the same.
+    await store.settle('led-2', settlement({ actual: 7, estimated: true, detail: { ...detail, estimateReason: 'client_disconnect' } }));
+    const credit = await store.credit({ user: 'u1', amount: 5_000, baseCredit: 0, reference: 'inv-9', audit: audit('topup', 'user:u1') });
+    const fix = await store.credit({ user: 'u1', amount: -1_000, baseCredit: 0, reference: 'fix', audit: audit('topup', 'user:u1') });
+    await store.credit({ user: 'u1', amount: -1_000_000, baseCredit: 0, reference: 'refused', audit: audit('topup', 'user:u1') });
+    t.ok(credit.ok && fix.ok);
+    const records = await f.ledger(store);
+    t.same(
+      records.map((r) => r.id).sort(),
+      ['led-1', 'led-2', `credit:${credit.ok && credit.record.id}`, `credit:${fix.ok && fix.record.id}`].sort(),
+      'one record each: none for the repeated settlement, nor for the refused correction',
+    );
+    const byId = new Map(records.map((r) => [r.id, r]));
+    t.same(
+      byId.get('led-1'),
+      {
+        id: 'led-1',
+        type: 'request',
+        ts: T0,
+        user: 'u1',
+        key: 'k1',
+        group: 'g1',
+        model_requested: 'm0',
+        model: 'm1',
+        provider: 'p1',
+        account: 'p1/main',
+        protocol_in: 'openai-chat',
+        protocol_out: 'anthropic-messages',
+        stream: true,
+        status: 200,
+        billing: 'balance',
+        input_tokens: 10,
+        output_tokens: 5,
+        cache_read_tokens: 2,
+        cache_write_tokens: 1,
+        reasoning_tokens: 3,
+        usage_source: 'reported',
+        estimate_reason: null,
+        list_micros: 100,
+        rate_ppm: 800_000,
+        charged_micros: 80,
+        duration_ms: 50,
+        ttft_ms: 12,
+        attempts: 2,
+        reference: null,
+        actor: null,
+      },
+      'the settlement applied, with its details and the store time',
+    );
+    t.match(byId.get('led-2'), { ts: T0 + 1_000, usage_source: 'estimated', estimate_reason: 'client_disconnect', charged_micros: 7 });
+    t.match(byId.get(`credit:${fix.ok && fix.record.id}`), {
+      type: 'correction',
+      user: 'u1',
+      charged_micros: -1_000,
+      reference: 'fix',
+      actor: 'ops',
+      ts: T0 + 1_000,
+      key: null,
+    });
+    t.match(byId.get(`credit:${credit.ok && credit.record.id}`), { type: 'topup', charged_micros: 5_000, reference: 'inv-9' });
+    await store.settle('led-1', settlement({ actual: 999, detail }));
+    t.same((await f.ledger(store)).length, records.length, 'read again: the same records, none twice');
+    await store.close();
+  });
+
+  tap.test(
+    `${f.name}: ledger: a crash-recovery settlement has its record, marked crash_recovery`,
+    f.die && f.ledger ? {} : { todo: `the death or ledger hook is not wired for the ${f.name} store yet` },
+    async (t) => {
+      if (!f.die || !f.ledger) return;
+      const { store, clock } = await open();
+      const recovery = settlement({ actual: 30, cost: 40, usage: { input: 300, output: 0, cacheRead: 0, cacheWrite: 0 }, estimated: true });
+      t.ok((await store.admit({ requestId: 'led-crash', reserve: 500, claims: [quota(10_000)], recovery })).ok);
+      t.ok((await store.admit({ requestId: 'led-done', reserve: 500, claims: [quota(10_000)], recovery })).ok);
+      await store.settle('led-done', settlement({ actual: 60, detail }));
+      t.same(
+        (await f.ledger(store)).map((r) => r.id),
+        ['led-done'],
+        'before the death: the settled one',
+      );
+      const after = await f.die(store, clock);
+      const records = await f.ledger(after);
+      const crash = records.filter((r) => r.id === 'led-crash');
+      t.equal(crash.length, 1, 'one record for the request in flight at the death');
+      t.match(crash[0], {
+        usage_source: 'estimated',
+        estimate_reason: 'crash_recovery',
+        charged_micros: 30,
+        list_micros: 40,
+        input_tokens: 300,
+      });
+      t.equal(records.filter((r) => r.id === 'led-done').length, 1, 'the settled one: its own record, once');
+      await after.close();
+    },
+  );
 
   // ---- remembered items ------------------------------------------------------------------------
 

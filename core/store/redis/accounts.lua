@@ -15,9 +15,12 @@
 -- load   KEYS: users hash, keys hash, version  → {version, users (name, stored)…, keys (name, stored)…}
 -- changes KEYS: users hash, keys hash, version, change log  ARGV[3] since
 --        → {version, [kind:name, stored or false]…} | {-1} when `since` is ahead of the store (it lost data)
--- credit KEYS: wallet hash, idempotency key, credits stream
+-- credit KEYS: wallet hash, idempotency key, credits stream, ledger stream
 --        ARGV[3] amount [4] base credit [5] the record's JSON fields without id, at, credit, spent
 --        (a fragment starting with a comma) [6] fingerprint ('' = no key) [7] key TTL ms [8] deadline
+--        [9] the ledger record packed but its id (pack.ts creditLedgerText): with its id
+--        `credit:<credit id>` appended it goes to the ledger stream with the time, as a
+--        settlement's does (ops.lua settle_op)
 --        → {1, id, at, credit, spent} | {2, stored record text} (replay) | {3} (other fingerprint) | {4} (below zero)
 -- audit  KEYS: audit stream  ARGV[3] audit JSON without id and at  [4] retention ms  → {id, now}
 --
@@ -104,6 +107,7 @@ elseif op == 'credit' then
   redis.call('HSET', KEYS[1], 'credit', I(credit))
   local head = '{"at":' .. I(now) .. ',"credit":' .. I(credit) .. ',"spent":' .. I(spent)
   local id = redis.call('XADD', KEYS[3], '*', 'r', head .. fields .. '}')
+  redis.call('XADD', KEYS[4], '*', 't', I(now), LF, ARGV[9] .. 'credit:' .. id)
   if fp ~= '' then
     redis.call('SET', KEYS[2], fp .. '\n' .. id .. '\n' .. head .. fields .. '}', 'PX', ARGV[7])
   end

@@ -20,6 +20,8 @@
  *   caller has answered 503) changes nothing. So a write answered 503 never applies later.
  * - Redis time (or the test clock) stamps records, audit entries and credit records. Audit and
  *   credit ids are the stream ids (`<ms>-<n>`, Redis time).
+ * - A credit's ledger record (`credit:<id>`) goes to the user's ledger stream in the credit's own
+ *   script (ledger.ts).
  */
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../log.js';
@@ -43,7 +45,8 @@ import type {
 import { refuse, Unavailable, type RedisClient, type Reply } from './client.js';
 import type { Health } from './health.js';
 import type { Keys } from './keys.js';
-import { now } from './pack.js';
+import type { LedgerStreams } from './ledger.js';
+import { creditLedgerText, now } from './pack.js';
 
 /** How long a top-up's Idempotency-Key answers with its first result. */
 const IDEMPOTENCY_TTL_MS = 86_400_000;
@@ -92,6 +95,7 @@ export class Accounts {
     private readonly clock: Clock | undefined,
     private readonly auditRetentionMs: number,
     private readonly log: Logger,
+    private readonly ledger: LedgerStreams,
   ) {
     const channel = keys.accountsChannel();
     redis.sub.on('message', (ch: string) => {
@@ -215,11 +219,14 @@ export class Accounts {
     // The record's own fields, as a JSON fragment the script completes (`{"at":…,"credit":…,"spent":…` + this + `}`).
     const fields = JSON.stringify({ user: req.user, amount: req.amount, reference: req.reference, actor: req.audit.actor }).slice(1, -1);
     const idem = req.idempotency;
+    // Its ledger record goes to the user's stream, in the same script (ledger.ts).
+    const stream = this.ledger.streamOf(k.user(req.user));
+    await this.call(() => this.ledger.ensure(stream));
     const deadline = await this.deadline();
     const r = (await this.call(() =>
       this.redis.run(
         'accounts',
-        [k.wallet(req.user), idem ? k.idempotency(req.user, idem.key) : k.wallet(req.user), k.credits(req.user)],
+        [k.wallet(req.user), idem ? k.idempotency(req.user, idem.key) : k.wallet(req.user), k.credits(req.user), stream],
         [
           'credit',
           now(this.clock),
@@ -229,6 +236,7 @@ export class Accounts {
           idem?.fingerprint ?? '',
           String(IDEMPOTENCY_TTL_MS),
           deadline,
+          creditLedgerText({ user: req.user, amount: req.amount, reference: req.reference, actor: req.audit.actor }),
         ],
       ),
     )) as Reply[];
@@ -244,6 +252,7 @@ export class Accounts {
     }
     if (r[0] === 3) return { ok: false, reason: 'idempotency_conflict' };
     if (r[0] === 4) return { ok: false, reason: 'below_zero' };
+    this.ledger.wrote(stream);
     const record: CreditRecord = {
       id: r[1] as string,
       at: r[2] as number,

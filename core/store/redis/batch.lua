@@ -1,6 +1,7 @@
 -- Several operations in one call, in order: the admissions, settlements and cancels of one
 -- event-loop turn on a single Redis (client.ts batches them). Each is what its own script would do
--- (ops.lua), and the whole batch is atomic; every hash they touch is read once and written once.
+-- (ops.lua), and the whole batch is atomic; every hash they touch is read once and written once,
+-- and the settlements' ledger records go to their stream as one entry.
 --
 -- ARGV: one argument per operation, its fields separated by \28: its kind (a admit, s settle,
 -- c cancel), its number of keys, its keys, then its arguments (as its own script takes them).
@@ -19,4 +20,5 @@ for n = 1, #ARGV do
   else return redis.error_reply('ERR unknown batch operation ' .. tostring(kind)) end
 end
 hflush()
+ledger_flush()
 return out

@@ -12,6 +12,10 @@
  * - Time: the scripts read Redis TIME, so every instance agrees on periods. A test clock
  *   (`clock`) replaces it for the money periods only (pack.ts `now`).
  * - Crash recovery: reaper.ts. Concurrency slots: slots.ts.
+ * - The ledger: every settlement that applies (the reaper's too) and every credit adds its record
+ *   to a stream in its own script; instances take them into their day files (ledger.ts,
+ *   `takeLedger`; core/ledger/drain.ts). A settlement queued while Redis is away carries its
+ *   record with it.
  * - Faults: client.ts (every call bounded), health.ts (Redis away, the degraded mode), and here:
  *   while Redis is away, settlements and cancels wait in an in-memory queue sent in order once
  *   Redis is back (idempotent per request id, so nothing counts twice). An admission whose outcome
@@ -24,8 +28,10 @@
  *   read.ts     the read side (usage, admin views, remembered items)
  *   upstreams.ts upstream accounts: their shared health, what their limits hold
  *   slots.ts    concurrency slots: leases, the global queue, waiters, wake-ups
+ *   accounts.ts users, keys, the audit trail, credits
  *   reaper.ts   the registry of live instances and crash recovery
  *   ops.ts      an admission's script calls, per part (admit, settle, cancel, index entries)
+ *   ledger.ts   the ledger's streams: where records go, and taking them out
  *   health.ts   Redis up or away, probing, the degraded mode, /readyz
  *   carry.ts    what the degraded mode counted and held, carried back to Redis once it returns
  *   client.ts   the connections, bounded calls, errors, batching
@@ -69,12 +75,13 @@ import {
   type SlotResult,
   type Store,
   type StoreHealth,
+  type LedgerBatch,
 } from '../types.js';
 import { Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
 import { RedisClient, refuse, Unavailable } from './client.js';
-import { DONE_TTL_MS, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
+import { DONE_TTL_MS, LEDGER_FIELD, LIST, packSettlement, PARTS, RECORD_TTL_MS, tagOf } from './pack.js';
 import { Health, PROBE_MS } from './health.js';
 import { Ops, type PartSlot } from './ops.js';
 import { Reaper } from './reaper.js';
@@ -83,6 +90,7 @@ import { Reads } from './read.js';
 import { Accounts } from './accounts.js';
 import { Carry } from './carry.js';
 import { Upstreams } from './upstreams.js';
+import { LedgerStreams } from './ledger.js';
 
 const RECENT_MAX = 100_000;
 /** How long audit entries are kept unless the options say otherwise. */
@@ -153,7 +161,7 @@ function correction(r: Settlement, s: Settlement): Settlement | undefined {
   const actual = more(s.actual, r.actual);
   const cost = more(s.cost, r.cost);
   if (actual === 0 && cost === 0 && usage.input + usage.output + usage.cacheRead + usage.cacheWrite === 0) return undefined;
-  return { ...s, usage, actual, cost, durationMs: more(s.durationMs, r.durationMs), estimated: false, recovered: false, detail: undefined };
+  return { ...s, usage, actual, cost, durationMs: more(s.durationMs, r.durationMs), estimated: false, recovered: false, late: true };
 }
 
 function assertMoney(name: string, v: number): void {
@@ -174,6 +182,7 @@ export class RedisStore implements Store {
   private readonly reads: Reads;
   private readonly accounts: Accounts;
   private readonly upstreams: Upstreams;
+  private readonly ledger: LedgerStreams;
   private readonly log: Logger;
   private readonly leaseMs: number;
   private readonly cluster: boolean;
@@ -199,6 +208,7 @@ export class RedisStore implements Store {
       recordTtl: RECORD_TTL_MS,
       doneTtl: DONE_TTL_MS,
       windows: WINDOW_MS,
+      ledgerField: LEDGER_FIELD,
     });
     this.redis = new RedisClient({ url: opts.url, cluster: this.cluster, timeoutMs: opts.timeoutMs ?? 500 }, scripts);
     const carry = new Carry(this.redis, this.keys, opts.clock, () => this.status.state === 'up', this.log);
@@ -214,12 +224,27 @@ export class RedisStore implements Store {
         drain: () => void this.drain(),
       },
     );
-    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock);
+    this.ledger = new LedgerStreams(this.redis, this.status, this.keys, {
+      consumer: this.instanceId,
+      // Past two leases its reader is taken for gone (its instance would have been reaped).
+      claimIdleMs: 2 * this.leaseMs,
+      sweepMs: this.leaseMs,
+      log: this.log,
+    });
+    this.ops = new Ops(this.redis, this.keys, this.instanceId, opts.clock, this.ledger);
     this.slots = new Slots(this.redis, this.status, this.keys, this.instanceId, this.live, this.log);
     carry.slotsModule = this.slots;
     this.reaper = new Reaper(this.redis, this.ops, this.status, this.keys, this.instanceId, this.leaseMs, this.log);
     this.reads = new Reads(this.redis, this.status, this.keys, opts.clock, this.log);
-    this.accounts = new Accounts(this.redis, this.status, this.keys, opts.clock, opts.auditRetentionMs ?? AUDIT_RETENTION_MS, this.log);
+    this.accounts = new Accounts(
+      this.redis,
+      this.status,
+      this.keys,
+      opts.clock,
+      opts.auditRetentionMs ?? AUDIT_RETENTION_MS,
+      this.log,
+      this.ledger,
+    );
     this.upstreams = new Upstreams(this.redis, this.status, this.keys, opts.clock);
   }
 
@@ -644,6 +669,10 @@ export class RedisStore implements Store {
 
   async health(): Promise<StoreHealth> {
     return this.status.report();
+  }
+
+  takeLedger(max: number): Promise<LedgerBatch> {
+    return this.ledger.take(max);
   }
 
   /** Queued settlements not yet in Redis. */

@@ -15,12 +15,17 @@
  *   {acct}       the accounts: user and key records, digest index, version, change log, audit
  *                (accounts.ts); a user's credit records and top-up Idempotency-Keys are under {u:<user>}
  *   {up}         the health of upstream accounts (cooldowns, disables, times to first token: upstreams.ts)
+ *   ledger       the ledger's records until an instance drains them (ledger.ts): one stream on a
+ *                single Redis, {q}:ledger; on a cluster one per hash tag that writes records,
+ *                {k:<key>}:ledger (settlements) and {u:<user>}:ledger (credits), listed in
+ *                {ledger}:streams
  *
  * Key counters sit under the key, not under its user, so they follow the key when the config
  * moves it to another user or group. On a cluster a request's admission and settlement therefore
  * touch up to three slots (key, user, group); see docs/operations.md ("Scale out").
  *
- * Durable (no TTL): wallet, caps, plan, key counters, totals, day records and their index.
+ * Durable (no TTL): wallet, caps, plan, key counters, totals, day records and their index, the
+ * ledger streams and their list.
  * Volatile (TTL set by the script that writes them): RPM and free-call minutes, the ring,
  * admission records, done markers, slot leases and queues, the registry, instance indexes,
  * remembered entries, the upstream accounts' health.
@@ -185,6 +190,16 @@ export class Keys {
   /** A user's credit records (a stream). */
   credits(user: string): string {
     return this.key(this.user(user), 'credits');
+  }
+
+  /** The ledger stream of records written in `tag`'s hash slot (a cluster's; a single Redis has one, tag `q`). */
+  ledger(tag: string): string {
+    return this.key(tag, 'ledger');
+  }
+
+  /** A cluster's list of its ledger streams (a set), for the drainers. */
+  ledgerStreams(): string {
+    return this.key('ledger', 'streams');
   }
 
   /** A top-up's Idempotency-Key, scoped to the user it tops up. */

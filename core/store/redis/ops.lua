@@ -257,12 +257,16 @@ end
 --
 -- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
 -- K[4] instance registry (recovery on a single Redis; else K[1])
+-- K[5] the ledger stream (K[1] when this part writes no record)
 -- A[1] now ('0' = TIME)   A[2] mode: s settle | r recover   A[3] request id (index field)
 -- A[4] the instance that admitted it   A[5] effects: key 0/1, user 0/1 (on a cluster a part
 -- applies only those in its own hash slot)   A[6] key tag   A[7] user tag
 -- A[8] the settlement, SEP-separated (pack.ts packSettlement): key, user, group, model,
 --   billing (balance | plan), actual, cost, input, output, cache read, cache write tokens,
 --   duration ms, key windows "5h,1d", estimated 0/1
+-- A[9] the settlement's ledger record, packed (pack.ts ledgerText): added to the stream K[5] with
+--   the time when the settlement applies (ledger_add), so a record exists exactly when the
+--   counters moved ('' = none: a cluster part other than the key's)
 -- Returns 1 applied, 0 already settled, 2 already resolved by crash recovery, 3 nothing to recover,
 -- 4 not recovered: the instance is alive after all (it renewed its lease since the reaper looked).
 -- Mode 'x' (index.ts, after a 2): a correction on top of the recovery — A[8] holds what the real
@@ -340,6 +344,25 @@ end
 -- A settlement's counters in COUNTERS order (refilled by each settlement of a call).
 local VALUES = {}
 
+-- The ledger records of this call (ledger.ts): one stream entry per stream and time, fields t
+-- (the time) and LF (the packed records, one per line), added by ledger_flush at the end of the
+-- call. A batch's settlements share one entry: one XADD, however many records.
+local LEDGER = {}
+local function ledger_add(stream, t, text)
+  local last = LEDGER[#LEDGER]
+  if last and last[1] == stream and last[2] == t then
+    last[#last + 1] = text
+  else
+    LEDGER[#LEDGER + 1] = { stream, t, text }
+  end
+end
+local function ledger_flush()
+  for i = 1, #LEDGER do
+    local e = LEDGER[i]
+    redis.call('XADD', e[1], '*', 't', I(e[2]), LF, table.concat(e, '\n', 3))
+  end
+end
+
 local function settle_op(K, A)
   local now = now_ms(A[1])
   local mode = A[2]
@@ -413,6 +436,7 @@ local function settle_op(K, A)
   end
   release_record(K[1], 0, (A[1] == '0') and now or nil)
   redis.call('SET', K[2], mode, 'PX', DONE_TTL)
+  if A[9] ~= '' then ledger_add(K[5], now, A[9]) end
   if indexed then redis.call('HDEL', K[3], A[3]) end
   hload()
 

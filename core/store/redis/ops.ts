@@ -12,7 +12,8 @@ import type { Clock } from '../../clock.js';
 import type { AdmitRequest, Claim, Settlement, SlotRequest } from '../types.js';
 import { check, type RedisClient } from './client.js';
 import type { Keys } from './keys.js';
-import { claimSpec, int, LIST, now, RECORD_TTL_MS } from './pack.js';
+import type { LedgerStreams } from './ledger.js';
+import { claimSpec, int, ledgerText, LIST, now, RECORD_TTL_MS } from './pack.js';
 
 /** The concurrency slot an admission takes in the same script (AdmitRequest.slot) and its lease id. */
 export interface PartSlot {
@@ -30,6 +31,7 @@ export class Ops {
     private readonly keys: Keys,
     private readonly instanceId: string,
     private readonly clock: Clock | undefined,
+    private readonly ledger: LedgerStreams,
   ) {
     this.cluster = redis.cluster;
     this.ownIndex = keys.index(instanceId);
@@ -77,16 +79,33 @@ export class Ops {
   /**
    * Settles the part of a settlement that lives in `tag` (everything, on a single Redis); `packed`:
    * packSettlement(s); mode `s` a settlement, `r` crash recovery, `x` a correction on top of a
-   * recovery (index.ts). Returns settle.lua's code.
+   * recovery (index.ts). Returns settle.lua's code. The part that holds the key's counters also
+   * writes the ledger record (ledger.ts), `s` as it is.
    */
   async settlePart(id: string, tag: string, s: Settlement, packed: string, mode: 's' | 'r' | 'x', instance: string): Promise<number> {
     const k = this.keys;
     const rec = k.record(tag, id);
     const keyTag = k.apiKey(s.keyId);
     const userTag = k.user(s.user);
-    const effects = `${!this.cluster || tag === keyTag ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
-    const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry()];
-    return (await this.redis.op('s', 'settle', keys, [now(this.clock), mode, id, instance, effects, keyTag, userTag, packed])) as number;
+    const ofKey = !this.cluster || tag === keyTag;
+    const effects = `${ofKey ? 1 : 0}${!this.cluster || tag === userTag ? 1 : 0}`;
+    const stream = ofKey ? this.ledger.streamOf(keyTag) : rec;
+    if (ofKey && this.cluster) await this.ledger.ensure(stream);
+    const keys = [rec, k.done(tag, id), this.cluster ? rec : k.index(instance), this.cluster ? rec : k.registry(), stream];
+    const args = [
+      now(this.clock),
+      mode,
+      id,
+      instance,
+      effects,
+      keyTag,
+      userTag,
+      packed,
+      ofKey ? ledgerText(mode === 'x' ? `${id}:late` : id, s) : '',
+    ];
+    const code = (await this.redis.op('s', 'settle', keys, args)) as number;
+    if (code === 1 && ofKey) this.ledger.wrote(stream);
+    return code;
   }
 
   /** Cluster: lists an admission under this instance (its parts LIST-separated, PARTS, its packed recovery settlement). */

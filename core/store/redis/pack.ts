@@ -12,7 +12,8 @@
  */
 import type { Clock } from '../../clock.js';
 import { WINDOW_MS, type Window } from '../../config/types.js';
-import type { Claim, Settlement } from '../types.js';
+import type { Claim, CreditRecord, Settlement } from '../types.js';
+import { creditRecord, FIELDS, requestRecord, type LedgerRecord } from '../../ledger/record.js';
 import type { Keys } from './keys.js';
 
 const DAY = 86_400_000;
@@ -146,4 +147,73 @@ export function claimSpec(k: Keys, index: number, c: Claim): string {
     case 'rpm':
       return `${index}${SEP}r${SEP}${tagOf(k, c)}${SEP}${int(c.limit)}`;
   }
+}
+
+// ---- the ledger's records (ledger.ts) ------------------------------------------------------------
+//
+// A record is made here, from the very settlement or credit the script applies
+// (core/ledger/record.ts), and travels packed: the JSON text of each field's value (null as
+// nothing) in PACKED order, SEP-separated; `ts` is left out (the script stores its time beside the
+// records, field `t` of the stream entry) and the id comes last, as the inside of its JSON string
+// (a credit's id is only known in the script, which appends it). `ledgerJson` makes the record's
+// JSON of it, fields in FIELDS order, by concatenation: Lua never encodes JSON, and the stream
+// holds no field names.
+//
+// Why the id last: Lua hashes a long string from a sample of its characters taken from the end;
+// strings alike at every sampled place share a bucket of its string table, and every string
+// made walks the bucket. Ending with the id's fast-changing digits keeps them apart.
+
+/**
+ * The stream entry's field holding packed records. Packing changes (a field added to the
+ * records) take another name, so an instance of another version leaves them to one that reads
+ * them (ledger.ts) rather than misreading them.
+ */
+export const LEDGER_FIELD = 'r';
+
+/** The fields packed, in order, before the id. */
+const PACKED = FIELDS.filter((f) => f !== 'id' && f !== 'ts');
+const TYPE_AT = PACKED.indexOf('type');
+
+function packValue(v: string | number | boolean | null): string {
+  return v === null ? '' : typeof v === 'number' ? String(v) : typeof v === 'boolean' ? (v ? 'true' : 'false') : JSON.stringify(v);
+}
+
+function packFields(r: LedgerRecord): string {
+  let out = '';
+  for (let i = 0; i < PACKED.length; i++) out += packValue(r[PACKED[i]]) + SEP;
+  return out;
+}
+
+/** A settlement's ledger record as settle.lua stores it. */
+export function ledgerText(id: string, s: Settlement): string {
+  return packFields(requestRecord(id, 0, s)) + JSON.stringify(id).slice(1, -1);
+}
+
+/** A credit's ledger record but its id (`credit:<credit id>`, which the script appends). */
+export function creditLedgerText(c: Pick<CreditRecord, 'user' | 'amount' | 'reference' | 'actor'>): string {
+  return packFields(creditRecord({ ...c, id: '', at: 0, credit: 0, spent: 0 }));
+}
+
+/**
+ * A packed record (`text`) stored with its time (`t`) as the record's JSON, fields in FIELDS order,
+ * and its id; undefined when the text is not one.
+ */
+export function ledgerJson(t: string, text: string): { id: string; ts: number; json: string } | undefined {
+  const ts = Number(t);
+  const v = text.split(SEP);
+  if (!Number.isSafeInteger(ts) || v.length !== PACKED.length + 1 || v[TYPE_AT] === '') return undefined;
+  const inner = v[PACKED.length];
+  let id: string;
+  try {
+    id = inner.includes('\\') || inner.includes('"') ? (JSON.parse(`"${inner}"`) as string) : inner;
+  } catch {
+    return undefined;
+  }
+  let json = `{"id":"${inner}"`;
+  for (let i = 0, j = 0; i < FIELDS.length; i++) {
+    const f = FIELDS[i];
+    if (f === 'id') continue;
+    json += f === 'ts' ? `,"ts":${ts}` : `,"${f}":${v[j++] || 'null'}`;
+  }
+  return { id, ts, json: json + '}' };
 }

@@ -41,6 +41,8 @@ export interface ScriptSettings {
   doneTtl: number;
   /** Key window name → duration (ms). */
   windows: Readonly<Record<string, number>>;
+  /** The ledger stream entries' field of packed records (pack.ts LEDGER_FIELD). */
+  ledgerField: string;
 }
 
 /** A Lua string literal holding `s` exactly (every byte escaped as \ddd). */
@@ -63,6 +65,7 @@ export function loadScripts(settings: ScriptSettings): Record<ScriptName, string
     `local LEASE = ${int(settings.lease)}`,
     `local RECORD_TTL = ${int(settings.recordTtl)}`,
     `local DONE_TTL = ${int(settings.doneTtl)}`,
+    `local LF = ${luaString(settings.ledgerField)}`,
     `local WINDOW_MS = { ${Object.entries(settings.windows)
       .map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`)
       .join(', ')} }`,
