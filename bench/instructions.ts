@@ -27,6 +27,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { AUTH_CHAT, AUTH_CONVERTED, chatBody, gatewayConfig, gatewayEnv } from './setup.js';
+import { category, type CpuProfile } from './profile.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
@@ -44,7 +45,8 @@ const USAGE = `npm run bench:instructions -- [options]
   --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
                     where they are spent (more requests by default: 20000 after 5000)
   --store KIND      the gateway's store: memory (default) or redis (a throwaway redis-server,
-                    started here, on another core than the gateway where taskset is available)`;
+                    started here, on another core than the gateway where taskset is available)
+  --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped)`;
 
 interface Opts {
   requests: number;
@@ -57,6 +59,7 @@ interface Opts {
   gatewayRoot: string;
   cpuProf: boolean;
   store: 'memory' | 'redis';
+  ledger: boolean;
   /** Set once the redis-server runs (`--store redis`). */
   redisUrl?: string;
 }
@@ -72,6 +75,7 @@ function parse(argv: string[]): Opts {
     gatewayRoot: root,
     cpuProf: false,
     store: 'memory',
+    ledger: true,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -93,6 +97,10 @@ function parse(argv: string[]): Opts {
       const k = v();
       if (k !== 'memory' && k !== 'redis') throw new Error(`--store takes memory or redis\n${USAGE}`);
       o.store = k;
+    } else if (a === '--ledger') {
+      const k = v();
+      if (k !== 'on' && k !== 'off') throw new Error(`--ledger takes on or off\n${USAGE}`);
+      o.ledger = k === 'on';
     } else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
@@ -141,11 +149,16 @@ async function waitFor(url: string, child: ChildProcess, log: string, timeoutMs:
   throw new Error(`${url}: not up within ${timeoutMs} ms\n${fs.readFileSync(log, 'utf8').slice(-2000)}`);
 }
 
-/** Sends `n` requests, `concurrency` at a time on keep-alive connections; every one must answer 200 in full. */
+/**
+ * Sends `n` requests, `concurrency` at a time on keep-alive connections. A few may fail on a busy
+ * machine (a server under valgrind is some fifty times slower, and timeouts can fire): they are
+ * reported, and the run goes on unless more than 1 % failed.
+ */
 async function load(url: string, auth: string, body: string, n: number, concurrency: number): Promise<void> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
   let sent = 0;
   let failed = 0;
+  const statuses: Record<string, number> = {};
   const one = () =>
     new Promise<void>((resolve) => {
       const req = http.request(
@@ -156,7 +169,10 @@ async function load(url: string, auth: string, body: string, n: number, concurre
           headers: { 'content-type': 'application/json', authorization: auth, 'content-length': Buffer.byteLength(body) },
         },
         (res) => {
-          if (res.statusCode !== 200) failed++;
+          if (res.statusCode !== 200) {
+            failed++;
+            statuses[res.statusCode ?? 0] = (statuses[res.statusCode ?? 0] ?? 0) + 1;
+          }
           res.resume();
           res.on('end', resolve);
           res.on('error', () => {
@@ -167,6 +183,7 @@ async function load(url: string, auth: string, body: string, n: number, concurre
       );
       req.on('error', () => {
         failed++;
+        statuses.error = (statuses.error ?? 0) + 1;
         resolve();
       });
       req.end(body);
@@ -179,7 +196,10 @@ async function load(url: string, auth: string, body: string, n: number, concurre
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
   agent.destroy();
-  if (failed) throw new Error(`${failed} of ${n} requests to ${url} failed`);
+  if (failed === 0) return;
+  const what = `${failed} of ${n} requests to ${url} failed (${JSON.stringify(statuses)})`;
+  if (failed > n / 100) throw new Error(what);
+  console.error(`warning: ${what}`);
 }
 
 /**
@@ -246,7 +266,15 @@ function serverCommand(
     fs.writeFileSync(
       cfg,
       YAML.stringify(
-        gatewayConfig({ root: o.gatewayRoot, port, dataDir, upstreams: { mock: mockUrl, sink: mockUrl }, concurrency: 10_000, store }),
+        gatewayConfig({
+          root: o.gatewayRoot,
+          port,
+          dataDir,
+          upstreams: { mock: mockUrl, sink: mockUrl },
+          concurrency: 10_000,
+          store,
+          overrides: o.ledger ? undefined : { ledger: { enabled: false } },
+        }),
       ),
     );
     return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
@@ -289,7 +317,8 @@ async function main(): Promise<void> {
     const child = launch(cmd, args, log, env);
     const url = `http://127.0.0.1:${port}`;
     try {
-      await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 300_000);
+      // Under valgrind a gateway takes minutes to start (config validation, module compilation), more on a busy machine.
+      await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 900_000);
       const scenarios = o.only.filter((name) => name !== 'convert' || side === 'gateway');
       // Every scenario is warmed before any is counted: code they share is compiled by then.
       for (const name of scenarios)
@@ -420,51 +449,6 @@ function hasTaskset(): boolean {
   } catch {
     return false;
   }
-}
-
-interface CpuProfile {
-  nodes: { id: number; callFrame: { functionName: string; url: string } }[];
-  samples: number[];
-  timeDeltas: number[];
-}
-
-/** Where a profile node's self time goes. */
-function category(fn: string, url: string): string | undefined {
-  if (fn === '(idle)' || fn === '(root)') return undefined;
-  if (fn === '(garbage collector)') return 'garbage collection';
-  if (fn === '(program)') return 'V8 and native, unattributed';
-  const dist = /\/dist\/(core|plugins)\/([^/]+)/.exec(url);
-  if (url.includes('/node_modules/')) {
-    const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)![1];
-    if (pkg === 'prom-client') return 'metrics: prom-client';
-    if (pkg === 'pino' || pkg === 'sonic-boom') return 'logging: pino';
-    return `dependency: ${pkg}`;
-  }
-  if (dist) {
-    const [, top, mod] = dist;
-    if (top === 'plugins') return `plugins: ${mod}`;
-    if (mod === 'store') return 'core: store';
-    if (mod === 'protocols') return 'core: protocols (conversion, splice, taps)';
-    if (mod === 'metrics.js') return 'metrics: core/metrics';
-    if (mod === 'log.js') return 'logging: core/log';
-    return `core: ${mod.replace(/\.js$/, '')}`;
-  }
-  if (url.includes('/dist/bench/')) return 'bench role (proxy)';
-  if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node: streams';
-  if (url.startsWith('node:_http') || url === 'node:http') return 'node: http';
-  if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller'))
-    return 'node: events, AbortSignal';
-  if (
-    url.startsWith('node:internal/process/task_queues') ||
-    url.startsWith('node:internal/timers') ||
-    url === 'node:timers' ||
-    fn === 'runMicrotasks'
-  )
-    return 'node: ticks, microtasks, timers';
-  if (url.startsWith('node:')) return 'node: other';
-  if (url === '')
-    return `native: ${fn === 'writev' || fn === 'writeString' || fn === 'writeBuffer' || fn === 'writeUtf8String' ? 'writes (syscalls)' : 'other'}`;
-  return 'other';
 }
 
 /** Self time per category, in microseconds per counted request: the samples between the last two pauses. */

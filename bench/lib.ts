@@ -5,18 +5,33 @@
  */
 
 /** Every scenario, in the order a full run performs them. */
-export const SCENARIOS = ['json', 'stream', 'convert', 'ttft', 'memory', 'abandon', 'bodies', 'redis'] as const;
+export const SCENARIOS = [
+  'json',
+  'stream',
+  'minimal',
+  'convert',
+  'ttft',
+  'memory',
+  'abandon',
+  'bodies',
+  'redis',
+  'ledger',
+  'soak',
+] as const;
 export type Scenario = (typeof SCENARIOS)[number];
 
 export const SCENARIO_TITLES: Record<Scenario, string> = {
   json: 'Non-streaming chat (wrk)',
   stream: 'Streaming chat, SSE (wrk)',
+  minimal: 'Minimal upstream answer: a 10-word reply, non-streaming and streaming (wrk)',
   convert: 'Converted stream: Chat client → Messages upstream, vs a passthrough Chat stream (both through the gateway)',
   ttft: 'Time to first token at idle (one request at a time)',
   memory: 'Memory per idle open stream',
   abandon: 'Upstream streams left open 1 s after the clients left',
   bodies: 'Small-request latency before and during large request bodies',
   redis: 'Redis store (non-streaming and streaming chat, wrk)',
+  ledger: 'The usage ledger: the gateway with its ledger on (the default) against the same gateway with `ledger.enabled: false` (wrk)',
+  soak: 'Soak: unbroken load for minutes, measured per slice (wrk)',
 };
 
 export interface Options {
@@ -40,6 +55,14 @@ export interface Options {
   probeConcurrency: number;
   /** Variants of the large-body scenario to run (default: all of BODY_VARIANTS). */
   bodiesVariants?: string[];
+  /** Minutes of unbroken measured load per side and variant in the soak scenario (after its warm-up). */
+  soakMinutes: number;
+  /** Seconds per soak slice (one wrk run; the next starts milliseconds after). */
+  soakSlice: number;
+  /** Variants of the soak scenario to run (default: all of SOAK_VARIANTS). */
+  soakVariants?: string[];
+  /** Soaked gateways run with bench/probe.ts (CPU profile per minute, loop utilisation, GC) writing here. */
+  soakProfile?: string;
   /** Pin the server under test, the upstream and the load to separate cores (taskset). */
   pin: boolean;
   /** Results folder; null: print only, write nothing. */
@@ -49,6 +72,12 @@ export interface Options {
 
 /** The large-body scenario's variants: 1 MiB and 64 MiB bodies; eight 200 MiB bodies, passthrough and converted. */
 export const BODY_VARIANTS = ['mixed', '8x200', '8x200-converted'] as const;
+
+/** The soak scenario's variants: the store (memory, redis) and the request (json: non-streaming, stream). */
+export const SOAK_VARIANTS = ['memory-json', 'memory-stream', 'redis-json', 'redis-stream'] as const;
+
+/** Words in the reply of the `minimal` scenario (the mock's output tokens: one per word). */
+export const MINIMAL_WORDS = 10;
 
 /** Seconds of load each target of a throughput scenario gets before its first round (at most --duration). */
 export const WARMUP_S = 5;
@@ -63,20 +92,30 @@ export const DEFAULTS: Readonly<Options> = Object.freeze({
   streams: 2000,
   ttftRequests: 200,
   probeConcurrency: 8,
+  soakMinutes: 5,
+  soakSlice: 15,
   pin: true,
   out: 'bench/results',
   help: false,
 });
 
 /** `--quick`: a smoke run (about a minute) that checks every scenario works; its figures mean little. */
-export const QUICK: Partial<Options> = { rounds: 1, heavyRounds: 1, duration: 2, streams: 200, ttftRequests: 50 };
+export const QUICK: Partial<Options> = {
+  rounds: 1,
+  heavyRounds: 1,
+  duration: 2,
+  streams: 200,
+  ttftRequests: 50,
+  soakMinutes: 0.25,
+  soakSlice: 5,
+};
 
 export const USAGE = `usage: npm run bench -- [options]
 
   --only LIST          scenarios to run, comma-separated (default: all):
                        ${SCENARIOS.join(', ')}
   --skip LIST          scenarios to leave out
-  --rounds N           alternating rounds of json, stream, convert, ttft, redis (default ${DEFAULTS.rounds})
+  --rounds N           alternating rounds of json, stream, minimal, convert, ttft, redis, ledger (default ${DEFAULTS.rounds})
   --heavy-rounds N     rounds of memory, abandon, bodies (default ${DEFAULTS.heavyRounds})
   --duration S         seconds of load per target per round (default ${DEFAULTS.duration})
   --concurrency N      wrk connections for throughput (default ${DEFAULTS.concurrency})
@@ -85,7 +124,13 @@ export const USAGE = `usage: npm run bench -- [options]
   --ttft-requests N    requests per target per TTFT round (default ${DEFAULTS.ttftRequests})
   --probe-concurrency N  small-request connections during large bodies (default ${DEFAULTS.probeConcurrency})
   --bodies LIST        variants of the bodies scenario (default: all): ${BODY_VARIANTS.join(', ')}
-  --quick              smoke run: 1 round of 2 s, 200 streams, 50 TTFT requests
+  --soak-minutes M     minutes of unbroken load per side and soak variant, after warm-up (default ${DEFAULTS.soakMinutes}; decimals allowed)
+  --soak-slice S       seconds per soak slice (default ${DEFAULTS.soakSlice})
+  --soak LIST          variants of the soak scenario (default: all): ${SOAK_VARIANTS.join(', ')}
+  --soak-profile DIR   soaked gateways write a CPU profile per minute, loop utilisation and GC per
+                       15 s there (bench/probe.ts), summarised in DIR/<variant>/summary.md; for
+                       explaining a curve, not for the figures (the probe costs the gateway a little)
+  --quick              smoke run: 1 round of 2 s, 200 streams, 50 TTFT requests, 15 s soaks in 5 s slices
   --no-pin             do not pin processes to cores
   --out DIR            results folder (default ${DEFAULTS.out}); --no-save writes nothing
   --help`;
@@ -95,6 +140,22 @@ function positiveInt(flag: string, v: string | undefined, min = 1): number {
   if (v === undefined || v === '' || !Number.isInteger(n) || n < min)
     throw new Error(`${flag} needs an integer ≥ ${min}, got ${v ?? 'nothing'}`);
   return n;
+}
+
+function positiveNumber(flag: string, v: string | undefined): number {
+  const n = Number(v);
+  if (v === undefined || v === '' || !Number.isFinite(n) || n <= 0) throw new Error(`${flag} needs a number > 0, got ${v ?? 'nothing'}`);
+  return n;
+}
+
+function variantList(flag: string, v: string | undefined, known: readonly string[]): string[] {
+  const names = (v ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+  const unknown = names.filter((x) => !known.includes(x));
+  if (names.length === 0 || unknown.length > 0) throw new Error(`${flag} needs a comma-separated list of ${known.join(', ')}`);
+  return names;
 }
 
 function scenarioList(flag: string, v: string | undefined): Scenario[] {
@@ -157,16 +218,24 @@ export function parseArgs(argv: readonly string[]): Options {
       case '--probe-concurrency':
         o.probeConcurrency = positiveInt(a, next());
         break;
-      case '--bodies': {
-        const v = (next() ?? '')
-          .split(',')
-          .map((x) => x.trim())
-          .filter(Boolean);
-        const unknown = v.filter((x) => !(BODY_VARIANTS as readonly string[]).includes(x));
-        if (v.length === 0 || unknown.length > 0) throw new Error(`--bodies needs a comma-separated list of ${BODY_VARIANTS.join(', ')}`);
-        o.bodiesVariants = v;
+      case '--bodies':
+        o.bodiesVariants = variantList(a, next(), BODY_VARIANTS);
+        break;
+      case '--soak':
+        o.soakVariants = variantList(a, next(), SOAK_VARIANTS);
+        break;
+      case '--soak-minutes':
+        o.soakMinutes = positiveNumber(a, next());
+        break;
+      case '--soak-profile': {
+        const v = next();
+        if (!v) throw new Error('--soak-profile needs a folder');
+        o.soakProfile = v;
         break;
       }
+      case '--soak-slice':
+        o.soakSlice = positiveInt(a, next());
+        break;
       case '--no-pin':
         o.pin = false;
         break;
@@ -296,6 +365,20 @@ export function parseProcStat(text: string): { pid: number; ppid: number; ticks:
   return { pid, ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) };
 }
 
+/**
+ * From a Prometheus text scrape, prom-client's default metrics: heap used (bytes) and the event
+ * loop's delay p99 since the previous scrape (ms). Absent figures stay undefined.
+ */
+export function parseGauges(text: string): { heapUsed?: number; lagP99Ms?: number } {
+  const value = (name: string): number | undefined => {
+    const m = new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)`, 'm').exec(text);
+    const v = m ? Number(m[1]) : NaN;
+    return Number.isFinite(v) ? v : undefined;
+  };
+  const lag = value('nodejs_eventloop_lag_p99_seconds');
+  return { heapUsed: value('nodejs_heap_size_used_bytes'), lagP99Ms: lag === undefined ? undefined : lag * 1000 };
+}
+
 /** Resident set size in bytes from /proc/PID/status (VmRSS, in kB). */
 export function parseVmRss(text: string): number {
   const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(text);
@@ -330,6 +413,99 @@ export function planPinning(cpus: readonly number[]): Pinning | null {
   if (cpus.length < 2) return null;
   if (cpus.length === 2) return { server: [cpus[0]], upstream: [cpus[1]], load: [cpus[1]] };
   return { server: [cpus[0]], upstream: [cpus[1]], load: cpus.slice(2) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Soak
+
+/** One slice of unbroken load on one side (one wrk run). */
+export interface SoakSlice {
+  /** Seconds from the start of the measured load (after the warm-up) to this slice's start. */
+  t: number;
+  /** Requests answered 2xx in the slice. */
+  requests: number;
+  /** The slice's length as wrk measured it. */
+  seconds: number;
+  /** Failed requests (wrk: connect, read, write, timeout, non-2xx). */
+  errors: number;
+  /** Server CPU (user + system, the process and its children) per request served. */
+  cpuUsPerReq: number;
+  /** Server RSS at the slice's end, bytes. */
+  rss: number;
+  /** The gateway's `nodejs_heap_size_used_bytes` at the slice's end. */
+  heapUsed?: number;
+  /** The gateway's `nodejs_eventloop_lag_p99_seconds` over the slice (prom-client resets it at each scrape), ms. */
+  lagP99Ms?: number;
+  /** 1-minute load average at the slice's end. */
+  loadavg1: number;
+}
+
+/** One side of a soak: its slices, and its memory when the warm-up ended. */
+export interface SoakSide {
+  side: string;
+  warmRss: number;
+  warmHeapUsed?: number;
+  slices: SoakSlice[];
+}
+
+/** One soak variant (store and request kind), every side soaked in turn over the same span. */
+export interface SoakCurve {
+  variant: string;
+  sides: SoakSide[];
+}
+
+/** Requests per second over consecutive slices: all their requests over all their time. */
+export function sliceRate(slices: readonly SoakSlice[]): number {
+  let req = 0;
+  let s = 0;
+  for (const x of slices) {
+    req += x.requests;
+    s += x.seconds;
+  }
+  return s > 0 ? req / s : NaN;
+}
+
+/**
+ * The slices of the first and the last minute (as many slices as fit in 60 s, at least one; a
+ * soak of a minute or less has the same first and last minute), their rates and last ÷ first.
+ */
+export function soakSummary(slices: readonly SoakSlice[], sliceSeconds: number): { first: number; last: number; ratio: number } {
+  const n = Math.max(1, Math.min(slices.length, Math.round(60 / sliceSeconds)));
+  const first = sliceRate(slices.slice(0, n));
+  const last = sliceRate(slices.slice(slices.length - n));
+  return { first, last, ratio: Number.isFinite(first) && first > 0 ? last / first : NaN };
+}
+
+/** The curve's table: a line per slice, each side's figures side by side. */
+export function soakTable(c: SoakCurve): string[] {
+  const MiB = 1024 * 1024;
+  const cols: { head: string; cell: (s: SoakSlice) => number }[] = [
+    { head: 'req/s', cell: (s) => (s.seconds > 0 ? s.requests / s.seconds : NaN) },
+    { head: 'CPU µs/req', cell: (s) => s.cpuUsPerReq },
+    { head: 'RSS MiB', cell: (s) => s.rss / MiB },
+  ];
+  const gw = (side: SoakSide) => side.slices.some((s) => s.heapUsed !== undefined);
+  const head: string[] = [];
+  for (const side of c.sides) {
+    for (const col of cols) head.push(`${side.side} ${col.head}`);
+    if (gw(side)) head.push(`${side.side} heap MiB`, `${side.side} loop delay p99 ms`);
+    head.push(`${side.side} load avg`);
+  }
+  const lines = [`| slice | from s | ${head.join(' | ')} |`, `|---|---|${head.map(() => '---').join('|')}|`];
+  const n = Math.max(...c.sides.map((s) => s.slices.length));
+  for (let i = 0; i < n; i++) {
+    const cells: string[] = [];
+    let t = NaN;
+    for (const side of c.sides) {
+      const s = side.slices[i];
+      if (s && !Number.isFinite(t)) t = s.t;
+      for (const col of cols) cells.push(s ? fmt(col.cell(s)) : '–');
+      if (gw(side)) cells.push(fmt(s?.heapUsed !== undefined ? s.heapUsed / MiB : NaN), fmt(s?.lagP99Ms));
+      cells.push(s ? s.loadavg1.toFixed(2) : '–');
+    }
+    lines.push(`| ${i + 1} | ${Number.isFinite(t) ? Math.round(t) : '–'} | ${cells.join(' | ')} |`);
+  }
+  return lines;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,6 +549,8 @@ export interface ScenarioResult {
   notes: string[];
   /** Why the scenario did not run (it then has no rows). */
   skipped?: string;
+  /** The soak scenario's curves: one table per variant, a line per slice. */
+  curves?: SoakCurve[];
   elapsedS?: number;
 }
 
@@ -460,7 +638,7 @@ export function renderMarkdown(rep: Report): string {
     `- load average (1, 5, 15 min): ${rep.loadavg.start.map((x) => x.toFixed(2)).join(', ')} at the start, ${rep.loadavg.end.map((x) => x.toFixed(2)).join(', ')} at the end`,
   );
   out.push(
-    `- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after ${Math.min(WARMUP_S, o.duration)} s of warm-up per target, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round`,
+    `- ${o.rounds} alternating rounds (${o.heavyRounds} for memory, abandon, bodies), ${o.duration} s per target per round after ${Math.min(WARMUP_S, o.duration)} s of warm-up per target, ${o.concurrency} connections, ${o.words}-word replies, ${o.streams} held streams, ${o.ttftRequests} TTFT requests per round${o.only.includes('soak') ? `; soaks of ${o.soakMinutes} min per side in ${o.soakSlice} s slices` : ''}`,
   );
   out.push(`- run: \`${rep.command}\`, ${Math.round(rep.elapsedS)} s`);
   out.push(
@@ -484,6 +662,7 @@ export function renderMarkdown(rep: Report): string {
     if (s.notes.length) out.push('');
     const rt = roundsTable(s);
     if (rt.length) out.push('<details><summary>per round</summary>', '', ...rt, '', '</details>', '');
+    for (const c of s.curves ?? []) out.push(`### Soak curve: ${c.variant}`, '', ...soakTable(c), '');
   }
   return out.join('\n');
 }

@@ -19,11 +19,12 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import YAML from 'yaml';
 import {
   parseArgs,
   parseCpuList,
+  parseGauges,
   parseProcStat,
   parseVmRss,
   parseWrk,
@@ -37,7 +38,10 @@ import {
   median,
   wrkErrors,
   wrkRps,
+  soakSummary,
+  MINIMAL_WORDS,
   SCENARIO_TITLES,
+  SOAK_VARIANTS,
   USAGE,
   WARMUP_S,
   type Options,
@@ -47,7 +51,11 @@ import {
   type Row,
   type Scenario,
   type ScenarioResult,
+  type SoakCurve,
+  type SoakSide,
+  type SoakSlice,
 } from './lib.js';
+import { selfTime, type CpuProfile } from './profile.js';
 import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
@@ -155,6 +163,8 @@ interface Server {
   url: string;
   child: ChildProcess;
   log: string;
+  /** A gateway's store folder (the ledger's day files are under it). */
+  dataDir?: string;
   close(): Promise<void>;
 }
 
@@ -196,21 +206,27 @@ async function startProxy(): Promise<Server> {
 }
 
 let gatewayCount = 0;
-async function startGateway(store?: Record<string, unknown>, label = 'gateway'): Promise<Server> {
+async function startGateway(
+  store?: Record<string, unknown>,
+  label = 'gateway',
+  overrides?: Record<string, unknown>,
+  probeDir?: string,
+): Promise<Server> {
   const port = await freePort();
   const n = ++gatewayCount;
   const dataDir = path.join(work, `gateway-${n}-data`);
   fs.mkdirSync(dataDir, { recursive: true });
   const cfgFile = path.join(work, `gateway-${n}.yaml`);
   const concurrency = Math.max(10_000, 2 * (opts.streams + opts.concurrency + opts.probeConcurrency));
-  fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency, store })));
+  fs.writeFileSync(cfgFile, YAML.stringify(gatewayConfig({ root, port, dataDir, upstreams, concurrency, store, overrides })));
+  const probe = probeDir ? ['--import', pathToFileURL(path.join(here, 'probe.js')).href] : [];
   const { child, log } = launch(
     pinning?.server,
     process.execPath,
-    [path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile],
+    [...probe, path.join(root, 'bin/gateway.js'), 'start', '--config', cfgFile],
     `gateway-${n}.log`,
     false,
-    gatewayEnv(),
+    probeDir ? { ...gatewayEnv(), BENCH_PROBE_DIR: probeDir } : gatewayEnv(),
   );
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the gateway', child, log, async () => (await get(url + '/healthz')) === 200);
@@ -219,11 +235,44 @@ async function startGateway(store?: Record<string, unknown>, label = 'gateway'):
     url,
     child,
     log,
+    dataDir,
     close: async () => {
       await stop(child, 'SIGTERM');
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Bytes of the files under `dir` (0 when it does not exist). */
+function treeBytes(dir: string): number {
+  let n = 0;
+  let entries: fs.Dirent[];
+  try {
+    entries = fs.readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return 0;
+  }
+  for (const e of entries) {
+    const f = path.join(dir, e.name);
+    if (e.isDirectory()) n += treeBytes(f);
+    else if (e.isFile()) n += fs.statSync(f).size;
+  }
+  return n;
+}
+
+/** GET a text body (the gateway's /metrics). */
+function getText(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent: false, timeout: 5000 }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => (body += d));
+      res.on('end', () => (res.statusCode === 200 ? resolve(body) : reject(new Error(`${url}: ${res.statusCode}`))));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`${url}: no answer in 5 s`)));
+    req.on('error', reject);
+  });
 }
 
 /** CPU ticks and RSS of a process and its descendants (gateway workers included). */
@@ -443,6 +492,26 @@ async function throughput(
   return res;
 }
 
+/**
+ * The same comparison non-streaming, then streaming: `targets(stream)` gives both sides; the rows
+ * are prefixed, and the rounds numbered on (non-streaming first).
+ */
+async function jsonAndStream(
+  res: ScenarioResult,
+  targets: (stream: boolean) => [Target, Target],
+  goals: { json?: { rps?: number; cpu?: number }; stream?: { rps?: number; cpu?: number } } = {},
+): Promise<ScenarioResult> {
+  const json = await throughput(result(res.name, res.columns), targets(false), goals.json);
+  const stream = await throughput(result(res.name, res.columns), targets(true), goals.stream);
+  res.rows.push(
+    ...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })),
+    ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })),
+  );
+  res.rounds.push(...json.rounds, ...stream.rounds.map((r) => ({ ...r, round: r.round + json.rounds.length })));
+  res.notes.push(`rounds 1–${json.rounds.length} non-streaming, then streaming`, ...json.notes, ...stream.notes);
+  return res;
+}
+
 function progress(name: string, round: number, rec: RoundRecord): void {
   const parts = rec.sides.map(
     (s) =>
@@ -473,6 +542,21 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       ],
       { rps: 0.9 },
     ),
+
+  minimal: async (s) => {
+    const res = await jsonAndStream(
+      result('minimal', ['bare proxy', 'gateway']),
+      (stream) => [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: benchChatBody('bench-chat', stream, MINIMAL_WORDS) },
+        { side: 'gateway', server: s.gateway, auth: AUTH_CHAT, body: benchChatBody('bench-chat', stream, MINIMAL_WORDS) },
+      ],
+      { json: { rps: 0.8, cpu: 1.25 }, stream: { rps: 0.9 } },
+    );
+    res.notes.push(
+      `the mock answers ${MINIMAL_WORDS} words (${MINIMAL_WORDS} output tokens; streamed as ${MINIMAL_WORDS} content events) to a one-word prompt, so the fixed per-request work dominates`,
+    );
+    return res;
+  },
 
   convert: async (s) => {
     const before = (await s.mock.stats()).paths;
@@ -791,20 +875,10 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       const gw = await startGateway({ kind: 'redis', url }, 'gateway (redis store)');
       try {
         const before = redisCalls(url);
-        const json = await throughput(result('redis', res.columns), [
-          { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
-          { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', false) },
+        await jsonAndStream(res, (stream) => [
+          { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+          { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
         ]);
-        const stream = await throughput(result('redis', res.columns), [
-          { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
-          { side: 'gateway (redis store)', server: gw, auth: AUTH_CHAT, body: chatBody('bench-chat', true) },
-        ]);
-        res.rows.push(
-          ...json.rows.map((r) => ({ ...r, metric: `non-streaming: ${r.metric}` })),
-          ...stream.rows.map((r) => ({ ...r, metric: `streaming: ${r.metric}` })),
-        );
-        res.rounds.push(...json.rounds, ...stream.rounds.map((r) => ({ ...r, round: r.round + json.rounds.length })));
-        res.notes.push(`rounds 1–${json.rounds.length} non-streaming, then streaming`, ...json.notes, ...stream.notes);
         const after = redisCalls(url);
         const served = after.requests - before.requests;
         if (served > 0) {
@@ -821,7 +895,264 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       }
     });
   },
+
+  ledger: async (s) => {
+    const res = result('ledger', ['ledger off', 'ledger on']);
+    // Two fresh gateways, the same but for the ledger, each idle while the other is measured.
+    const off = await startGateway(undefined, 'ledger off', { ledger: { enabled: false } });
+    const on = await startGateway(undefined, 'ledger on');
+    try {
+      const ledgerBytes = () => [off, on].map((g) => treeBytes(path.join(g.dataDir!, 'ledger')));
+      const served = async () => (await s.mock.stats()).paths['/v1/chat/completions'] ?? 0;
+      const [offBefore, onBefore] = ledgerBytes();
+      const upstreamBefore = await served();
+      await jsonAndStream(
+        res,
+        (stream) => [
+          { side: 'ledger off', server: off, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+          { side: 'ledger on', server: on, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+        ],
+        { json: { cpu: 1.05 }, stream: { cpu: 1.05 } },
+      );
+      await sleep(1500); // the store's flush interval: the last turn's lines are written
+      const [offAfter, onAfter] = ledgerBytes();
+      const requests = (await served()) - upstreamBefore;
+      res.notes.push(
+        'goal (issue 25): the file sink costs under 5 % of the CPU per request: ledger on ≤ 1.05× ledger off, per round',
+        `ledger day files written during the scenario: ${offAfter - offBefore} bytes with the ledger off, ${onAfter - onBefore} bytes with it on (about ${Math.round((onAfter - onBefore) / Math.max(1, requests / 2))} bytes per record, if half of the ${requests} upstream requests were the on side's)`,
+      );
+      if (onAfter - onBefore === 0) res.notes.push('**the ledger-on gateway wrote no ledger record: this comparison is void**');
+      if (offAfter - offBefore > 0) res.notes.push('**the ledger-off gateway wrote ledger records: this comparison is void**');
+      return res;
+    } finally {
+      await Promise.all([off.close(), on.close()]);
+    }
+  },
+
+  soak: async (_s) => {
+    const res = result('soak', ['bare proxy', 'gateway']);
+    res.curves = [];
+    const variants = SOAK_VARIANTS.filter((v) => !opts.soakVariants || opts.soakVariants.includes(v));
+    const redisSkip = variants.some((v) => v.startsWith('redis')) ? await redisUnavailable() : null;
+    for (const [i, variant] of variants.entries()) {
+      const redis = variant.startsWith('redis');
+      if (redis && redisSkip) {
+        res.notes.push(`${variant}: skipped (${redisSkip})`);
+        continue;
+      }
+      const stream = variant.endsWith('stream');
+      const body = chatBody('bench-chat', stream);
+      const run = async (redisUrl?: string): Promise<SoakCurve> => {
+        const curve: SoakCurve = { variant, sides: [] };
+        // A fresh server per side, soaked alone; which side goes first alternates between variants.
+        const kinds = roundOrder(['bare proxy', 'gateway'], i);
+        for (const kind of kinds) {
+          const probeDir = opts.soakProfile ? path.resolve(root, opts.soakProfile, variant) : undefined;
+          if (probeDir && kind === 'gateway') fs.rmSync(probeDir, { recursive: true, force: true });
+          const server =
+            kind === 'gateway'
+              ? await startGateway(
+                  redisUrl ? { kind: 'redis', url: redisUrl } : undefined,
+                  redisUrl ? 'gateway (redis store)' : 'gateway',
+                  undefined,
+                  probeDir,
+                )
+              : await startProxy();
+          try {
+            const before = redisUrl && kind === 'gateway' ? redisMemory(redisUrl) : undefined;
+            curve.sides.push(await soakSide({ side: kind, server, auth: AUTH_CHAT, body }, kind === 'gateway'));
+            if (redisUrl && before !== undefined) {
+              const after = redisMemory(redisUrl);
+              res.notes.push(
+                `${variant}: redis-server memory (INFO memory, used_memory) ${(before / MiB).toFixed(1)} MiB before the gateway's soak, ${(after / MiB).toFixed(1)} MiB after`,
+              );
+            }
+          } finally {
+            await server.close();
+          }
+          if (opts.soakProfile && kind === 'gateway') {
+            const dir = path.resolve(root, opts.soakProfile, variant);
+            fs.writeFileSync(path.join(dir, 'summary.md'), probeSummary(dir, variant));
+            res.notes.push(`${variant}: the probed gateway's profiles and their summary are in ${path.join(dir, 'summary.md')}`);
+          }
+        }
+        curve.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
+        return curve;
+      };
+      const curve = redis ? await withRedis((url) => run(url)) : await run();
+      res.curves.push(curve);
+      soakRows(res, curve);
+    }
+    res.notes.push(
+      `each side: a fresh server, ${Math.min(WARMUP_S, opts.soakSlice)} s of warm-up, then ${opts.soakMinutes} min of unbroken load in ${opts.soakSlice} s slices (wrk, ${opts.concurrency} connections; the next slice starts milliseconds after the last ends); the first and last minute are the first and last ${Math.min(Math.max(1, Math.round((opts.soakMinutes * 60) / opts.soakSlice)), Math.max(1, Math.round(60 / opts.soakSlice)))} slices; CPU per request from /proc, heap used and the event loop's delay p99 (over each slice) from the gateway's /metrics`,
+    );
+    return res;
+  },
 };
+
+/** The headline rows of one soak variant: each minute's rate beside the proxy's, last ÷ first, CPU and memory. */
+function soakRows(res: ScenarioResult, c: SoakCurve): void {
+  const MiB_ = 1024 * 1024;
+  const proxy = c.sides.find((x) => x.side === 'bare proxy');
+  const gw = c.sides.find((x) => x.side === 'gateway');
+  if (!proxy || !gw) return;
+  const one = (x: number) => spread([x]);
+  const ps = soakSummary(proxy.slices, opts.soakSlice);
+  const gs = soakSummary(gw.slices, opts.soakSlice);
+  const v = c.variant;
+  const pair = (metric: string, p: number, g: number, goal?: { text: string; met: boolean }): Row => ({
+    metric: `${v}: ${metric}`,
+    unit: '',
+    baseline: one(p),
+    subject: one(g),
+    ratio: one(g / p),
+    ...(goal ? { goal: goal.text, met: goal.met } : {}),
+  });
+  const n = Math.max(1, Math.round(60 / opts.soakSlice));
+  const cpu = (side: SoakSide, last: boolean) => {
+    const xs = last ? side.slices.slice(-n) : side.slices.slice(0, n);
+    const req = xs.reduce((a, x) => a + x.requests, 0);
+    return req > 0 ? xs.reduce((a, x) => a + x.cpuUsPerReq * x.requests, 0) / req : NaN;
+  };
+  const end = (side: SoakSide) => side.slices[side.slices.length - 1];
+  res.rows.push(
+    pair('requests/s, first minute', ps.first, gs.first),
+    pair('requests/s, last minute', ps.last, gs.last),
+    {
+      metric: `${v}: requests/s, last minute ÷ first minute`,
+      unit: '',
+      baseline: one(ps.ratio),
+      subject: one(gs.ratio),
+      goal: 'gateway ≥ 0.95',
+      met: Number.isFinite(gs.ratio) ? gs.ratio >= 0.95 : undefined,
+    },
+    pair('server CPU per request, first minute, µs', cpu(proxy, false), cpu(gw, false)),
+    pair('server CPU per request, last minute, µs', cpu(proxy, true), cpu(gw, true)),
+    pair('RSS at the end of the warm-up, MiB', proxy.warmRss / MiB_, gw.warmRss / MiB_),
+    pair('RSS at the end, MiB', end(proxy).rss / MiB_, end(gw).rss / MiB_),
+    {
+      metric: `${v}: gateway heap used at the end of the warm-up → at the end, MiB`,
+      unit: 'MiB',
+      baseline: one((gw.warmHeapUsed ?? NaN) / MiB_),
+      subject: one((end(gw).heapUsed ?? NaN) / MiB_),
+      diff: one(((end(gw).heapUsed ?? NaN) - (gw.warmHeapUsed ?? NaN)) / MiB_),
+    },
+  );
+  for (const side of c.sides) {
+    const failed = side.slices.reduce((a, x) => a + x.errors, 0);
+    if (failed) res.notes.push(`${v}, ${side.side}: ${failed} failed requests over the soak`);
+  }
+}
+
+/**
+ * What bench/probe.ts wrote for one soaked gateway, as markdown: CPU µs per request by category
+ * for each profile period (a minute), then the 15 s samples (loop utilisation, GC, heap, handles).
+ */
+function probeSummary(dir: string, variant: string): string {
+  const out = [`# Probe of the gateway: soak ${variant}`, ''];
+  const periods: { label: string; perReq: Map<string, number>; total: number }[] = [];
+  for (let i = 1; fs.existsSync(path.join(dir, `cpu-${i}.cpuprofile`)); i++) {
+    const meta = JSON.parse(fs.readFileSync(path.join(dir, `cpu-${i}.json`), 'utf8')) as { requests: number; fromS: number; toS: number };
+    const t = selfTime(JSON.parse(fs.readFileSync(path.join(dir, `cpu-${i}.cpuprofile`), 'utf8')) as CpuProfile);
+    const perReq = new Map([...t].map(([k, v]) => [k, v / Math.max(1, meta.requests)]));
+    periods.push({
+      label: `${Math.round(meta.fromS)}–${Math.round(meta.toS)} s (${meta.requests} req)`,
+      perReq,
+      total: [...perReq.values()].reduce((a, b) => a + b, 0),
+    });
+  }
+  if (periods.length) {
+    const cats = new Map<string, number>();
+    for (const p of periods) for (const [k, v] of p.perReq) cats.set(k, Math.max(cats.get(k) ?? 0, v));
+    const rows = [...cats].filter(([, max]) => max >= 0.5).sort((a, b) => b[1] - a[1]);
+    out.push('CPU microseconds per request received, by where they are spent, per profile period:', '');
+    out.push(`| where | ${periods.map((p) => p.label).join(' | ')} |`, `|---|${periods.map(() => '---:').join('|')}|`);
+    out.push(`| **total (busy)** | ${periods.map((p) => p.total.toFixed(1)).join(' | ')} |`);
+    for (const [c] of rows) out.push(`| ${c} | ${periods.map((p) => (p.perReq.get(c) ?? 0).toFixed(1)).join(' | ')} |`);
+    out.push('');
+  }
+  const probeFile = path.join(dir, 'probe.jsonl');
+  if (fs.existsSync(probeFile)) {
+    const lines = fs
+      .readFileSync(probeFile, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as Record<string, any>);
+    out.push(
+      'Every sample (over the interval since the one before): event-loop utilisation, garbage collections by kind, requests received, heap, libuv handles and requests:',
+      '',
+      '| s | ELU | scavenges (ms) | mark-compacts (ms) | incremental (ms) | requests | heap used MiB | heap total MiB | external MiB | RSS MiB | handles | libuv requests |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|',
+    );
+    let prevReq = 0;
+    for (const l of lines) {
+      const g = (k: string) => (l.gc?.[k] ? `${l.gc[k].count} (${l.gc[k].ms})` : '0');
+      out.push(
+        `| ${l.t} | ${l.elu} | ${g('scavenge')} | ${g('mark-compact')} | ${g('incremental')} | ${l.requests - prevReq} | ${(l.heapUsed / MiB).toFixed(1)} | ${(l.heapTotal / MiB).toFixed(1)} | ${(l.external / MiB).toFixed(1)} | ${(l.rss / MiB).toFixed(0)} | ${l.handles} | ${l.libuvRequests} |`,
+      );
+      prevReq = l.requests;
+    }
+    out.push('');
+  }
+  return out.join('\n');
+}
+
+/**
+ * Soaks one side: warm-up, then `--soak-minutes` of load in back-to-back wrk slices (the next is
+ * started as soon as one ends, before anything is read), with the server's CPU ticks and RSS at
+ * each boundary and, for the gateway, its /metrics (heap used; the event loop's delay p99, which
+ * prom-client resets at each scrape, so each slice reads its own).
+ */
+async function soakSide(t: Target, gateway: boolean): Promise<SoakSide> {
+  const pid = t.server.child.pid!;
+  const sliceS = opts.soakSlice;
+  const n = Math.max(1, Math.round((opts.soakMinutes * 60) / sliceS));
+  const scrape = async (): Promise<{ heapUsed?: number; lagP99Ms?: number }> => {
+    if (!gateway) return {};
+    try {
+      return parseGauges(await getText(t.server.url + '/metrics'));
+    } catch {
+      return {};
+    }
+  };
+  await wrk(t, Math.min(WARMUP_S, sliceS), opts.concurrency);
+  const t0 = Date.now();
+  let current = wrk(t, sliceS, opts.concurrency);
+  let before = usage(pid);
+  const warm = await scrape(); // also resets the loop-delay histogram: the first slice reads its own
+  const side: SoakSide = { side: t.side, warmRss: before.rss, warmHeapUsed: warm.heapUsed, slices: [] };
+  let sliceStart = t0;
+  for (let i = 0; i < n; i++) {
+    const r = await current;
+    const nextStart = Date.now();
+    if (i + 1 < n) current = wrk(t, sliceS, opts.concurrency);
+    const after = usage(pid);
+    // The access log would grow by gigabytes over a soak: emptied at each slice (O_APPEND).
+    if (gateway) fs.truncateSync(t.server.log, 0);
+    const g = await scrape();
+    const ok = r.requests - r.errors.status;
+    const slice: SoakSlice = {
+      t: (sliceStart - t0) / 1000,
+      requests: ok,
+      seconds: r.durationUs / 1e6,
+      errors: wrkErrors(r),
+      cpuUsPerReq: ((after.ticks - before.ticks) * (1e6 / clkTck)) / Math.max(1, ok),
+      rss: after.rss,
+      heapUsed: g.heapUsed,
+      lagP99Ms: g.lagP99Ms,
+      loadavg1: loadavg1(),
+    };
+    side.slices.push(slice);
+    console.error(
+      `[soak] ${t.side} slice ${i + 1}/${n}: ${(ok / slice.seconds).toFixed(0)} req/s, ${slice.cpuUsPerReq.toFixed(0)} µs/req, RSS ${(after.rss / MiB).toFixed(0)} MiB` +
+        (g.heapUsed !== undefined ? `, heap ${(g.heapUsed / MiB).toFixed(0)} MiB, loop delay p99 ${g.lagP99Ms?.toFixed(1)} ms` : '') +
+        `, load ${slice.loadavg1.toFixed(2)}`,
+    );
+    before = after;
+    sliceStart = nextStart;
+  }
+  return side;
+}
 
 interface Held {
   opened: number;
@@ -946,6 +1277,12 @@ function redisCalls(url: string): { scripts: number; usec: number; requests: num
   }
   const requests = Number(cli('HGET', 'gw:{k:bench-chat}:totals', 'requests').trim()) || 0;
   return { scripts, usec, requests };
+}
+
+/** redis-server's `used_memory`, bytes. */
+function redisMemory(url: string): number {
+  const info = execFileSync('redis-cli', ['-u', url, 'INFO', 'memory'], { stdio: 'pipe' }).toString();
+  return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN);
 }
 
 /** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */

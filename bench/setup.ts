@@ -32,6 +32,8 @@ export interface BenchConfigOptions {
   concurrency: number;
   /** Replaces the shipped store settings (the Redis scenario). */
   store?: Record<string, unknown>;
+  /** Top-level sections set last, replacing the shipped ones (the ledger scenario's `ledger: {enabled: false}`). */
+  overrides?: Record<string, unknown>;
 }
 
 /**
@@ -83,7 +85,7 @@ export function gatewayConfig(o: BenchConfigOptions): Record<string, any> {
     { key: KEY_CONVERTED, name: 'bench-converted', user: 'bench', group: 'converted', ...limits },
     { key: KEY_LARGE_MESSAGES, name: 'bench-large-messages', user: 'bench', group: 'large-messages', ...limits },
   ];
-  return c;
+  return { ...c, ...o.overrides };
 }
 
 /** A Chat Completions request for the mock: `words` words of reply, plus any mock directives and padding. */

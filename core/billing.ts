@@ -2,7 +2,7 @@
  * Pricing decisions shared by the limit plugins and metering: the rate a user pays in a group,
  * the models a request may be answered by, and the worst-case charge reserved at admission.
  */
-import type { GroupConfig, ModelConfig, UserConfig } from './config/types.js';
+import type { GroupConfig, KeyConfig, ModelConfig, UserConfig, Window } from './config/types.js';
 import type { RequestContext } from './context.js';
 import type { ParsedBody } from './types.js';
 import { isFree, priceUsage } from './money.js';
@@ -15,6 +15,18 @@ import type { Settlement } from './store/types.js';
 export function chargeRate(user: UserConfig | undefined, group: GroupConfig | undefined): number {
   if (group && user && Object.prototype.hasOwnProperty.call(user.rates, group.name)) return user.rates[group.name];
   return group?.multiplierPpm ?? 1_000_000;
+}
+
+/**
+ * The windows configured on a key (those with a limit), which its settlements name: one frozen list
+ * per key object (config keys are immutable; a changed key is a new object), so a settlement
+ * carries no list of its own and the journal writes each list's text once.
+ */
+const keyWindowLists = new WeakMap<KeyConfig, readonly Window[]>();
+export function keyWindows(key: KeyConfig): readonly Window[] {
+  let w = keyWindowLists.get(key);
+  if (w === undefined) keyWindowLists.set(key, (w = Object.freeze(WINDOWS.filter((x) => key.windows[x] > 0))));
+  return w;
 }
 
 /** The requested model and the served fallback models: any of them may answer. */
@@ -108,7 +120,7 @@ export function recoverySettlement(ctx: RequestContext): Settlement | undefined 
     cost: charge.cost,
     actual: charge.actual,
     durationMs: 0,
-    windows: WINDOWS.filter((w) => key.windows[w] > 0),
+    windows: keyWindows(key),
     estimated: true,
     recovered: true,
   };

@@ -84,7 +84,10 @@ interface Internals {
  */
 class SeriesTree<E> {
   private root = new Map<unknown, unknown>();
-  private table: unknown;
+  /** prom-client's table the tree's objects belong to. */
+  table: unknown;
+  /** Changes whenever the tree forgets what it held: a bound series (`bind`) looks its object up again. */
+  epoch = 0;
   /** False once prom-client's series objects are not what this expects. */
   enabled: boolean;
 
@@ -98,6 +101,7 @@ class SeriesTree<E> {
   get(metric: Internals, labels: Labels): E | undefined {
     if (metric.hashMap !== this.table) {
       this.root.clear();
+      this.epoch++;
       this.table = metric.hashMap;
       return undefined;
     }
@@ -115,6 +119,7 @@ class SeriesTree<E> {
     if (!this.enabled) return;
     if (metric.hashMap !== this.table) {
       this.root.clear();
+      this.epoch++;
       this.table = metric.hashMap;
     }
     const names = this.names;
@@ -135,7 +140,7 @@ class SeriesTree<E> {
     if (entry === undefined) return; // e.g. a number where the series holds a string: stays on the slow path
     if (!this.shape(entry)) {
       this.enabled = false;
-      this.root.clear();
+      this.clear();
       return;
     }
     let defined = 0;
@@ -153,6 +158,29 @@ class SeriesTree<E> {
 
   clear(): void {
     this.root.clear();
+    this.epoch++;
+  }
+
+  /**
+   * One series, its label values fixed: `update(value)` applies the value to prom-client's series
+   * object directly once it is known (no label object, no lookup), and otherwise calls `update`
+   * (the metric's own method, fast or slow) and looks the object up for next time. The object is
+   * looked up again after anything that makes the tree forget (a reset, a removal, a `set`).
+   */
+  bind(
+    self: Internals,
+    labels: Labels,
+    update: (labels: Labels, value?: number) => void,
+    apply: (e: E, value: number | undefined) => boolean,
+  ): (value?: number) => void {
+    let entry: E | undefined;
+    let epoch = -1;
+    return (value?: number): void => {
+      if (entry !== undefined && epoch === this.epoch && self.hashMap === this.table && apply(entry, value)) return;
+      update(labels, value);
+      entry = this.get(self, labels);
+      epoch = this.epoch;
+    };
   }
 
   /**
@@ -178,21 +206,37 @@ const isValueEntry = (e: any): boolean => typeof e?.value === 'number';
 const isObject = (x: unknown): x is Labels => typeof x === 'object' && x !== null;
 
 /** A prom-client Counter whose `inc` with labels skips prom-client's hashing once the series exists. */
+/** A counter's `inc` applied to its series object; false for a value prom-client must see itself. */
+function incValue(e: ValueEntry, value: number | undefined): boolean {
+  const v = value ?? 1; // as prom-client reads undefined and null
+  // Anything prom-client would refuse (negative, infinite) or treat oddly (NaN) takes its path.
+  if (!(v >= 0 && v < Infinity)) return false;
+  e.value += v;
+  return true;
+}
+
+const never = (): boolean => false;
+
 export class HotCounter<T extends string = string> extends Counter<T> {
   private readonly tree: SeriesTree<ValueEntry>;
+  private readonly exemplars: boolean;
 
   constructor(cfg: CounterConfiguration<T>) {
     super(cfg);
     this.tree = new SeriesTree(cfg.labelNames ?? [], isValueEntry);
-    if (cfg.enableExemplars) return; // `inc` takes another argument shape then
+    this.exemplars = cfg.enableExemplars === true;
+    if (this.exemplars) return; // `inc` takes another argument shape then
     const slow = this.inc.bind(this) as (labels?: unknown, value?: number) => void;
-    (this as { inc: unknown }).inc = this.tree.wrap(this as unknown as Internals, slow, (e, value) => {
-      const v = value ?? 1; // as prom-client reads undefined and null
-      // Anything prom-client would refuse (negative, infinite) or treat oddly (NaN) takes its path.
-      if (!(v >= 0 && v < Infinity)) return false;
-      e.value += v;
-      return true;
-    });
+    (this as { inc: unknown }).inc = this.tree.wrap(this as unknown as Internals, slow, incValue);
+  }
+
+  /**
+   * The series of these label values, bound: `inc(value)` without a label object or a lookup (for
+   * the series every request updates; callers keep it, e.g. per model and group).
+   */
+  series(labels: Partial<Record<T, string | number>>): { inc(value?: number): void } {
+    const inc = this.inc.bind(this) as (labels: Labels, value?: number) => void;
+    return { inc: this.tree.bind(this as unknown as Internals, { ...labels }, inc, this.exemplars ? never : incValue) };
   }
 
   override remove(...args: any[]): void {
@@ -230,6 +274,21 @@ export class HotGauge<T extends string = string> extends Gauge<T> {
     if (isObject(labels)) this.tree.learn(this as unknown as Internals, labels);
   }
 
+  /** The series of these label values, bound: `inc`/`dec` without a label object or a lookup. */
+  series(labels: Partial<Record<T, string | number>>): { inc(value?: number): void; dec(value?: number): void } {
+    const own = { ...labels } as Labels;
+    const self = this as unknown as Internals;
+    const apply = (sign: 1 | -1) => (e: ValueEntry, value: number | undefined) => {
+      if (value !== undefined && typeof value !== 'number') return false;
+      e.value += sign * (value ?? 1);
+      return true;
+    };
+    return {
+      inc: this.tree.bind(self, own, (l, v) => this.inc(l, v), apply(1)),
+      dec: this.tree.bind(self, own, (l, v) => this.dec(l, v), apply(-1)),
+    };
+  }
+
   /** prom-client replaces the series object on `set`: forget the one held. */
   override set(labels: any, value?: number): void {
     this.tree.clear();
@@ -260,21 +319,33 @@ export class HotHistogram<T extends string = string> extends Histogram<T> {
         bounds.length > 0 &&
         keys.every((k) => typeof e.bucketValues[k] === 'number'),
     );
+    this.apply = cfg.enableExemplars
+      ? never
+      : (e, value) => {
+          if (!Number.isFinite(value)) return false;
+          const v = value as number;
+          e.sum += v;
+          e.count += 1;
+          for (let i = 0; i < bounds.length; i++) {
+            if (v <= bounds[i]) {
+              e.bucketValues[keys[i]] += 1;
+              break;
+            }
+          }
+          return true;
+        };
     if (cfg.enableExemplars) return; // `observe` takes another argument shape then
     const slow = this.observe.bind(this) as (labels?: unknown, value?: number) => void;
-    (this as { observe: unknown }).observe = this.tree.wrap(this as unknown as Internals, slow, (e, value) => {
-      if (!Number.isFinite(value)) return false;
-      const v = value as number;
-      e.sum += v;
-      e.count += 1;
-      for (let i = 0; i < bounds.length; i++) {
-        if (v <= bounds[i]) {
-          e.bucketValues[keys[i]] += 1;
-          break;
-        }
-      }
-      return true;
-    });
+    (this as { observe: unknown }).observe = this.tree.wrap(this as unknown as Internals, slow, this.apply);
+  }
+
+  private readonly apply: (e: HistogramEntry, value: number | undefined) => boolean;
+
+  /** The series of these label values, bound: `observe(value)` without a label object or a lookup. */
+  series(labels: Partial<Record<T, string | number>>): { observe(value: number): void } {
+    const observe = this.observe.bind(this) as unknown as (labels: Labels, value?: number) => void;
+    const bound = this.tree.bind(this as unknown as Internals, { ...labels }, observe, this.apply);
+    return { observe: (v: number) => bound(v) };
   }
 
   override remove(...args: any[]): void {
@@ -294,18 +365,18 @@ export interface Metrics {
   /** The Prometheus text of everything. */
   scrape(): Promise<string>;
   contentType: string;
-  requests: Counter<'route' | 'status' | 'error'>;
-  inFlight: Gauge<'route'>;
-  duration: Histogram<'route'>;
-  ttft: Histogram<'provider' | 'model'>;
-  upstreamAttempts: Counter<'provider' | 'model' | 'outcome'>;
-  upstreamLatency: Histogram<'provider' | 'model'>;
+  requests: HotCounter<'route' | 'status' | 'error'>;
+  inFlight: HotGauge<'route'>;
+  duration: HotHistogram<'route'>;
+  ttft: HotHistogram<'provider' | 'model'>;
+  upstreamAttempts: HotCounter<'provider' | 'model' | 'outcome'>;
+  upstreamLatency: HotHistogram<'provider' | 'model'>;
   fallbacks: Counter<'model' | 'reason'>;
-  tokens: Counter<'provider' | 'model' | 'group' | 'bucket'>;
-  costMicros: Counter<'provider' | 'model' | 'group'>;
+  tokens: HotCounter<'provider' | 'model' | 'group' | 'bucket'>;
+  costMicros: HotCounter<'provider' | 'model' | 'group'>;
   limitRejections: Counter<'code'>;
   pluginErrors: Counter<'plugin'>;
-  storeLatency: Histogram<'store' | 'op'>;
+  storeLatency: HotHistogram<'store' | 'op'>;
   storeErrors: Counter<'store' | 'op'>;
   queueWaiting: Gauge;
   configReloads: Counter<'result'>;
@@ -324,11 +395,11 @@ export interface Metrics {
 
   // ---- upstream account pools (core/pool) -------------------------------------------------
   // Labels: provider and account names from the config, outcome/reason/state from fixed lists.
-  accountRequests: Counter<'provider' | 'account' | 'outcome'>;
+  accountRequests: HotCounter<'provider' | 'account' | 'outcome'>;
   accountCooldowns: Counter<'provider' | 'account' | 'reason'>;
   accountFailovers: Counter<'provider'>;
-  accountInFlight: Gauge<'provider' | 'account'>;
-  accountTtft: Histogram<'provider' | 'account'>;
+  accountInFlight: HotGauge<'provider' | 'account'>;
+  accountTtft: HotHistogram<'provider' | 'account'>;
   /** 1 for each account's current state; filled at scrape time from `accountStates`. */
   accountState: Gauge<'provider' | 'account' | 'state'>;
   accountStates?: () => Iterable<{ provider: string; account: string; state: string }>;
@@ -635,10 +706,12 @@ export function createMetrics(opts: { defaultMetrics?: boolean; version?: string
  */
 export class InstrumentedStore implements Store {
   readonly kind: Store['kind'];
-  private readonly latency: Histogram<'store' | 'op'>;
+  private readonly latency: HotHistogram<'store' | 'op'>;
   private readonly errors: Counter<'store' | 'op'>;
   /** Label objects made once per operation. */
   private readonly labels: Record<string, { store: string; op: string }> = {};
+  /** Each operation's latency series, bound once. */
+  private readonly latencies: Record<string, { observe(v: number): void }> = {};
 
   constructor(
     readonly inner: Store,
@@ -657,7 +730,7 @@ export class InstrumentedStore implements Store {
   private timed<T>(op: string, t0: number, p: Promise<T>): Promise<T> {
     return p.then(
       (x) => {
-        this.latency.observe(this.l(op), (performance.now() - t0) / 1000);
+        (this.latencies[op] ??= this.latency.series(this.l(op))).observe((performance.now() - t0) / 1000);
         return x;
       },
       (e) => {

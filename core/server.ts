@@ -31,7 +31,7 @@ import { openStore } from './store/index.js';
 import { systemClock, type Clock } from './clock.js';
 import { createLogger, type Logger } from './log.js';
 import { createMetrics, instrumentStore, type Metrics } from './metrics.js';
-import { recordRequest } from './request-metrics.js';
+import { recordRequest, RouteSeries } from './request-metrics.js';
 import { recoverySettlement } from './billing.js';
 import { VERSION } from './version.js';
 import type { Handler } from './handlers/types.js';
@@ -126,6 +126,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private tracing?: Tracing;
   /** Request bytes in flight (server.body_memory; fixed at start like the other server settings). */
   private bodyMemory = new BodyMemory(Number.MAX_SAFE_INTEGER);
+  /** Each route label's request series, bound once (request-metrics.ts). */
+  private readonly routes = new Map<string, RouteSeries>();
   url = '';
 
   /** The store's users and keys, followed by this process (core/accounts). */
@@ -728,7 +730,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     } finally {
       if (!probe) {
         this.metrics.requests.inc({ route: routeLabel, status: String(res.statusCode), error: failure ? errorLabel(failure) : '' });
-        this.metrics.duration.observe({ route: routeLabel }, (Date.now() - started) / 1000);
+        this.routeSeries(routeLabel).duration.observe((Date.now() - started) / 1000);
         // Routed requests write their own, richer access line.
         if (routeLabel === 'unmatched' || routeLabel === 'admin' || routeLabel === 'console') {
           const line = {
@@ -844,7 +846,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     inFlight.add(ctx);
     ctx.metrics = this.metrics;
     if (this.tracing) ctx.trace = this.tracing.request(ctx);
-    this.metrics.inFlight.inc({ route: route.info.name });
+    const series = this.routeSeries(route.info.name);
+    series.inFlight.inc();
     const gone = ctx.clientGone;
     const run = await runChain(ctx, route.chain, route.info.handler ? this.handlerCall : this.modelCall);
     let error = run.error;
@@ -872,7 +875,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         ctx.log.error('could not release a reservation', { error: e as Error });
       }
     }
-    this.metrics.inFlight.dec({ route: route.info.name });
+    series.inFlight.dec();
     inFlight.delete(ctx);
     const probing = probes.get(ctx);
     if (probing) clearTimeout(probing);
@@ -911,6 +914,12 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     if (outcome.status >= 500) this.log.warn('request', line);
     else this.log.info('request', line);
     return error;
+  }
+
+  private routeSeries(route: string): RouteSeries {
+    let s = this.routes.get(route);
+    if (!s) this.routes.set(route, (s = new RouteSeries(this.metrics, route)));
+    return s;
   }
 
   // The terminal steps and the body reader: one function each for every request, not closures per request.

@@ -13,7 +13,23 @@ export const claims = [
   { kind: 'rpm', scope: 'group', id: 'chat', limit: 1e9 },
   { kind: 'rpm', scope: 'user', id: 'bench', limit: 1e9 },
 ];
-export const settlement = (actual) => ({
+/** What metering attaches for the ledger record (core/store/types.ts SettlementDetail). */
+const detail = (actual) => ({
+  requestedModel: 'bench-chat',
+  provider: 'bench-openai',
+  account: 'bench-openai/default',
+  protocolIn: 'openai-chat',
+  protocolOut: 'openai-chat',
+  stream: false,
+  status: 200,
+  reasoning: undefined,
+  estimateReason: undefined,
+  ratePpm: 1_000_000,
+  ttftMs: actual,
+  attempts: 1,
+});
+const WINDOWS = Object.freeze(['5h', '1d', '7d']);
+export const settlement = (actual, withDetail = false) => ({
   keyId: 'bench-chat',
   user: 'bench',
   group: 'chat',
@@ -23,20 +39,8 @@ export const settlement = (actual) => ({
   cost: actual,
   actual,
   durationMs: 3,
-  windows: ['5h', '1d', '7d'],
-  // What plugins/metering attaches for the ledger record (a store writes it with the settlement).
-  detail: {
-    requestedModel: 'bench-chat',
-    provider: 'bench',
-    account: 'bench/main',
-    protocolIn: 'openai-chat',
-    protocolOut: 'openai-chat',
-    stream: false,
-    status: 200,
-    ratePpm: 1_000_000,
-    ttftMs: 2,
-    attempts: 1,
-  },
+  windows: WINDOWS, // one list per key (core/billing.ts keyWindows)
+  ...(withDetail ? { detail: detail(actual) } : {}),
 });
 const signal = new AbortController().signal;
 let seq = 0;
@@ -51,5 +55,5 @@ export async function oneRequest(store) {
     slot: { scope: 'user:bench', limit: 10000, queueSize: 16, maxWaitMs: 30000, signal },
   });
   await r.slot;
-  await store.settle(id, settlement(31));
+  await store.settle(id, settlement(31, true));
 }

@@ -11,6 +11,7 @@
  * (JSON Lines); money is integer micro-USD (`*_micros`), times epoch ms and ISO.
  */
 import type { ProtocolName } from '../config/types.js';
+import { member } from '../json/quote.js';
 import type { CreditRecord, EstimateReason, Settlement } from '../store/types.js';
 
 export type { EstimateReason, SettlementDetail } from '../store/types.js';
@@ -100,6 +101,51 @@ export function requestRecord(id: string, t: number, s: Settlement): LedgerRecor
     reference: null,
     actor: null,
   };
+}
+
+/**
+ * The day-file line of a settled request: exactly `fileLine(seq, requestRecord(id, t, s))` (files.ts),
+ * built as text with the names' JSON kept (json/quote.ts), without the record object or its
+ * `JSON.stringify`: this runs once per billed request, in the settlement's synchronous step.
+ */
+export function requestFileLine(seq: number, id: string, t: number, s: Settlement): string {
+  const d = s.detail;
+  const u = s.usage;
+  const estimated = s.estimated === true || s.recovered === true;
+  return (
+    '{"seq":' +
+    seq +
+    ',"id":' +
+    JSON.stringify(id) + // unique: not through json/quote's cache of repeated names
+    ',"type":"request"' +
+    member(',"ts":', t) +
+    member(',"user":', s.user) +
+    member(',"key":', s.keyId) +
+    member(',"group":', s.group) +
+    member(',"model_requested":', d?.requestedModel ?? null) +
+    member(',"model":', s.model) +
+    member(',"provider":', d?.provider ?? null) +
+    member(',"account":', d?.account ?? null) +
+    member(',"protocol_in":', d?.protocolIn ?? null) +
+    member(',"protocol_out":', d?.protocolOut ?? null) +
+    member(',"stream":', d?.stream ?? null) +
+    member(',"status":', d?.status ?? null) +
+    member(',"billing":', s.billing) +
+    member(',"input_tokens":', u.input) +
+    member(',"output_tokens":', u.output) +
+    member(',"cache_read_tokens":', u.cacheRead) +
+    member(',"cache_write_tokens":', u.cacheWrite) +
+    member(',"reasoning_tokens":', d?.reasoning ?? null) +
+    (s.late ? ',"usage_source":"late"' : estimated ? ',"usage_source":"estimated"' : ',"usage_source":"reported"') +
+    member(',"estimate_reason":', s.recovered ? 'crash_recovery' : estimated ? (d?.estimateReason ?? 'no_usage_reported') : null) +
+    member(',"list_micros":', s.cost) +
+    member(',"rate_ppm":', d?.ratePpm ?? null) +
+    member(',"charged_micros":', s.actual) +
+    member(',"duration_ms":', s.durationMs) +
+    member(',"ttft_ms":', d?.ttftMs ?? null) +
+    member(',"attempts":', d?.attempts ?? null) +
+    ',"reference":null,"actor":null}\n'
+  );
 }
 
 /** The record of a wallet credit. */

@@ -239,7 +239,10 @@ interface Choosing {
 
 interface AccountLabels {
   account: { provider: string; account: string };
-  outcome: Partial<Record<OutcomeKind, { provider: string; account: string; outcome: OutcomeKind }>>;
+  /** The series every request of the account updates, bound once (core/metrics.ts `series`). */
+  inFlight?: { inc(): void; dec(): void };
+  ttft?: { observe(v: number): void };
+  requests: Partial<Record<OutcomeKind, { inc(): void }>>;
 }
 
 export class Pool {
@@ -267,7 +270,7 @@ export class Pool {
 
   private labels(account: string): AccountLabels {
     let l = this.labelSets.get(account);
-    if (!l) this.labelSets.set(account, (l = { account: { provider: this.provider.name, account }, outcome: {} }));
+    if (!l) this.labelSets.set(account, (l = { account: { provider: this.provider.name, account }, requests: {} }));
     return l;
   }
 
@@ -333,7 +336,11 @@ export class Pool {
       c.attempts++;
       st.inFlight++;
       st.lastChosenAt = now;
-      this.deps.metrics?.accountInFlight.inc(this.labels(account.name).account);
+      const m = this.deps.metrics;
+      if (m) {
+        const l = this.labels(account.name);
+        (l.inFlight ??= m.accountInFlight.series(l.account)).inc();
+      }
       return { ok: true, lease: this.lease(account, st, release, c, sel.probe) };
     }
     return { ok: false, error: c.attempts === 0 ? this.noAccount(model, { ok: false, reason: 'busy' }, true) : undefined };
@@ -394,7 +401,11 @@ export class Pool {
         finished = true;
         release();
         st.inFlight--;
-        this.deps.metrics?.accountInFlight.dec(this.labels(account.name).account);
+        const m = this.deps.metrics;
+        if (m) {
+          const l = this.labels(account.name);
+          (l.inFlight ??= m.accountInFlight.series(l.account)).dec();
+        }
         if (!attempt) return undefined;
         const report = classifyOutcome(attempt, { committed: ctx.committed, now: this.deps.clock.now() });
         this.record(
@@ -420,14 +431,14 @@ export class Pool {
     const labels = sets.account;
     st.requests++;
     st.outcomes[report.kind] = (st.outcomes[report.kind] ?? 0) + 1;
-    metrics?.accountRequests.inc((sets.outcome[report.kind] ??= { ...labels, outcome: report.kind }));
+    if (metrics) (sets.requests[report.kind] ??= metrics.accountRequests.series({ ...labels, outcome: report.kind })).inc();
     if (report.health === 'success') {
       if (this.multi && st.failures > 0) this.shared.report(a.id, st, { kind: 'success' });
       st.failures = 0;
       if (ttftMs !== undefined) {
         st.ttft.add(now, ttftMs);
         if (this.multi) this.shared.report(a.id, st, { kind: 'ttft', at: now, ms: ttftMs });
-        metrics?.accountTtft.observe(labels, ttftMs / 1000);
+        if (metrics) (sets.ttft ??= metrics.accountTtft.series(labels)).observe(ttftMs / 1000);
       }
       return;
     }

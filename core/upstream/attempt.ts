@@ -25,6 +25,33 @@ import { billInput, runOnResponse } from './outcome.js';
 import { StreamDelivery } from './stream.js';
 import { TransportError, type UpstreamResponse } from './transport.js';
 import type { ChainHooks, UpstreamDeps } from './types.js';
+import type { Metrics } from '../metrics.js';
+import type { ModelConfig } from '../config/types.js';
+
+/** The series every answered attempt of a model updates, bound once per metrics registry and model object. */
+interface AttemptSeries {
+  provider: string;
+  latency: { observe(v: number): void };
+  ok: { inc(): void };
+}
+const attemptSeries = new WeakMap<Metrics, WeakMap<ModelConfig, AttemptSeries>>();
+
+function seriesFor(m: Metrics, provider: string, model: ModelConfig): AttemptSeries {
+  let byModel = attemptSeries.get(m);
+  if (!byModel) attemptSeries.set(m, (byModel = new WeakMap()));
+  let s = byModel.get(model);
+  if (!s || s.provider !== provider) {
+    byModel.set(
+      model,
+      (s = {
+        provider,
+        latency: m.upstreamLatency.series({ provider, model: model.id }),
+        ok: m.upstreamAttempts.series({ provider, model: model.id, outcome: 'ok' }),
+      }),
+    );
+  }
+  return s;
+}
 
 /** Upstream error bodies are read for their message, up to this much. */
 const MAX_ERROR_BODY = 256 * 1024;
@@ -126,7 +153,8 @@ export async function tryAttempt(
     if (r) await r;
     return false;
   }
-  ctx.metrics?.upstreamLatency.observe({ provider: provider.name, model: attempt.model.id }, (Date.now() - started) / 1000);
+  const series = ctx.metrics && seriesFor(ctx.metrics, provider.name, attempt.model);
+  series?.latency.observe((Date.now() - started) / 1000);
   attempt.status = up.status;
   (attempt as AttemptState)[ANSWER] = up; // responseHeaders reads it when asked
   try {
@@ -143,7 +171,7 @@ export async function tryAttempt(
       await runOnResponse(ctx, attempt, hooks);
       return false;
     }
-    ctx.metrics?.upstreamAttempts.inc({ provider: provider.name, model: attempt.model.id, outcome: 'ok' });
+    series?.ok.inc();
     if (stream) return await new StreamDelivery(ctx, attempt, up, hooks, call.timedOut, call.idleTimedOut).run();
     return await deliverJson(ctx, attempt, up, hooks);
   } finally {

@@ -7,8 +7,7 @@
  */
 import { definePlugin } from '../../core/plugin.js';
 import { priceUsage } from '../../core/money.js';
-import { WINDOWS } from '../../core/config/types.js';
-import { chargeRate } from '../../core/billing.js';
+import { chargeRate, keyWindows } from '../../core/billing.js';
 import { meteringSchema, type MeteringOptions } from './schema.js';
 import type { ModelConfig } from '../../core/config/types.js';
 import type { Attempt } from '../../core/types.js';
@@ -43,7 +42,7 @@ export default definePlugin<MeteringOptions>({
             cost: charge.cost,
             actual: charge.actual,
             durationMs: ctx.clock.now() - ctx.startedAt,
-            windows: WINDOWS.filter((w) => key.windows[w] > 0),
+            windows: keyWindows(key),
             estimated: ctx.usageEstimated || undefined,
             // The ledger record's details (core/ledger), stored with the settlement.
             detail: {

@@ -13,6 +13,7 @@ import {
   median,
   parseArgs,
   parseCpuList,
+  parseGauges,
   parseProcStat,
   parseVmRss,
   parseWrk,
@@ -22,11 +23,14 @@ import {
   roundDiffs,
   roundOrder,
   roundRatios,
+  soakSummary,
+  soakTable,
   spread,
   wrkErrors,
   wrkRps,
   type Report,
   type RoundRecord,
+  type SoakSlice,
 } from '../../bench/lib.js';
 
 t.test('options: defaults, selection, presets, errors', async (t) => {
@@ -61,6 +65,16 @@ t.test('options: defaults, selection, presets, errors', async (t) => {
   t.throws(() => parseArgs(['--ttft-requests', '1']), /≥ 2/);
   t.throws(() => parseArgs(['--frobnicate']), /unknown option '--frobnicate'/);
   t.throws(() => parseArgs(['--only', 'json', '--skip', 'json']), /no scenario left/);
+
+  t.match(parseArgs([]), { soakMinutes: 5, soakSlice: 15 }, 'soaks of 5 minutes in 15 s slices by default');
+  t.match(parseArgs(['--soak-minutes', '0.5', '--soak-slice=10', '--soak', 'redis-json,memory-stream']), {
+    soakMinutes: 0.5,
+    soakSlice: 10,
+    soakVariants: ['redis-json', 'memory-stream'],
+  });
+  t.throws(() => parseArgs(['--soak-minutes', '0']), /--soak-minutes needs a number > 0, got 0/);
+  t.throws(() => parseArgs(['--soak', 'disk-json']), /--soak needs a comma-separated list of memory-json/);
+  t.ok(parseArgs(['--quick']).soakMinutes < 1, '--quick shortens the soaks too');
 });
 
 t.test('statistics: medians of per-round ratios and their spread', async (t) => {
@@ -134,6 +148,60 @@ t.test('parsing wrk and /proc', async (t) => {
   t.same(planPinning([2, 3, 4, 5]), { server: [2], upstream: [3], load: [4, 5] });
 });
 
+t.test('soak: first and last minute, the curve', async (t) => {
+  const slice = (i: number, requests: number, extra: Partial<SoakSlice> = {}): SoakSlice => ({
+    t: i * 15,
+    requests,
+    seconds: 15,
+    errors: 0,
+    cpuUsPerReq: 300,
+    rss: 100 * 1024 * 1024,
+    loadavg1: 0.5,
+    ...extra,
+  });
+  // Five minutes of 15 s slices: the first minute is slices 1-4, the last slices 17-20.
+  const slices = Array.from({ length: 20 }, (_, i) => slice(i, i < 4 ? 150_000 : i >= 16 ? 120_000 : 90_000));
+  slices[3] = slice(3, 90_000, { seconds: 15 });
+  const s = soakSummary(slices, 15);
+  t.equal(s.first, (3 * 150_000 + 90_000) / 60, 'all requests of the first four slices over their time');
+  t.equal(s.last, 8000);
+  t.equal(s.ratio, s.last / s.first);
+  t.same(
+    soakSummary(slices.slice(0, 2), 15),
+    { first: 10_000, last: 10_000, ratio: 1 },
+    'under a minute: first and last minute are the same',
+  );
+  t.ok(Number.isNaN(soakSummary([], 15).ratio));
+
+  const rows = soakTable({
+    variant: 'memory-json',
+    sides: [
+      { side: 'bare proxy', warmRss: 0, slices: [slice(0, 300_000)] },
+      { side: 'gateway', warmRss: 0, slices: [slice(0, 150_000, { heapUsed: 40 * 1024 * 1024, lagP99Ms: 12.5 }), slice(1, 120_000)] },
+    ],
+  });
+  t.match(
+    rows[0],
+    /^\| slice \| from s \| bare proxy req\/s \| bare proxy CPU µs\/req \| bare proxy RSS MiB \| bare proxy load avg \| gateway req\/s \|/,
+  );
+  t.match(
+    rows[0],
+    /gateway heap MiB \| gateway loop delay p99 ms \| gateway load avg \|$/,
+    'heap and loop delay for the side that has them',
+  );
+  t.equal(rows[2], '| 1 | 0 | 20.0k | 300 | 100 | 0.50 | 10.0k | 300 | 100 | 40.0 | 12.5 | 0.50 |');
+  t.equal(rows[3], '| 2 | 15 | – | – | – | – | 8000 | 300 | 100 | – | – | 0.50 |', 'a side with fewer slices shows dashes');
+
+  const scrape =
+    '# HELP nodejs_heap_size_used_bytes Process heap size used from Node.js in bytes.\n' +
+    '# TYPE nodejs_heap_size_used_bytes gauge\n' +
+    'nodejs_heap_size_used_bytes 41943040\n' +
+    'nodejs_eventloop_lag_p99_seconds 0.0125\n' +
+    'nodejs_eventloop_lag_p90_seconds 0.004\n';
+  t.same(parseGauges(scrape), { heapUsed: 41943040, lagP99Ms: 12.5 });
+  t.same(parseGauges('gateway_requests_total{route="x"} 3\n'), { heapUsed: undefined, lagP99Ms: undefined }, 'absent: undefined');
+});
+
 t.test('the report', async (t) => {
   t.equal(fmt(14400), '14.4k');
   t.equal(fmt(250.4), '250');
@@ -195,4 +263,22 @@ t.test('the report', async (t) => {
   t.match(md, /\| 2 \| 0\.50 \| gateway \| 12\.0k \| 270 \|/);
   t.match(md, /## Redis store\n\nSkipped: redis-server is not installed/);
   t.match(md, /- a note/);
+
+  const soak = renderMarkdown({
+    ...rep,
+    options: { ...DEFAULTS, only: ['soak'] },
+    scenarios: [
+      {
+        name: 'soak',
+        title: 'Soak',
+        columns: ['bare proxy', 'gateway'],
+        rows: [],
+        rounds: [],
+        notes: [],
+        curves: [{ variant: 'redis-stream', sides: [{ side: 'gateway', warmRss: 0, slices: [] }] }],
+      },
+    ],
+  });
+  t.match(soak, /soaks of 5 min per side in 15 s slices/);
+  t.match(soak, /### Soak curve: redis-stream\n\n\| slice \| from s \| gateway req\/s/, 'a table per soak curve');
 });

@@ -71,6 +71,60 @@ t.test("the gateway's metric classes scrape exactly like prom-client's for the s
   t.throws(() => h.c.inc({ a: 'x', nope: '1' } as never), /label/, 'an unknown label name is refused');
 });
 
+t.test("bound series (`series()`, kept per label set) scrape exactly like prom-client's labelled calls", async (t) => {
+  const { hot, plain, h, p } = twins();
+  const bound = new Map<
+    string,
+    { c: { inc(v?: number): void }; h: { observe(v: number): void }; g: { inc(v?: number): void; dec(v?: number): void } }
+  >();
+  const of = (a: string, b: string) => {
+    let x = bound.get(a + b);
+    if (!x)
+      bound.set(
+        a + b,
+        (x = {
+          c: (h.c as HotCounter<'a' | 'b'>).series({ a, b }),
+          h: (h.h as HotHistogram<'a' | 'b'>).series({ a, b }),
+          g: (h.g as HotGauge<'a'>).series({ a }),
+        }),
+      );
+    return x;
+  };
+  let seed = 11;
+  const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
+  for (let i = 0; i < 5000; i++) {
+    const a = ['x', 'y', 'z'][rnd(3)];
+    const b = ['1', '2'][rnd(2)];
+    const v = rnd(1000);
+    const s = of(a, b);
+    s.c.inc(v);
+    s.c.inc();
+    s.h.observe(v / 997);
+    s.g.inc(v);
+    s.g.dec();
+    p.c.inc({ a, b }, v);
+    p.c.inc({ a, b });
+    p.h.observe({ a, b }, v / 997);
+    p.g.inc({ a }, v);
+    p.g.dec({ a });
+    // What makes prom-client drop or replace its series objects: a bound series must follow.
+    if (i === 1000) for (const m of [h, p]) m.c.remove('y', '1');
+    if (i === 2000) for (const m of [h, p]) m.g.set({ a: 'x' }, 5);
+    if (i === 3000) for (const m of [h, p]) m.h.reset();
+    if (i === 3500) {
+      hot.resetMetrics();
+      plain.resetMetrics();
+    }
+    if (i === 4000) for (const m of [h, p]) m.h.zero({ a: 'z', b: '2' });
+  }
+  const text = await hot.metrics();
+  t.equal(text, await plain.metrics(), 'identical Prometheus text');
+  t.ok(total(parseProm(text), 'h_seconds_count') > 1000, 'the text holds the counts');
+  // A value prom-client refuses is still refused through a bound series.
+  t.throws(() => of('x', '1').c.inc(-1), /not possible to decrease/);
+  t.throws(() => of('x', '1').h.observe(NaN), /not a valid number/);
+});
+
 t.test('a scrape after N requests, then N + M, counts each request exactly', async (t) => {
   const g = await startGateway(baseConfig());
   t.teardown(() => g.close());

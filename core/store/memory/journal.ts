@@ -11,6 +11,7 @@
  *   ever: an upgrade replays an old journal).
  */
 import type { Window } from '../../config/types.js';
+import { member, quoted } from '../../json/quote.js';
 import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, SettlementDetail, Stored, UserRecord } from '../types.js';
 
 export type JournalEntry =
@@ -51,22 +52,48 @@ export const SETTLE = 1;
 export const ADMIT = 2;
 const LINE_FIELDS = 18;
 
-/** JSON texts of the strings that repeat on every line (key, user, group, model and window names). */
-const quoted = new Map<string, string>();
+/** A string as JSON, kept when it repeats (key, user, group, model and window names). */
 function q(v: string): string {
-  if (typeof v !== 'string') return JSON.stringify(v ?? null); // what JSON.stringify of the object wrote
-  let j = quoted.get(v);
-  if (j === undefined) {
-    if (quoted.size >= 4096) quoted.clear();
-    j = JSON.stringify(v);
-    quoted.set(v, j);
-  }
-  return j;
+  return typeof v === 'string' ? quoted(v) : JSON.stringify(v ?? null); // what JSON.stringify of the object wrote
 }
 
 /** A number as JSON writes it (NaN, infinities and a missing value as null): the line always parses. */
 function n(v: number): string | number {
   return typeof v === 'number' && Number.isFinite(v) ? v : 'null';
+}
+
+/**
+ * `JSON.stringify(detail)` for the ledger's details as metering builds them (its fields in
+ * `SettlementDetail`'s order, undefined ones left out), without the stringifier's walk: once per
+ * settlement. Fields outside `SettlementDetail` are not journaled (nothing reads them).
+ */
+function detailJson(d: SettlementDetail): string {
+  return (
+    '{' +
+    (
+      member(',"requestedModel":', d.requestedModel) +
+      member(',"provider":', d.provider) +
+      member(',"account":', d.account) +
+      member(',"protocolIn":', d.protocolIn) +
+      member(',"protocolOut":', d.protocolOut) +
+      member(',"stream":', d.stream) +
+      member(',"status":', d.status) +
+      member(',"reasoning":', d.reasoning) +
+      member(',"estimateReason":', d.estimateReason) +
+      member(',"ratePpm":', d.ratePpm) +
+      member(',"ttftMs":', d.ttftMs) +
+      member(',"attempts":', d.attempts)
+    ).slice(1) +
+    '}'
+  );
+}
+
+/** The windows of a settlement as the line's comma-separated field, kept per array (a key's list is made once per config). */
+const windowTexts = new WeakMap<readonly Window[], string>();
+function windowsText(w: readonly Window[]): string {
+  let j = windowTexts.get(w);
+  if (j === undefined) windowTexts.set(w, (j = q(w.join(','))));
+  return j;
 }
 
 export function settlementLine(op: number, seq: number, t: number, id: string, s: Settlement): string {
@@ -105,10 +132,10 @@ export function settlementLine(op: number, seq: number, t: number, id: string, s
     ',' +
     n(s.durationMs) +
     ',' +
-    q(s.windows.join(',')) +
+    windowsText(s.windows) +
     ',' +
     ((s.estimated ? 1 : 0) | (s.recovered ? 2 : 0)) +
-    (s.detail ? ',' + JSON.stringify(s.detail) : '') +
+    (s.detail ? ',' + detailJson(s.detail) : '') +
     ']\n'
   );
 }

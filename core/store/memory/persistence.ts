@@ -43,7 +43,7 @@ import { ADMIT, SETTLE, entryLine, fromLine, settlementLine, type JournalEntry, 
 import { releaseLock, takeLock } from './lock.js';
 import type { LedgerFiles } from '../../ledger/files.js';
 import { fileLine } from '../../ledger/files.js';
-import { creditRecord, requestRecord } from '../../ledger/record.js';
+import { creditRecord, requestFileLine } from '../../ledger/record.js';
 
 /** Journal size that triggers compaction, unless the store options say otherwise. */
 export const COMPACT_BYTES = 4 * 1024 * 1024;
@@ -119,7 +119,7 @@ export class Persistence implements Recorder, AccountRecorder {
 
   settled(id: string, t: number, s: Settlement): void {
     this.appendLine(settlementLine(SETTLE, ++this.seq, t, id, s));
-    if (this.ledger) this.ledgerPending.push({ ts: t, line: fileLine(this.seq, requestRecord(id, t, s)) });
+    if (this.ledger) this.ledgerPending.push({ ts: t, line: requestFileLine(this.seq, id, t, s) });
   }
 
   cancelled(id: string, t: number): void {
@@ -367,8 +367,7 @@ export class Persistence implements Recorder, AccountRecorder {
           this.unresolved.delete(e.id);
           if (!state.isSettled(e.id)) {
             state.applySettlement(e.id, e.s, e.t);
-            if (this.ledger && e.seq > this.ledgerSeq)
-              this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, requestRecord(e.id, e.t, e.s)) });
+            if (this.ledger && e.seq > this.ledgerSeq) this.ledgerPending.push({ ts: e.t, line: requestFileLine(e.seq, e.id, e.t, e.s) });
           }
           break;
         case 'admit':
@@ -414,7 +413,7 @@ export class Persistence implements Recorder, AccountRecorder {
       const s: Settlement = { ...r, estimated: true, recovered: true };
       this.state.applySettlement(id, s, t);
       this.seq++;
-      if (this.ledger) this.ledgerPending.push({ ts: t, line: fileLine(this.seq, requestRecord(id, t, s)) });
+      if (this.ledger) this.ledgerPending.push({ ts: t, line: requestFileLine(this.seq, id, t, s) });
       n++;
       this.log.warn('store: request in flight at a crash settled by the recovery rule', {
         requestId: id,

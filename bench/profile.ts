@@ -1,0 +1,64 @@
+/**
+ * Reading V8 CPU profiles (`.cpuprofile`, from `--cpu-prof` or the inspector): where a server's
+ * time goes, by category (each gateway module and plugin, the store, metrics, logging, Node's
+ * http/stream/event internals, writes, GC). Shared by `instructions.ts --cpu-prof` and the soak's
+ * per-minute profiles (`run.ts --soak-profile`).
+ */
+
+export interface CpuProfile {
+  nodes: { id: number; callFrame: { functionName: string; url: string } }[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Where a profile node's self time goes. */
+export function category(fn: string, url: string): string | undefined {
+  if (fn === '(idle)' || fn === '(root)') return undefined;
+  if (fn === '(garbage collector)') return 'garbage collection';
+  if (fn === '(program)') return 'V8 and native, unattributed';
+  const dist = /\/dist\/(core|plugins)\/([^/]+)/.exec(url);
+  if (url.includes('/node_modules/')) {
+    const pkg = /\/node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url)![1];
+    if (pkg === 'prom-client') return 'metrics: prom-client';
+    if (pkg === 'pino' || pkg === 'sonic-boom') return 'logging: pino';
+    return `dependency: ${pkg}`;
+  }
+  if (dist) {
+    const [, top, mod] = dist;
+    if (top === 'plugins') return `plugins: ${mod}`;
+    if (mod === 'store') return 'core: store';
+    if (mod === 'protocols') return 'core: protocols (conversion, splice, taps)';
+    if (mod === 'metrics.js') return 'metrics: core/metrics';
+    if (mod === 'log.js') return 'logging: core/log';
+    return `core: ${mod.replace(/\.js$/, '')}`;
+  }
+  if (url.includes('/dist/bench/')) return 'bench role (proxy)';
+  if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node: streams';
+  if (url.startsWith('node:_http') || url === 'node:http') return 'node: http';
+  if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller'))
+    return 'node: events, AbortSignal';
+  if (
+    url.startsWith('node:internal/process/task_queues') ||
+    url.startsWith('node:internal/timers') ||
+    url === 'node:timers' ||
+    fn === 'runMicrotasks'
+  )
+    return 'node: ticks, microtasks, timers';
+  if (url.startsWith('node:')) return 'node: other';
+  if (url === '')
+    return `native: ${fn === 'writev' || fn === 'writeString' || fn === 'writeBuffer' || fn === 'writeUtf8String' ? 'writes (syscalls)' : 'other'}`;
+  return 'other';
+}
+
+/** Self time per category over the whole profile, in microseconds (idle excluded). */
+export function selfTime(p: CpuProfile): Map<string, number> {
+  const nodes = new Map(p.nodes.map((n) => [n.id, n]));
+  const out = new Map<string, number>();
+  for (let i = 0; i < p.samples.length; i++) {
+    const n = nodes.get(p.samples[i]);
+    if (!n) continue;
+    const c = category(n.callFrame.functionName, n.callFrame.url);
+    if (c) out.set(c, (out.get(c) ?? 0) + (p.timeDeltas[i + 1] ?? 0));
+  }
+  return out;
+}
