@@ -56,12 +56,14 @@ const cases: [string, Settlement][] = [
   ],
   ['names that JSON escapes', { ...base, keyId: 'key "quoted" \\ back', user: 'ünïcødé\u2028\n', group: 'tab\tgroup', model: 'm\u0000' }],
   ['numbers JSON writes as null', { ...base, usage: { ...base.usage, output: NaN }, cost: Infinity, durationMs: -0 }],
-  ['a late correction', { ...base, late: true }],
   ['plan billing, large numbers', { ...base, billing: 'plan', actual: 9_007_199_254_740_991, cost: 1e21 }],
 ];
 
+/** Only Redis settles a late correction (the memory store's journal never holds one). */
+const ledgerCases: [string, Settlement][] = [...cases, ['a late correction', { ...base, late: true }]];
+
 t.test('the ledger line of a settled request is the line of its record, byte for byte', async (t) => {
-  for (const [name, s] of cases) {
+  for (const [name, s] of ledgerCases) {
     for (const seq of [1, 42, 123_456_789]) {
       const id = seq === 42 ? 'req_"odd"\\id' : `req_${seq}`;
       const ts = 1_767_614_400_000 + seq;
