@@ -42,7 +42,7 @@ import type {
   Stored,
   UserRecord,
 } from '../types.js';
-import { refuse, Unavailable, type RedisClient, type Reply } from './client.js';
+import { Notices, refuse, Unavailable, whileUp, type RedisClient, type Reply } from './client.js';
 import type { Health } from './health.js';
 import type { Keys } from './keys.js';
 import type { LedgerStreams } from './ledger.js';
@@ -84,7 +84,7 @@ const OFFSET_TTL_MS = 60_000;
 const DEADLINE_MARGIN_MS = 25;
 
 export class Accounts {
-  private readonly listeners = new Set<() => void>();
+  private readonly notices: Notices;
   /** Redis TIME minus this process's clock (ms), its uncertainty, and when it was measured. */
   private offset: { ms: number; error: number; at: number } | undefined;
 
@@ -97,29 +97,11 @@ export class Accounts {
     private readonly log: Logger,
     private readonly ledger: LedgerStreams,
   ) {
-    const channel = keys.accountsChannel();
-    redis.sub.on('message', (ch: string) => {
-      if (ch !== channel) return;
-      for (const l of this.listeners) {
-        try {
-          l();
-        } catch {
-          // a listener's failure is its own
-        }
-      }
-    });
-    redis.sub.subscribe(channel).catch(() => undefined);
+    this.notices = new Notices(redis, keys.accountsChannel());
   }
 
-  /** Runs `f` if Redis is up; "Redis away" becomes 503 billing_service_error. */
-  private async call<T>(f: () => Promise<T>): Promise<T> {
-    if (this.health.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof Unavailable) throw refuse(e);
-      throw e;
-    }
+  private call<T>(f: () => Promise<T>): Promise<T> {
+    return whileUp(this.health, f);
   }
 
   /** The deadline of a write sent now, in Redis time (see the top). */
@@ -209,8 +191,7 @@ export class Accounts {
   }
 
   onChanged(listener: () => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.notices.on(listener);
   }
 
   async credit(req: CreditRequest): Promise<CreditResult> {

@@ -55,6 +55,46 @@ export function refuse(e?: unknown): GatewayError {
   return new GatewayError('BILLING_SERVICE', { cause: e });
 }
 
+/** Runs `f` while Redis is up (`health.state`); Redis away, before or during it, becomes 503 billing_service_error. */
+export async function whileUp<T>(health: { readonly state: string }, f: () => Promise<T>): Promise<T> {
+  if (health.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
+  try {
+    return await f();
+  } catch (e) {
+    if (e instanceof Unavailable) throw refuse(e);
+    throw e;
+  }
+}
+
+/**
+ * The listeners of one pub/sub channel whose messages say "shared state changed, read it again"
+ * (the accounts' and the upstream accounts' health): each is called on every message; a
+ * listener's failure is its own.
+ */
+export class Notices {
+  private readonly listeners = new Set<() => void>();
+
+  constructor(redis: RedisClient, channel: string) {
+    redis.sub.on('message', (ch: string) => {
+      if (ch !== channel) return;
+      for (const l of this.listeners) {
+        try {
+          l();
+        } catch {
+          // a listener's failure is its own
+        }
+      }
+    });
+    redis.sub.subscribe(channel).catch(() => undefined);
+  }
+
+  /** Adds a listener; the function returned removes it. */
+  on(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+}
+
 /** Throws the first error of a MULTI's replies (none: the transaction was aborted). */
 export function check(results: [Error | null, unknown][] | null): void {
   if (!results) throw new Unavailable('transaction aborted');

@@ -13,7 +13,7 @@
  */
 import type { Clock } from '../../clock.js';
 import type { AccountHealth, AccountHealthEvent, AccountHealthSnapshot, LimitsInUse, LimitsQuery } from '../types.js';
-import { refuse, Unavailable, type RedisClient, type Reply } from './client.js';
+import { Notices, whileUp, type RedisClient, type Reply } from './client.js';
 import type { Health } from './health.js';
 import type { Keys } from './keys.js';
 import { int, now, SEP } from './pack.js';
@@ -53,7 +53,7 @@ function unpack(text: string): AccountHealth {
 }
 
 export class Upstreams {
-  private readonly listeners = new Set<() => void>();
+  private readonly notices: Notices;
 
   constructor(
     private readonly redis: RedisClient,
@@ -61,28 +61,11 @@ export class Upstreams {
     private readonly keys: Keys,
     private readonly clock: Clock | undefined,
   ) {
-    const channel = keys.upstreamsChannel();
-    redis.sub.on('message', (ch: string) => {
-      if (ch !== channel) return;
-      for (const l of this.listeners) {
-        try {
-          l();
-        } catch {
-          // a listener's failure is its own
-        }
-      }
-    });
-    redis.sub.subscribe(channel).catch(() => undefined);
+    this.notices = new Notices(redis, keys.upstreamsChannel());
   }
 
-  private async call<T>(f: () => Promise<T>): Promise<T> {
-    if (this.health.state !== 'up') throw refuse(new Unavailable('Redis unreachable'));
-    try {
-      return await f();
-    } catch (e) {
-      if (e instanceof Unavailable) throw refuse(e);
-      throw e;
-    }
+  private call<T>(f: () => Promise<T>): Promise<T> {
+    return whileUp(this.health, f);
   }
 
   async report(events: readonly AccountHealthEvent[]): Promise<number> {
@@ -105,8 +88,7 @@ export class Upstreams {
   }
 
   onChanged(listener: () => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.notices.on(listener);
   }
 
   async limitsInUse(q: LimitsQuery): Promise<LimitsInUse> {
