@@ -29,9 +29,33 @@ function hooks(): boolean {
  */
 export function resolvePluginPackage(specifier: string, configFile: string): string {
   if (!hooks()) throw new Error('this Node.js cannot resolve packages for plugins (node:module register): give a path instead');
-  const url = import.meta.resolve(`${USE_PREFIX}${encodeURIComponent(pathToFileURL(configFile).href)}|${specifier}`);
+  let url: string;
+  try {
+    url = import.meta.resolve(`${USE_PREFIX}${encodeURIComponent(pathToFileURL(configFile).href)}|${specifier}`);
+  } catch (e) {
+    throw readableResolutionError(e);
+  }
   if (!url.startsWith('file:')) throw new Error(`'${specifier}' resolves to ${url}, not a file`);
   return fileURLToPath(url);
+}
+
+/**
+ * Node's resolution error as Node words it. The error is made on the hooks thread and sometimes
+ * reaches this one with its message lost: only its code and arguments, as
+ * `ERR_PACKAGE_PATH_NOT_EXPORTED <package folder> <subpath> <base>` (seen on Node 20 in CI); the
+ * sentence is put back so an operator reads the same reason either way.
+ */
+export function readableResolutionError(e: unknown): unknown {
+  const m = /^ERR_PACKAGE_PATH_NOT_EXPORTED (\S+) (\S+) (\S+)$/.exec((e as Error)?.message ?? '');
+  if (!m) return e;
+  const [, pkg, subpath, base] = m;
+  const err = new Error(
+    subpath === '.'
+      ? `No "exports" main defined in ${pkg}package.json imported from ${base}`
+      : `Package subpath '${subpath}' is not defined by "exports" in ${pkg}package.json imported from ${base}`,
+  );
+  (err as Error & { code?: string }).code = 'ERR_PACKAGE_PATH_NOT_EXPORTED';
+  return err;
 }
 
 /** Imports a plugin module and returns its definition (its default export, or `plugin`). */
