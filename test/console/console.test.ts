@@ -394,7 +394,16 @@ t.test('keys, upstream accounts and the audit log views', async (t) => {
   await page.getByRole('link', { name: 'Users', exact: true }).click();
   await page.getByLabel('Search name or note').fill('acm');
   await page.getByRole('row', { name: /acme/ }).waitFor();
-  t.equal(await page.locator('tbody tr').count(), 1, 'the search finds acme alone');
+  // The list asks again as the search is typed: the rows of the unfiltered list may still show.
+  const rows = await until(
+    async () => {
+      const n = await page.locator('tbody tr').count();
+      return n === 1 ? n : undefined;
+    },
+    'the filtered list',
+    10_000,
+  ).catch(() => page.locator('tbody tr').count());
+  t.equal(rows, 1, 'the search finds acme alone');
   t.equal(await page.getByRole('row', { name: /acme/ }).locator('td.note').innerText(), XSS);
   await page.getByRole('button', { name: 'Suspend acme' }).click();
   await page.getByRole('button', { name: 'Reactivate acme' }).waitFor();
