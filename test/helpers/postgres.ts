@@ -204,10 +204,10 @@ export class PostgresServer {
 
   /** Freezes / thaws every process of the server (a hung PostgreSQL: connections open, nothing answers). */
   pause(): void {
-    for (const pid of this.processes()) process.kill(pid, 'SIGSTOP');
+    for (const pid of this.processes()) signal(pid, 'SIGSTOP');
   }
   resume(): void {
-    for (const pid of this.processes()) process.kill(pid, 'SIGCONT');
+    for (const pid of this.processes()) signal(pid, 'SIGCONT');
   }
 
   /** Starts again on the same folder and port. */
@@ -219,5 +219,14 @@ export class PostgresServer {
   async destroy(): Promise<void> {
     await this.stop('SIGQUIT');
     rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Signals a process that may have exited since it was listed (a backend whose connection closed). */
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ESRCH') throw e;
   }
 }
