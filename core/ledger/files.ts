@@ -3,11 +3,14 @@
  * (`<dir>/YYYY-MM-DD.jsonl`), each line a record (record.ts) with the store's `seq` in front.
  *
  * - Written by the store's persistence in the same event-loop turn as its journal, after the journal
- *   (one synchronous write per turn), and fsynced with it: a record exists for every settlement the
- *   store made durable, with the same guarantee as the counters. A crash between the two writes
- *   leaves the journal ahead; at the next start the store writes again every settlement and credit
- *   of its journal past the ledger's last `seq` (`lastSeq`), so nothing is missing and nothing is
- *   written twice.
+ *   (one synchronous write per turn). The journal is the write-ahead log: it is fsynced every
+ *   second, the day files only before the journal is cut (compaction), at a day's end and at close.
+ *   A process killed loses nothing the OS was handed; after a power loss or a crash between the two
+ *   writes the journal holds what the files lack, and at the next start the store writes every
+ *   settlement and credit of its journal whose `seq` the files miss (`seqsAfter`), so nothing is
+ *   missing and nothing is written twice. (One fsync per second instead of two: the file sink's
+ *   cost in the bench fell from 1.10x to about 1.0x the CPU per request; the kernel still writes
+ *   the bytes, in its own time.)
  * - `seq` orders the records of one store folder; a store with no journal of its own (Redis) writes
  *   `seq: 0` and relies on the record ids instead (drain.ts).
  * - A torn line never swallows the next record: after a failed write, or in a file found ending
@@ -126,7 +129,7 @@ export class LedgerFiles {
     return this.fd;
   }
 
-  /** fsyncs what was written (the store calls it with its journal's fsync). */
+  /** fsyncs what was written (the store calls it before cutting its journal). */
   sync(): Promise<void> {
     const fd = this.fd;
     if (fd === undefined || !this.unsynced) return Promise.resolve();
@@ -154,28 +157,41 @@ export class LedgerFiles {
       .sort();
   }
 
-  /** The highest `seq` written (0 when none): the last line of the newest file that has one. */
-  async lastSeq(): Promise<number> {
+  /**
+   * The `seq`s above `after` that the day files hold, read backwards from the newest file until a
+   * line at or below `after` (the store's snapshot: everything up to it was fsynced before the
+   * journal was cut). A set rather than the last `seq`: after a power loss the files may have lost
+   * any of what the kernel had not written yet, not only their tail.
+   */
+  async seqsAfter(after: number): Promise<Set<number>> {
+    const seqs = new Set<number>();
     const days = this.days();
     for (let i = days.length - 1; i >= 0; i--) {
       const file = path.join(this.dir, `${days[i]}.jsonl`);
-      const size = statSync(file).size;
-      if (size === 0) continue;
       const fh = await open(file, 'r');
       try {
-        const len = Math.min(size, 64 * 1024);
-        const buf = Buffer.alloc(len);
-        await fh.read(buf, 0, len, size - len);
-        const lines = buf.toString('utf8').split('\n');
-        for (let j = lines.length - 1; j >= 0; j--) {
-          const m = /^\{"seq":(\d+),/.exec(lines[j]);
-          if (m && lines[j].endsWith('}')) return Number(m[1]);
+        let end = (await fh.stat()).size;
+        let head = ''; // the start of the line the previous chunk began inside
+        while (end > 0) {
+          const len = Math.min(end, 1 << 20);
+          const buf = Buffer.alloc(len);
+          await fh.read(buf, 0, len, end - len);
+          end -= len;
+          const lines = (buf.toString('latin1') + head).split('\n');
+          head = end > 0 ? (lines.shift() ?? '') : '';
+          for (let j = lines.length - 1; j >= 0; j--) {
+            const m = /^\{"seq":(\d+),/.exec(lines[j]);
+            if (!m || !lines[j].endsWith('}')) continue;
+            const seq = Number(m[1]);
+            if (seq <= after) return seqs;
+            seqs.add(seq);
+          }
         }
       } finally {
         await fh.close();
       }
     }
-    return 0;
+    return seqs;
   }
 
   /**

@@ -23,7 +23,7 @@
  *   (`pg-cursor` is not needed). Before answering it lets the shipper catch up with what this
  *   instance wrote (bounded wait), so a query sees this instance's records up to the moment asked.
  */
-import { open, readdir, readFile, rename, stat } from 'node:fs/promises';
+import { open, readdir, readFile, rename, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
 import type { Logger } from '../log.js';
@@ -201,6 +201,8 @@ interface FilePosition {
   ino: number;
   /** Bytes of the file shipped: the end of the last line sent. */
   offset: number;
+  /** The id of the last record before `offset`: checked when a process first resumes the file. */
+  last?: string;
 }
 
 interface PositionFile {
@@ -281,6 +283,31 @@ async function guarded<T>(pool: pg.Pool, ms: number, fn: (c: pg.PoolClient) => P
 }
 
 /** A line the shipper can send: a JSON object with a record's identifying fields. */
+/** A record line's id, read from its start (`{"seq":N,"id":"…"`). */
+function recordId(line: string): string | undefined {
+  const m = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/.exec(line);
+  return m ? (JSON.parse(m[1]) as string) : undefined;
+}
+
+/**
+ * Whether the last record line before the position is still the one shipped last. False after the
+ * file's lines moved (the memory store writes again, at the end, what a power loss took from the
+ * middle): lines never shipped may now lie before the position.
+ */
+async function lineEndsAt(fh: FileHandle, pos: FilePosition): Promise<boolean> {
+  if (pos.last === undefined || pos.offset === 0) return true; // an older position file: nothing to compare
+  const len = Math.min(pos.offset, 64 * 1024);
+  const buf = Buffer.alloc(len);
+  await fh.read(buf, 0, len, pos.offset - len);
+  if (buf[len - 1] !== 0x0a) return false;
+  const lines = buf.toString('utf8', 0, len - 1).split('\n');
+  for (let i = lines.length - 1; i >= (len < pos.offset ? 1 : 0); i--) {
+    const id = recordId(lines[i]);
+    if (id !== undefined && lines[i].endsWith('}')) return id === pos.last;
+  }
+  return false;
+}
+
 function isRecordLine(line: string): boolean {
   let r: unknown;
   try {
@@ -308,6 +335,8 @@ export class LedgerShipper {
   private position: PositionFile;
   /** Sizes last seen, for the backlog. */
   private readonly sizes = new Map<string, number>();
+  /** Files whose saved position this process has checked against their content. */
+  private readonly checked = new Set<string>();
   private reachable: boolean | undefined;
   private stopping = false;
   /** Set at close: a pass in progress stops after its current batch. */
@@ -500,7 +529,7 @@ export class LedgerShipper {
       if (!st) continue;
       this.sizes.set(name, st.size);
       const pos = this.position.files[name];
-      if (pos && pos.ino === st.ino && pos.offset === st.size) continue;
+      if (pos && pos.ino === st.ino && pos.offset === st.size && this.checked.has(name)) continue;
       await this.shipFile(name);
     }
     this.opts.metrics?.backlog(this.backlog());
@@ -516,8 +545,19 @@ export class LedgerShipper {
     }
     try {
       const st = await fh.stat();
-      let pos = this.position.files[name];
-      // A new file under an old name (deleted by retention, then written again), or one cut short: from its start.
+      let pos: FilePosition | undefined = this.position.files[name];
+      // A new file under an old name (deleted by retention, then written again), one cut short, or
+      // one whose lines moved under the position: from its start.
+      if (pos && !this.checked.has(name) && pos.offset <= st.size && !(await lineEndsAt(fh, pos))) {
+        this.opts.log.warn(
+          'ledger: a day file changed under the saved position (its lines were written again after a power loss?); shipping it again from its start (rows are not doubled)',
+          {
+            file: name,
+          },
+        );
+        pos = undefined;
+      }
+      this.checked.add(name);
       if (!pos || pos.ino !== st.ino || pos.offset > st.size) {
         pos = { ino: st.ino, offset: 0 };
         this.position.files[name] = pos;
@@ -532,6 +572,7 @@ export class LedgerShipper {
       let bad = 0;
       /** The byte offset past the last line in `batch` (or skipped). */
       let batchEnd = pos.offset;
+      let lastId = pos.last;
       while (readAt < end) {
         const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, end - readAt), readAt);
         if (bytesRead === 0) break;
@@ -544,12 +585,14 @@ export class LedgerShipper {
           start = nl + 1;
           batchEnd = base + start;
           if (line === '') continue;
-          if (isRecordLine(line)) batch.push(line);
-          else bad++;
+          if (isRecordLine(line)) {
+            batch.push(line);
+            lastId = recordId(line);
+          } else bad++;
           if (batch.length >= this.opts.batchSize) {
             await this.insert(batch, name);
             batch = [];
-            this.advance(name, pos, batchEnd);
+            this.advance(name, pos, batchEnd, lastId);
             await this.save(false);
             if (this.halt) return;
           }
@@ -558,7 +601,7 @@ export class LedgerShipper {
         carry = Buffer.from(data.subarray(start));
       }
       if (batch.length > 0) await this.insert(batch, name);
-      this.advance(name, pos, batchEnd);
+      this.advance(name, pos, batchEnd, lastId);
       if (bad > 0) {
         this.opts.metrics?.rejected(bad);
         this.opts.log.warn('ledger: lines of a day file that are not ledger records were not shipped', { file: name, lines: bad });
@@ -568,9 +611,10 @@ export class LedgerShipper {
     }
   }
 
-  private advance(name: string, pos: FilePosition, offset: number): void {
+  private advance(name: string, pos: FilePosition, offset: number, last: string | undefined): void {
     if (offset === pos.offset) return;
     pos.offset = offset;
+    pos.last = last;
     this.position.files[name] = pos;
     this.dirty = true;
     this.opts.metrics?.backlog(this.backlog());

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { appendFile, cp, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -213,6 +213,64 @@ t.test('persistence: compaction by journal size', async (t) => {
   t.equal(await again.balanceSpent('u1'), sum);
   t.equal((await again.keyStats('k1', '2026-01-05', '2026-01-05')).total.requests, 50);
   await again.close();
+});
+
+t.test("ledger: the journal is the day files' write-ahead log; after a power loss they get back exactly what they lost", async (t) => {
+  const dir = await tmp(t);
+  const clock = new ManualClock(T0);
+  const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, compactBytes: 2_000, ledger: ledger(dir) });
+  let syncs = 0;
+  const files = store.ledger!;
+  const sync = files.sync.bind(files);
+  files.sync = () => {
+    syncs++;
+    return sync();
+  };
+  let sum = 0;
+  for (let i = 0; i < 60; i++) {
+    await store.settle(`r${i}`, settlement({ actual: i + 1 }));
+    sum += i + 1;
+    if (i % 10 === 9) await store.flush();
+  }
+  await store.flush();
+  t.ok(syncs > 0, `the day files are fsynced before the journal is cut (${syncs} times)`);
+  const before = syncs;
+  for (let i = 0; i < 6; i++) {
+    await store.settle(`tail${i}`, settlement({ actual: 1000 + i }));
+    sum += 1000 + i;
+  }
+  await store.flush();
+  t.equal(syncs, before, 'a flush fsyncs the journal only');
+  const snapSeq = (JSON.parse(await readFile(path.join(dir, 'snapshot.json'), 'utf8')) as { seq: number }).seq;
+  t.ok(snapSeq > 0 && snapSeq <= 60, `compacted part-way (snapshot at seq ${snapSeq} of 66)`);
+
+  // What a power loss may leave: the day file without some of what followed the snapshot (a line
+  // in the middle, the last three) and a torn last line; the journal intact (it was fsynced).
+  const crashed = await tmp(t);
+  await cp(dir, crashed, { recursive: true });
+  await store.close();
+  const ledgerDir = path.join(crashed, 'ledger');
+  const [day] = readdirSync(ledgerDir);
+  const lines = readFileSync(path.join(ledgerDir, day), 'utf8').trim().split('\n');
+  const seqOf = (l: string) => (JSON.parse(l) as { seq: number }).seq;
+  const after = lines.map((l, i) => [seqOf(l), i] as const).filter(([s]) => s > snapSeq);
+  t.ok(after.length >= 5, `${after.length} records past the snapshot`);
+  const lost = new Set([after[1][1], ...after.slice(-3).map(([, i]) => i)]);
+  const kept = lines.filter((_, i) => !lost.has(i));
+  writeFileSync(path.join(ledgerDir, day), kept.join('\n') + '\n' + lines[lines.length - 1].slice(0, 40));
+
+  const again = await MemoryStore.open({ path: crashed, clock, ledger: ledger(crashed) });
+  t.teardown(() => again.close());
+  const ids: string[] = [];
+  let charged = 0;
+  for await (const r of again.ledger!.read('0000-01-01', '9999-12-31')) {
+    ids.push(r.id);
+    charged += (r as { charged_micros: number }).charged_micros;
+  }
+  t.equal(ids.length, 66, 'one record per settlement');
+  t.equal(new Set(ids).size, 66, 'none twice');
+  t.equal(charged, sum, 'the records sum to the charges');
+  t.equal(await again.balanceSpent('u1'), sum, 'and to the counters');
 });
 
 t.test('persistence: a settlement reaches the OS by the end of its event-loop turn, without a flush', async (t) => {

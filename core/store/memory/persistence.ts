@@ -16,6 +16,9 @@
  *   everything appended during the turn), so a process kill loses nothing that was settled before
  *   the turn ended; the file is fsynced every `flushIntervalMs`, so a power loss or kernel crash
  *   loses at most that interval. A torn last line is skipped on load.
+ * - The ledger's day files (core/ledger/files.ts) are written right after the journal in the same
+ *   turn but fsynced only before a compaction cuts the journal: until then the journal is their
+ *   write-ahead log, and load() writes again whatever of it they lack.
  * - Crash recovery (the one rule for every store, docs/limits.md): an admission that carries a
  *   `recovery` settlement is journaled; its settle or cancel resolves it. At the next start, every
  *   admission left unresolved (the process died with the request in flight) is settled with its
@@ -97,8 +100,8 @@ export class Persistence implements Recorder, AccountRecorder {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly ledger: LedgerFiles | undefined;
-  /** The ledger's last `seq` when the folder was loaded. */
-  private ledgerSeq = 0;
+  /** The `seq`s past the snapshot the ledger held when the folder was loaded. */
+  private ledgerHas = new Set<number>();
   /** Ledger lines waiting for this turn's write, after the journal's. */
   private ledgerPending: { ts: number; line: string }[] = [];
 
@@ -224,7 +227,10 @@ export class Persistence implements Recorder, AccountRecorder {
     return this.serial(() => this.writePending());
   }
 
-  /** Writes what is pending and fsyncs the journal (power-loss durability). */
+  /**
+   * Writes what is pending and fsyncs the journal (power-loss durability). Not the ledger's day
+   * files: the journal holds every record they may lack until compaction, which fsyncs them first.
+   */
   private async writePending(): Promise<void> {
     const fd = this.journal;
     if (fd === undefined) return;
@@ -236,7 +242,6 @@ export class Persistence implements Recorder, AccountRecorder {
       this.unsynced = false;
       await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
     }
-    await this.ledger?.sync();
   }
 
   // ---- snapshot --------------------------------------------------------------------------------
@@ -254,6 +259,8 @@ export class Persistence implements Recorder, AccountRecorder {
     this.pending = [];
     this.compacting = true;
     try {
+      // The ledger's records up to the snapshot must be on disk before the journal holding them is cut.
+      await this.ledger?.sync();
       const tmp = join(dir, SNAPSHOT + '.tmp');
       const fh = await open(tmp, 'w');
       try {
@@ -307,9 +314,10 @@ export class Persistence implements Recorder, AccountRecorder {
       const snapText = await readIfExists(join(dir, SNAPSHOT));
       if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
       const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
-      // What the ledger already has: the journal's settlements and credits past it are written again.
-      this.ledgerSeq = this.ledger ? await this.ledger.lastSeq() : 0;
+      // What the ledger has of the journal: the settlements and credits it lacks are written again.
+      this.ledgerHas = this.ledger ? await this.ledger.seqsAfter(this.seq) : new Set();
       const replayed = this.replay(journalText);
+      this.ledgerHas = new Set();
       const recovered = this.recoverUnresolved();
       if (this.ledger && this.ledgerPending.length > 0) {
         this.log.info('ledger: writing the records the journal holds and the ledger lacks', { records: this.ledgerPending.length });
@@ -367,7 +375,8 @@ export class Persistence implements Recorder, AccountRecorder {
           this.unresolved.delete(e.id);
           if (!state.isSettled(e.id)) {
             state.applySettlement(e.id, e.s, e.t);
-            if (this.ledger && e.seq > this.ledgerSeq) this.ledgerPending.push({ ts: e.t, line: requestFileLine(e.seq, e.id, e.t, e.s) });
+            if (this.ledger && !this.ledgerHas.has(e.seq))
+              this.ledgerPending.push({ ts: e.t, line: requestFileLine(e.seq, e.id, e.t, e.s) });
           }
           break;
         case 'admit':
@@ -390,7 +399,7 @@ export class Persistence implements Recorder, AccountRecorder {
           state.applyCredit(e.rec.user, e.rec.amount);
           this.book.applyCredit(e.rec, e.idem, e.t);
           this.book.applyAudit(e.audit, e.t);
-          if (this.ledger && e.seq > this.ledgerSeq) this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, creditRecord(e.rec)) });
+          if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, creditRecord(e.rec)) });
           break;
         case 'audit':
           this.book.applyAudit(e.entry, e.t);
