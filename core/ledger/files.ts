@@ -13,9 +13,9 @@
  *   the bytes, in its own time.)
  * - `seq` orders the records of one store folder; a store with no journal of its own (Redis) writes
  *   `seq: 0` and relies on the record ids instead (drain.ts).
- * - A torn line never swallows the next record: after a failed write, or in a file found ending
- *   mid-line (a process killed in a write), the next write begins with a newline, so the torn
- *   line stays one unreadable line (skipped).
+ * - A torn line never swallows the next record: in a file found ending mid-line (a process killed
+ *   in a write) the next write begins with a newline, so the torn line stays one unreadable line
+ *   (skipped). A short write (a full disk) is continued where it stopped.
  * - Files older than the retention are deleted (checked at start and hourly).
  * - Reading streams line by line (readline): a month of records is never held in memory.
  */
@@ -44,6 +44,7 @@ const FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 /** A record line's id (a JSON string). */
 const ID = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/;
 const HOUR = 3_600_000;
+const DAY = 86_400_000;
 
 /**
  * A record's file line: `seq` first, then the record's fields in `FIELDS` order (record.ts builds
@@ -72,6 +73,11 @@ export class LedgerFiles {
   private readonly log: Logger;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | undefined;
+  /** Lines added and not written, one string per run of one UTC day (`add`). */
+  private pending: { day: string; text: string; rest?: Buffer }[] = [];
+  /** The start (epoch ms) of the last pending run's day. */
+  private pendingDay = 0;
+  private pendingLines = 0;
 
   constructor(opts: LedgerFilesOptions) {
     this.dir = opts.dir;
@@ -86,26 +92,64 @@ export class LedgerFiles {
 
   /** Appends lines (each ending in a newline) of the records at `ts` (epoch ms), in one synchronous write per day file. */
   appendSync(lines: { ts: number; line: string }[]): void {
-    let i = 0;
-    while (i < lines.length) {
-      const day = dayKey(lines[i].ts);
-      let text = '';
-      while (i < lines.length && dayKey(lines[i].ts) === day) text += lines[i++].line;
-      const fd = this.fileFor(day);
-      if (this.torn) text = '\n' + text;
-      const buf = Buffer.from(text, 'utf8');
-      try {
-        let off = 0;
-        while (off < buf.length) off += writeSync(fd, buf, off, buf.length - off);
-      } catch (e) {
-        // Part of it may be written: the next write ends that line first. (Not cut back off:
-        // the workers of one instance may share the folder, and another may have appended since.)
-        this.torn = true;
-        throw e;
-      }
-      this.torn = false;
-      this.unsynced = true;
+    for (const { ts, line } of lines) this.add(ts, line);
+    try {
+      this.writePending();
+    } catch (e) {
+      // The caller keeps the lines and calls again: nothing stays buffered here, and a line cut by
+      // a short write is ended by the next write (so it stays one unreadable line).
+      if (this.pending[0]?.rest) this.torn = true;
+      this.pending = [];
+      this.pendingLines = 0;
+      throw e;
     }
+  }
+
+  /**
+   * Buffers a record's line (ending in a newline) for `writePending`. Consecutive lines of one UTC
+   * day are joined into one string as they come (no object per line: the memory store adds one
+   * per billed request).
+   */
+  add(ts: number, line: string): void {
+    const last = this.pending.length - 1;
+    if (last >= 0 && ts >= this.pendingDay && ts < this.pendingDay + DAY && !this.pending[last].rest) this.pending[last].text += line;
+    else {
+      this.pendingDay = ts - (ts % DAY);
+      this.pending.push({ day: dayKey(ts), text: line });
+    }
+    this.pendingLines++;
+  }
+
+  /** Lines added and not written yet. */
+  get waiting(): number {
+    return this.pendingLines;
+  }
+
+  /**
+   * Writes what `add` buffered, one synchronous write per day file. On failure what was not
+   * written stays buffered for the next call, and the error is thrown.
+   */
+  writePending(): void {
+    while (this.pending.length > 0) {
+      const run = this.pending[0];
+      const fd = this.fileFor(run.day);
+      if (this.torn) {
+        // The file ends mid-line (found so at open): end that line first, so it stays one unreadable line.
+        writeSync(fd, '\n');
+        this.torn = false;
+      }
+      // A string write: no Buffer per call. One call: an error means it wrote nothing.
+      const wrote = run.rest ? writeSync(fd, run.rest) : writeSync(fd, run.text);
+      this.unsynced = true;
+      const bytes = run.rest ? run.rest.length : Buffer.byteLength(run.text);
+      if (wrote < bytes) {
+        // A short write (a full disk): the rest continues the same line at the next call.
+        run.rest = (run.rest ?? Buffer.from(run.text)).subarray(wrote);
+        throw new Error(`ledger: short write to ${run.day}.jsonl (${wrote} of ${bytes} bytes)`);
+      }
+      this.pending.shift();
+    }
+    this.pendingLines = 0;
   }
 
   private fileFor(day: string): number {

@@ -103,7 +103,6 @@ export class Persistence implements Recorder, AccountRecorder {
   /** The `seq`s past the snapshot the ledger held when the folder was loaded. */
   private ledgerHas = new Set<number>();
   /** Ledger lines waiting for this turn's write, after the journal's. */
-  private ledgerPending: { ts: number; line: string }[] = [];
 
   constructor(opts: PersistenceOptions) {
     this.ledger = opts.ledger;
@@ -122,7 +121,7 @@ export class Persistence implements Recorder, AccountRecorder {
 
   settled(id: string, t: number, s: Settlement): void {
     this.appendLine(settlementLine(SETTLE, ++this.seq, t, id, s));
-    if (this.ledger) this.ledgerPending.push({ ts: t, line: requestFileLine(this.seq, id, t, s) });
+    if (this.ledger) this.ledger.add(t, requestFileLine(this.seq, id, t, s));
   }
 
   cancelled(id: string, t: number): void {
@@ -145,7 +144,7 @@ export class Persistence implements Recorder, AccountRecorder {
 
   credited(rec: CreditRecord, idem: { key: string; fingerprint: string } | undefined, audit: AuditEntry): void {
     this.append(idem ? { op: 'credit', t: rec.at, rec, idem, audit } : { op: 'credit', t: rec.at, rec, audit });
-    if (this.ledger) this.ledgerPending.push({ ts: rec.at, line: fileLine(this.seq, creditRecord(rec)) });
+    if (this.ledger) this.ledger.add(rec.at, fileLine(this.seq, creditRecord(rec)));
   }
 
   audited(entry: AuditEntry): void {
@@ -197,7 +196,7 @@ export class Persistence implements Recorder, AccountRecorder {
     this.journalBytes += chunk.length;
     this.unsynced = true;
     this.writeLedger();
-    if (this.journalBytes >= this.compactBytes && this.ledgerPending.length === 0)
+    if (this.journalBytes >= this.compactBytes && !this.ledger?.waiting)
       void this.serial(() => this.compact()).catch((e) => this.log.error('store compaction failed', { error: e as Error }));
   }
 
@@ -206,12 +205,11 @@ export class Persistence implements Recorder, AccountRecorder {
    * the next turn (and compaction waits for them: the journal must keep what the ledger lacks).
    */
   private writeLedger(): void {
-    if (!this.ledger || this.ledgerPending.length === 0) return;
+    if (!this.ledger?.waiting) return;
     try {
-      this.ledger.appendSync(this.ledgerPending);
-      this.ledgerPending = [];
+      this.ledger.writePending();
     } catch (e) {
-      this.log.error('ledger write failed; retried with the next write', { error: e as Error, waiting: this.ledgerPending.length });
+      this.log.error('ledger write failed; retried with the next write', { error: e as Error, waiting: this.ledger.waiting });
     }
   }
 
@@ -237,7 +235,7 @@ export class Persistence implements Recorder, AccountRecorder {
     this.writeNow();
     this.writeLedger();
     if (this.pending.length > 0 && !this.compacting) throw new Error('store journal write failed');
-    if (this.ledgerPending.length > 0) throw new Error('ledger write failed');
+    if (this.ledger?.waiting) throw new Error('ledger write failed');
     if (this.unsynced) {
       this.unsynced = false;
       await new Promise<void>((resolve, reject) => fsync(fd, (e) => (e ? reject(e) : resolve())));
@@ -251,7 +249,7 @@ export class Persistence implements Recorder, AccountRecorder {
     const dir = this.dir;
     // The journal is the ledger's only other copy of what the ledger has not written yet.
     this.writeLedger();
-    if (this.ledgerPending.length > 0) throw new Error('ledger lines are waiting to be written: compaction postponed');
+    if (this.ledger?.waiting) throw new Error('ledger lines are waiting to be written: compaction postponed');
     const snap = JSON.stringify(this.snapshot());
     // Everything buffered so far is in the snapshot; keep it until the snapshot is durable.
     // Appends made while it is written wait in `pending` (written after the truncation below).
@@ -319,10 +317,9 @@ export class Persistence implements Recorder, AccountRecorder {
       const replayed = this.replay(journalText);
       this.ledgerHas = new Set();
       const recovered = this.recoverUnresolved();
-      if (this.ledger && this.ledgerPending.length > 0) {
-        this.log.info('ledger: writing the records the journal holds and the ledger lacks', { records: this.ledgerPending.length });
-        this.ledger.appendSync(this.ledgerPending);
-        this.ledgerPending = [];
+      if (this.ledger?.waiting) {
+        this.log.info('ledger: writing the records the journal holds and the ledger lacks', { records: this.ledger.waiting });
+        this.ledger.writePending();
         await this.ledger.sync();
       }
       this.journal = openSync(join(dir, JOURNAL), 'a');
@@ -375,8 +372,7 @@ export class Persistence implements Recorder, AccountRecorder {
           this.unresolved.delete(e.id);
           if (!state.isSettled(e.id)) {
             state.applySettlement(e.id, e.s, e.t);
-            if (this.ledger && !this.ledgerHas.has(e.seq))
-              this.ledgerPending.push({ ts: e.t, line: requestFileLine(e.seq, e.id, e.t, e.s) });
+            if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledger.add(e.t, requestFileLine(e.seq, e.id, e.t, e.s));
           }
           break;
         case 'admit':
@@ -399,7 +395,7 @@ export class Persistence implements Recorder, AccountRecorder {
           state.applyCredit(e.rec.user, e.rec.amount);
           this.book.applyCredit(e.rec, e.idem, e.t);
           this.book.applyAudit(e.audit, e.t);
-          if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledgerPending.push({ ts: e.t, line: fileLine(e.seq, creditRecord(e.rec)) });
+          if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledger.add(e.t, fileLine(e.seq, creditRecord(e.rec)));
           break;
         case 'audit':
           this.book.applyAudit(e.entry, e.t);
@@ -422,7 +418,7 @@ export class Persistence implements Recorder, AccountRecorder {
       const s: Settlement = { ...r, estimated: true, recovered: true };
       this.state.applySettlement(id, s, t);
       this.seq++;
-      if (this.ledger) this.ledgerPending.push({ ts: t, line: requestFileLine(this.seq, id, t, s) });
+      if (this.ledger) this.ledger.add(t, requestFileLine(this.seq, id, t, s));
       n++;
       this.log.warn('store: request in flight at a crash settled by the recovery rule', {
         requestId: id,

@@ -69,9 +69,14 @@ import { RecentIds } from '../recent.js';
 const MINUTE = 60_000;
 const DAY = 86_400_000;
 const WEEK = 7 * DAY;
-const SETTLED_TTL_MS = DAY;
-/** Settled ids kept for idempotency: at least the last 200,000 (RecentIds keeps between half and all). */
-const SETTLED_MAX = 400_000;
+/**
+ * Settled ids kept for idempotency: at least the last 50,000 (RecentIds keeps between half and all).
+ * On this store a second settlement of a request can only come during that request's own handling
+ * (nothing queues settlements, unlike the Redis store's outage queue, whose done markers last a
+ * day), so more would only grow the heap every major collection marks (issue 29's soak: 400,000
+ * ids were about 30 MiB of old generation).
+ */
+const SETTLED_MAX = 100_000;
 const MAX_TIMER_MS = 2_147_483_647;
 /** Bytes of `remember()` entries kept (ids and values, as UTF-16 length); the oldest go first. */
 const REMEMBER_MAX_CHARS = 64 * 1024 * 1024;
@@ -285,8 +290,8 @@ export class MemoryState {
   private readonly rpm = new Map<string, MinuteCounter>();
   private readonly freeCalls = new Map<string, MinuteCounter>();
   private readonly admissions = new Map<string, Admission>();
-  /** Request ids settled lately (../recent.ts): the last SETTLED_MAX / 2 at least, each for a day at least. */
-  private readonly settled = new RecentIds(SETTLED_MAX, SETTLED_TTL_MS);
+  /** Request ids settled lately (../recent.ts): the last SETTLED_MAX / 2 at least. */
+  private readonly settled = new RecentIds(SETTLED_MAX);
   /** What the claims of the admission being checked do once all pass (see check()). */
   private readonly toHold: Held[] = [];
   private readonly toCount: MinuteCounter[] = [];
