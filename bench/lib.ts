@@ -16,6 +16,7 @@ export const SCENARIOS = [
   'bodies',
   'redis',
   'ledger',
+  'noise',
   'soak',
 ] as const;
 export type Scenario = (typeof SCENARIOS)[number];
@@ -31,6 +32,7 @@ export const SCENARIO_TITLES: Record<Scenario, string> = {
   bodies: 'Small-request latency before and during large request bodies',
   redis: 'Redis store (non-streaming and streaming chat, wrk)',
   ledger: 'The usage ledger: the gateway with its ledger on (the default) against the same gateway with `ledger.enabled: false` (wrk)',
+  noise: 'Noise floor: two identical gateways (ledger on), compared the way `ledger` compares its two (wrk)',
   soak: 'Soak: unbroken load for minutes, measured per slice (wrk)',
 };
 

@@ -896,6 +896,27 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     });
   },
 
+  // The ledger's comparison with nothing to compare: what two identical gateways measured the same
+  // way differ by on this machine. A difference between two sides smaller than this spread is not
+  // resolved by one run.
+  noise: async () => {
+    const res = result('noise', ['gateway A', 'gateway B']);
+    const a = await startGateway(undefined, 'gateway A');
+    const b = await startGateway(undefined, 'gateway B');
+    try {
+      await jsonAndStream(res, (stream) => [
+        { side: 'gateway A', server: a, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+        { side: 'gateway B', server: b, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+      ]);
+      res.notes.push(
+        'two fresh gateways with the same configuration (as `ledger on`), alternated per round: the spread of B ÷ A is the noise floor of the `ledger` comparison',
+      );
+      return res;
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  },
+
   ledger: async (s) => {
     const res = result('ledger', ['ledger off', 'ledger on']);
     // Two fresh gateways, the same but for the ledger, each idle while the other is measured.
