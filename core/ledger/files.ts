@@ -43,6 +43,8 @@ import type { LedgerRecord } from './record.js';
 const FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
 /** A record line's id (a JSON string). */
 const ID = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/;
+/** A record line's seq and id. */
+const SEQ_ID = /^\{"seq":(\d+),"id":("(?:[^"\\]|\\.)*")/;
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
 
@@ -202,33 +204,41 @@ export class LedgerFiles {
   }
 
   /**
-   * The `seq`s above `after` that the day files hold, read backwards from the newest file until a
-   * line at or below `after` (the store's snapshot: everything up to it was fsynced before the
-   * journal was cut). A set rather than the last `seq`: after a power loss the files may have lost
-   * any of what the kernel had not written yet, not only their tail.
+   * The records above `after` that the day files hold, `seq` → id, read backwards from the newest
+   * file until a line at or below `after` (the store's snapshot: everything up to it was fsynced
+   * before the journal was cut), or after `maxBytes`. A map rather than the last `seq`: after a
+   * power loss the files may have lost any of what the kernel had not written yet, not only their
+   * tail. With the ids: a store folder started afresh beside an older ledger folder numbers its
+   * records from 1 again, and an old record with the same `seq` is not one of its own.
    */
-  async seqsAfter(after: number): Promise<Set<number>> {
-    const seqs = new Set<number>();
+  async seqsAfter(after: number, maxBytes = 256 * 1024 * 1024): Promise<Map<number, string>> {
+    const seqs = new Map<number, string>();
     const days = this.days();
-    for (let i = days.length - 1; i >= 0; i--) {
+    let budget = maxBytes;
+    for (let i = days.length - 1; i >= 0 && budget > 0; i--) {
       const file = path.join(this.dir, `${days[i]}.jsonl`);
       const fh = await open(file, 'r');
       try {
         let end = (await fh.stat()).size;
         let head = ''; // the start of the line the previous chunk began inside
-        while (end > 0) {
+        while (end > 0 && budget > 0) {
           const len = Math.min(end, 1 << 20);
+          budget -= len;
           const buf = Buffer.alloc(len);
           await fh.read(buf, 0, len, end - len);
           end -= len;
-          const lines = (buf.toString('latin1') + head).split('\n');
+          const lines = (buf.toString('utf8') + head).split('\n');
           head = end > 0 ? (lines.shift() ?? '') : '';
           for (let j = lines.length - 1; j >= 0; j--) {
-            const m = /^\{"seq":(\d+),/.exec(lines[j]);
+            const m = SEQ_ID.exec(lines[j]);
             if (!m || !lines[j].endsWith('}')) continue;
             const seq = Number(m[1]);
             if (seq <= after) return seqs;
-            seqs.add(seq);
+            try {
+              seqs.set(seq, JSON.parse(m[2]) as string);
+            } catch {
+              /* not a record line */
+            }
           }
         }
       } finally {

@@ -273,6 +273,40 @@ t.test("ledger: the journal is the day files' write-ahead log; after a power los
   t.equal(await again.balanceSpent('u1'), sum, 'and to the counters');
 });
 
+t.test(
+  'ledger: a store folder started afresh beside an older ledger folder gets back its own lost records, not the old ones of the same seq',
+  async (t) => {
+    const root = await tmp(t);
+    const clock = new ManualClock(T0);
+    const led = { dir: path.join(root, 'ledger'), retentionMs: 100 * 365 * 86_400_000 };
+    // An older store, its folder since deleted: its records (seq 1–5) stay in the ledger folder.
+    const old = await MemoryStore.open({ path: path.join(root, 'old'), clock, flushIntervalMs: 1_000_000, ledger: led });
+    for (let i = 0; i < 5; i++) await old.settle(`old${i}`, settlement({ actual: 1 }));
+    await old.close();
+    // The new store numbers from 1 again; a power loss takes its three lines from the day file.
+    const dir = path.join(root, 'new');
+    const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, ledger: led });
+    for (let i = 0; i < 3; i++) await store.settle(`new${i}`, settlement({ actual: 10 }));
+    await store.flush();
+    const crashed = await tmp(t);
+    await cp(root, crashed, { recursive: true });
+    await store.close();
+    const ledgerDir = path.join(crashed, 'ledger');
+    const [day] = readdirSync(ledgerDir);
+    const lines = readFileSync(path.join(ledgerDir, day), 'utf8').trim().split('\n');
+    writeFileSync(path.join(ledgerDir, day), lines.filter((l) => !l.includes('"new')).join('\n') + '\n');
+    const again = await MemoryStore.open({ path: path.join(crashed, 'new'), clock, ledger: { ...led, dir: ledgerDir } });
+    t.teardown(() => again.close());
+    const ids: string[] = [];
+    for await (const r of again.ledger!.read('0000-01-01', '9999-12-31')) ids.push(r.id);
+    t.same(
+      ids.sort(),
+      ['new0', 'new1', 'new2', 'old0', 'old1', 'old2', 'old3', 'old4'],
+      "every record once, the new store's written again",
+    );
+  },
+);
+
 t.test('persistence: a settlement reaches the OS by the end of its event-loop turn, without a flush', async (t) => {
   const dir = await tmp(t);
   const store = await MemoryStore.open({ path: dir, flushIntervalMs: 1_000_000 });

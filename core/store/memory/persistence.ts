@@ -100,8 +100,8 @@ export class Persistence implements Recorder, AccountRecorder {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private readonly ledger: LedgerFiles | undefined;
-  /** The `seq`s past the snapshot the ledger held when the folder was loaded. */
-  private ledgerHas = new Set<number>();
+  /** The records past the snapshot the ledger held when the folder was loaded, `seq` → id. */
+  private ledgerHas = new Map<number, string>();
   /** Ledger lines waiting for this turn's write, after the journal's. */
 
   constructor(opts: PersistenceOptions) {
@@ -313,9 +313,9 @@ export class Persistence implements Recorder, AccountRecorder {
       if (snapText !== undefined) this.restore(JSON.parse(snapText) as SnapshotJson);
       const journalText = (await readIfExists(join(dir, JOURNAL))) ?? '';
       // What the ledger has of the journal: the settlements and credits it lacks are written again.
-      this.ledgerHas = this.ledger ? await this.ledger.seqsAfter(this.seq) : new Set();
+      this.ledgerHas = this.ledger ? await this.ledger.seqsAfter(this.seq) : new Map();
       const replayed = this.replay(journalText);
-      this.ledgerHas = new Set();
+      this.ledgerHas = new Map();
       const recovered = this.recoverUnresolved();
       if (this.ledger?.waiting) {
         this.log.info('ledger: writing the records the journal holds and the ledger lacks', { records: this.ledger.waiting });
@@ -372,7 +372,7 @@ export class Persistence implements Recorder, AccountRecorder {
           this.unresolved.delete(e.id);
           if (!state.isSettled(e.id)) {
             state.applySettlement(e.id, e.s, e.t);
-            if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledger.add(e.t, requestFileLine(e.seq, e.id, e.t, e.s));
+            if (this.ledger && this.ledgerHas.get(e.seq) !== e.id) this.ledger.add(e.t, requestFileLine(e.seq, e.id, e.t, e.s));
           }
           break;
         case 'admit':
@@ -395,7 +395,10 @@ export class Persistence implements Recorder, AccountRecorder {
           state.applyCredit(e.rec.user, e.rec.amount);
           this.book.applyCredit(e.rec, e.idem, e.t);
           this.book.applyAudit(e.audit, e.t);
-          if (this.ledger && !this.ledgerHas.has(e.seq)) this.ledger.add(e.t, fileLine(e.seq, creditRecord(e.rec)));
+          if (this.ledger) {
+            const r = creditRecord(e.rec);
+            if (this.ledgerHas.get(e.seq) !== r.id) this.ledger.add(e.t, fileLine(e.seq, r));
+          }
           break;
         case 'audit':
           this.book.applyAudit(e.entry, e.t);
