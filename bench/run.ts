@@ -1036,6 +1036,10 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
     return req > 0 ? xs.reduce((a, x) => a + x.cpuUsPerReq * x.requests, 0) / req : NaN;
   };
   const end = (side: SoakSide) => side.slices[side.slices.length - 1];
+  const minuteMedian = (side: SoakSide, last: boolean, field: 'rss' | 'heapUsed') => {
+    const xs = (last ? side.slices.slice(-n) : side.slices.slice(0, n)).map((x) => x[field] ?? NaN).filter(Number.isFinite);
+    return xs.length > 0 ? median(xs) : NaN;
+  };
   res.rows.push(
     pair('requests/s, first minute', ps.first, gs.first),
     pair('requests/s, last minute', ps.last, gs.last),
@@ -1051,12 +1055,18 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
     pair('server CPU per request, last minute, µs', cpu(proxy, true), cpu(gw, true)),
     pair('RSS at the end of the warm-up, MiB', proxy.warmRss / MiB_, gw.warmRss / MiB_),
     pair('RSS at the end, MiB', end(proxy).rss / MiB_, end(gw).rss / MiB_),
+    pair(
+      "RSS, median of the first minute's slices → of the last minute's, MiB (gateway)",
+      minuteMedian(gw, false, 'rss') / MiB_,
+      minuteMedian(gw, true, 'rss') / MiB_,
+    ),
+    // One sample of a sawtooth says little: the median of each minute's slices.
     {
-      metric: `${v}: gateway heap used at the end of the warm-up → at the end, MiB`,
+      metric: `${v}: gateway heap used, median of the first minute's slices → of the last minute's, MiB`,
       unit: 'MiB',
-      baseline: one((gw.warmHeapUsed ?? NaN) / MiB_),
-      subject: one((end(gw).heapUsed ?? NaN) / MiB_),
-      diff: one(((end(gw).heapUsed ?? NaN) - (gw.warmHeapUsed ?? NaN)) / MiB_),
+      baseline: one(minuteMedian(gw, false, 'heapUsed') / MiB_),
+      subject: one(minuteMedian(gw, true, 'heapUsed') / MiB_),
+      diff: one((minuteMedian(gw, true, 'heapUsed') - minuteMedian(gw, false, 'heapUsed')) / MiB_),
     },
   );
   for (const side of c.sides) {
