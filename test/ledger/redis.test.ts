@@ -166,7 +166,8 @@ t.test('a gateway on Redis: one record per billed request and per credit, querie
     onDisk.every((r) => r.seq === 0),
     'with seq 0 (the ids identify them)',
   );
-  t.same(await db.xlen('lg:{q}:ledger'), 0, 'nothing left waiting in Redis');
+  // Acknowledged once the lines are fsynced: a moment after they can be read.
+  t.ok(await until(async () => (await db.xlen('lg:{q}:ledger')) === 0, 10_000), 'nothing left waiting in Redis');
 });
 
 // ---- gateways as processes -------------------------------------------------------------------------
@@ -294,7 +295,8 @@ t.test('two instances, one killed with requests in flight: the other resolves th
     lines(ia.ledger).every((r) => r.estimate_reason !== 'crash_recovery'),
     'none of them in the files of a',
   );
-  t.equal(await db.xlen(`${prefix}{q}:ledger`), 0, 'nothing left waiting in Redis');
+  // Acknowledged once the lines are fsynced: a moment after they can be read.
+  t.ok(await until(async () => (await db.xlen(`${prefix}{q}:ledger`)) === 0, 10_000), 'nothing left waiting in Redis');
 });
 
 t.test('two instances on one Redis: every record drained exactly once across their files', async (t) => {
@@ -476,7 +478,8 @@ t.test('drainer: a death between writing a batch and acknowledging it, then a re
   );
   await second.settle('ld-5', settlement(7));
   t.ok(await until(() => lines(dir).length === 6, 10_000), 'and the next one drained as usual');
-  t.equal(await db.xlen(`${prefix}{q}:ledger`), 0, 'nothing left waiting in Redis');
+  // Acknowledged once the lines are fsynced: a moment after they can be read.
+  t.ok(await until(async () => (await db.xlen(`${prefix}{q}:ledger`)) === 0, 10_000), 'nothing left waiting in Redis');
 });
 
 t.test('drainer: another process sharing the folder takes over a batch a sibling wrote and never acknowledged', async (t) => {
