@@ -41,12 +41,25 @@ import { dayKey } from '../store/types.js';
 import type { LedgerRecord } from './record.js';
 
 const FILE = /^(\d{4}-\d{2}-\d{2})\.jsonl$/;
-/** A record line's id (a JSON string). */
-const ID = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/;
-/** A record line's seq and id. */
+/** A record line's start: its seq, and its id as a JSON string. */
 const SEQ_ID = /^\{"seq":(\d+),"id":("(?:[^"\\]|\\.)*")/;
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
+
+/**
+ * A complete record line's `seq` and id, read from its start without parsing the rest (undefined
+ * for a torn or foreign line). The store, the Redis drainer and the PostgreSQL shipper use it to
+ * tell which records a file holds.
+ */
+export function lineSeqId(line: string): { seq: number; id: string } | undefined {
+  const m = SEQ_ID.exec(line);
+  if (!m || !line.endsWith('}')) return undefined;
+  try {
+    return { seq: Number(m[1]), id: JSON.parse(m[2]) as string };
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * A record's file line: `seq` first, then the record's fields in `FIELDS` order (record.ts builds
@@ -230,15 +243,10 @@ export class LedgerFiles {
           const lines = (buf.toString('utf8') + head).split('\n');
           head = end > 0 ? (lines.shift() ?? '') : '';
           for (let j = lines.length - 1; j >= 0; j--) {
-            const m = SEQ_ID.exec(lines[j]);
-            if (!m || !lines[j].endsWith('}')) continue;
-            const seq = Number(m[1]);
-            if (seq <= after) return seqs;
-            try {
-              seqs.set(seq, JSON.parse(m[2]) as string);
-            } catch {
-              /* not a record line */
-            }
+            const r = lineSeqId(lines[j]);
+            if (!r) continue;
+            if (r.seq <= after) return seqs;
+            seqs.set(r.seq, r.id);
           }
         }
       } finally {
@@ -268,13 +276,8 @@ export class LedgerFiles {
         const lines = buf.toString('utf8').split('\n');
         if (len < size) lines.shift(); // began mid-line
         for (const line of lines) {
-          const m = ID.exec(line);
-          if (!m || !line.endsWith('}')) continue;
-          try {
-            ids.add(JSON.parse(m[1]) as string);
-          } catch {
-            /* not a record line */
-          }
+          const r = lineSeqId(line);
+          if (r) ids.add(r.id);
         }
       } finally {
         await fh.close();

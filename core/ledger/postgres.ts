@@ -30,6 +30,7 @@ import type { Logger } from '../log.js';
 import { GatewayError } from '../errors.js';
 import { FIELDS, type LedgerRecord } from './record.js';
 import { dayOf, type GroupBy, type LedgerQuery, type LedgerReader, type SummaryRow } from './index.js';
+import { lineSeqId } from './files.js';
 
 const DAY = 86_400_000;
 const FILE = /^\d{4}-\d{2}-\d{2}\.jsonl$/;
@@ -282,13 +283,6 @@ async function guarded<T>(pool: pg.Pool, ms: number, fn: (c: pg.PoolClient) => P
   }
 }
 
-/** A line the shipper can send: a JSON object with a record's identifying fields. */
-/** A record line's id, read from its start (`{"seq":N,"id":"…"`). */
-function recordId(line: string): string | undefined {
-  const m = /^\{"seq":\d+,"id":("(?:[^"\\]|\\.)*")/.exec(line);
-  return m ? (JSON.parse(m[1]) as string) : undefined;
-}
-
 /**
  * Whether the last record line before the position is still the one shipped last. False after the
  * file's lines moved (the memory store writes again, at the end, what a power loss took from the
@@ -302,28 +296,29 @@ async function lineEndsAt(fh: FileHandle, pos: FilePosition): Promise<boolean> {
   if (buf[len - 1] !== 0x0a) return false;
   const lines = buf.toString('utf8', 0, len - 1).split('\n');
   for (let i = lines.length - 1; i >= (len < pos.offset ? 1 : 0); i--) {
-    const id = recordId(lines[i]);
-    if (id !== undefined && lines[i].endsWith('}')) return id === pos.last;
+    const r = lineSeqId(lines[i]);
+    if (r) return r.id === pos.last;
   }
   return false;
 }
 
-function isRecordLine(line: string): boolean {
+/** The id of a line the shipper can send (a JSON object with a record's identifying fields), else undefined. */
+function recordLineId(line: string): string | undefined {
   let r: unknown;
   try {
     r = JSON.parse(line);
   } catch {
-    return false;
+    return undefined;
   }
-  if (typeof r !== 'object' || r === null) return false;
+  if (typeof r !== 'object' || r === null) return undefined;
   const o = r as Record<string, unknown>;
-  return (
+  const ok =
     typeof o.id === 'string' &&
     typeof o.user === 'string' &&
     Number.isSafeInteger(o.ts) &&
     (o.type === 'request' || o.type === 'topup' || o.type === 'correction') &&
-    Number.isSafeInteger(o.charged_micros)
-  );
+    Number.isSafeInteger(o.charged_micros);
+  return ok ? (o.id as string) : undefined;
 }
 
 /**
@@ -585,9 +580,10 @@ export class LedgerShipper {
           start = nl + 1;
           batchEnd = base + start;
           if (line === '') continue;
-          if (isRecordLine(line)) {
+          const id = recordLineId(line);
+          if (id !== undefined) {
             batch.push(line);
-            lastId = recordId(line);
+            lastId = id;
           } else bad++;
           if (batch.length >= this.opts.batchSize) {
             await this.insert(batch, name);

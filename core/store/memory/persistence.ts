@@ -102,7 +102,6 @@ export class Persistence implements Recorder, AccountRecorder {
   private readonly ledger: LedgerFiles | undefined;
   /** The records past the snapshot the ledger held when the folder was loaded, `seq` → id. */
   private ledgerHas = new Map<number, string>();
-  /** Ledger lines waiting for this turn's write, after the journal's. */
 
   constructor(opts: PersistenceOptions) {
     this.ledger = opts.ledger;
