@@ -215,6 +215,21 @@ t.test('persistence: compaction by journal size', async (t) => {
   await again.close();
 });
 
+/**
+ * What a power loss may leave: a copy of `folder` as it is now (journal fsynced by a flush), whose
+ * one ledger day file (`<copy>/ledger`) is rewritten by `cut` from its lines. The store is closed.
+ */
+async function powerLoss(t: TapTest, folder: string, store: MemoryStore, cut: (lines: string[]) => string): Promise<string> {
+  const crashed = await tmp(t);
+  await cp(folder, crashed, { recursive: true });
+  await store.close();
+  const ledgerDir = path.join(crashed, 'ledger');
+  const [day] = readdirSync(ledgerDir);
+  const file = path.join(ledgerDir, day);
+  writeFileSync(file, cut(readFileSync(file, 'utf8').trim().split('\n')));
+  return crashed;
+}
+
 t.test("ledger: the journal is the day files' write-ahead log; after a power loss they get back exactly what they lost", async (t) => {
   const dir = await tmp(t);
   const clock = new ManualClock(T0);
@@ -246,18 +261,14 @@ t.test("ledger: the journal is the day files' write-ahead log; after a power los
 
   // What a power loss may leave: the day file without some of what followed the snapshot (a line
   // in the middle, the last three) and a torn last line; the journal intact (it was fsynced).
-  const crashed = await tmp(t);
-  await cp(dir, crashed, { recursive: true });
-  await store.close();
-  const ledgerDir = path.join(crashed, 'ledger');
-  const [day] = readdirSync(ledgerDir);
-  const lines = readFileSync(path.join(ledgerDir, day), 'utf8').trim().split('\n');
-  const seqOf = (l: string) => (JSON.parse(l) as { seq: number }).seq;
-  const after = lines.map((l, i) => [seqOf(l), i] as const).filter(([s]) => s > snapSeq);
-  t.ok(after.length >= 5, `${after.length} records past the snapshot`);
-  const lost = new Set([after[1][1], ...after.slice(-3).map(([, i]) => i)]);
-  const kept = lines.filter((_, i) => !lost.has(i));
-  writeFileSync(path.join(ledgerDir, day), kept.join('\n') + '\n' + lines[lines.length - 1].slice(0, 40));
+  const crashed = await powerLoss(t, dir, store, (lines) => {
+    const seqOf = (l: string) => (JSON.parse(l) as { seq: number }).seq;
+    const after = lines.map((l, i) => [seqOf(l), i] as const).filter(([s]) => s > snapSeq);
+    t.ok(after.length >= 5, `${after.length} records past the snapshot`);
+    const lost = new Set([after[1][1], ...after.slice(-3).map(([, i]) => i)]);
+    const kept = lines.filter((_, i) => !lost.has(i));
+    return kept.join('\n') + '\n' + lines[lines.length - 1].slice(0, 40);
+  });
 
   const again = await MemoryStore.open({ path: crashed, clock, ledger: ledger(crashed) });
   t.teardown(() => again.close());
@@ -288,13 +299,8 @@ t.test(
     const store = await MemoryStore.open({ path: dir, clock, flushIntervalMs: 1_000_000, ledger: led });
     for (let i = 0; i < 3; i++) await store.settle(`new${i}`, settlement({ actual: 10 }));
     await store.flush();
-    const crashed = await tmp(t);
-    await cp(root, crashed, { recursive: true });
-    await store.close();
+    const crashed = await powerLoss(t, root, store, (lines) => lines.filter((l) => !l.includes('"new')).join('\n') + '\n');
     const ledgerDir = path.join(crashed, 'ledger');
-    const [day] = readdirSync(ledgerDir);
-    const lines = readFileSync(path.join(ledgerDir, day), 'utf8').trim().split('\n');
-    writeFileSync(path.join(ledgerDir, day), lines.filter((l) => !l.includes('"new')).join('\n') + '\n');
     const again = await MemoryStore.open({ path: path.join(crashed, 'new'), clock, ledger: { ...led, dir: ledgerDir } });
     t.teardown(() => again.close());
     const ids: string[] = [];
