@@ -388,6 +388,41 @@ export function parseVmRss(text: string): number {
   return Number(m[1]) * 1024;
 }
 
+/** Ticks of some cores from `/proc/stat`, summed: busy (user, nice, system, irq, softirq), idle (idle, iowait), steal. */
+export interface CoreTicks {
+  busy: number;
+  idle: number;
+  steal: number;
+}
+
+/**
+ * The `cpuN` lines of `/proc/stat` for `cores` (the aggregate `cpu` line when `cores` is empty),
+ * summed. Steal is time the hypervisor ran something else while this guest's vCPU wanted to run:
+ * on a shared host, the machine slowing under a benchmark shows there, not in the process.
+ */
+export function parseCoreTicks(text: string, cores: readonly number[]): CoreTicks {
+  const want = new Set(cores.length ? cores.map((c) => `cpu${c}`) : ['cpu']);
+  const out: CoreTicks = { busy: 0, idle: 0, steal: 0 };
+  let found = 0;
+  for (const line of text.split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (!want.has(f[0])) continue;
+    found++;
+    const n = f.slice(1).map(Number); // user nice system idle iowait irq softirq steal guest guest_nice
+    out.busy += n[0] + n[1] + n[2] + (n[5] ?? 0) + (n[6] ?? 0);
+    out.idle += n[3] + (n[4] ?? 0);
+    out.steal += n[7] ?? 0;
+  }
+  if (found !== want.size) throw new Error(`/proc/stat has no line for ${[...want].join(', ')}`);
+  return out;
+}
+
+/** Steal as a share of all the cores' ticks between two readings, in %. */
+export function stealPct(a: CoreTicks, b: CoreTicks): number {
+  const total = b.busy - a.busy + (b.idle - a.idle) + (b.steal - a.steal);
+  return total > 0 ? (100 * (b.steal - a.steal)) / total : NaN;
+}
+
 /** A cpu list as /proc/self/status `Cpus_allowed_list` or taskset print it: "0-3,6,8-9". */
 export function parseCpuList(text: string): number[] {
   const out: number[] = [];
@@ -440,6 +475,14 @@ export interface SoakSlice {
   lagP99Ms?: number;
   /** 1-minute load average at the slice's end. */
   loadavg1: number;
+  /** The server's core(s): time the hypervisor stole over the slice, % of their ticks. */
+  stealPct?: number;
+  /**
+   * The reference work over the slice: CPU µs of a fixed piece of work (bench/roles.ts `reference`)
+   * timed on the server's core every 2 s, the slice's median. The machine's own speed: it
+   * rises when the vCPU slows, whatever the server does.
+   */
+  refUs?: number;
 }
 
 /** One side of a soak: its slices, and its memory when the warm-up ended. */
@@ -487,10 +530,12 @@ export function soakTable(c: SoakCurve): string[] {
     { head: 'RSS MiB', cell: (s) => s.rss / MiB },
   ];
   const gw = (side: SoakSide) => side.slices.some((s) => s.heapUsed !== undefined);
+  const machine = (side: SoakSide) => side.slices.some((s) => s.refUs !== undefined || s.stealPct !== undefined);
   const head: string[] = [];
   for (const side of c.sides) {
     for (const col of cols) head.push(`${side.side} ${col.head}`);
     if (gw(side)) head.push(`${side.side} heap MiB`, `${side.side} loop delay p99 ms`);
+    if (machine(side)) head.push(`${side.side} steal %`, `${side.side} reference µs`);
     head.push(`${side.side} load avg`);
   }
   const lines = [`| slice | from s | ${head.join(' | ')} |`, `|---|---|${head.map(() => '---').join('|')}|`];
@@ -503,6 +548,7 @@ export function soakTable(c: SoakCurve): string[] {
       if (s && !Number.isFinite(t)) t = s.t;
       for (const col of cols) cells.push(s ? fmt(col.cell(s)) : '–');
       if (gw(side)) cells.push(fmt(s?.heapUsed !== undefined ? s.heapUsed / MiB : NaN), fmt(s?.lagP99Ms));
+      if (machine(side)) cells.push(s?.stealPct !== undefined ? s.stealPct.toFixed(2) : '–', fmt(s?.refUs));
       cells.push(s ? s.loadavg1.toFixed(2) : '–');
     }
     lines.push(`| ${i + 1} | ${Number.isFinite(t) ? Math.round(t) : '–'} | ${cells.join(' | ')} |`);

@@ -2,7 +2,8 @@
  * Server processes of the benchmark besides the gateway (which runs as shipped, `bin/gateway.js
  * start`): `mock PORT` — the project's mock upstream; `sink PORT` — the upstream of the large-body
  * scenario; `proxy PORT MOCK_URL SINK_URL` — the baseline, a bare http-proxy-3 reverse proxy over the
- * same upstreams. bench/run.ts starts each pinned to its core and waits until the port answers.
+ * same upstreams; `reference` — a fixed piece of work timed on request (the soak's measure of the
+ * machine's own speed). bench/run.ts starts each pinned to its core and waits until the port answers.
  */
 import dc from 'node:diagnostics_channel';
 import http from 'node:http';
@@ -40,6 +41,37 @@ async function main(): Promise<void> {
       if (m === 'stats') process.send?.({ open, rss: process.memoryUsage().rss, paths });
     });
     await startMockServer({ port: Number(port), keepRequests: 0 });
+    return;
+  }
+  if (role === 'reference') {
+    // Always the same work (a hash over 256 KiB: arithmetic and cache, no allocation, so no GC),
+    // warmed first so the JIT has settled, timed in CPU time (not wall time: it shares the server's
+    // core, and waiting for it is not slowness). Every 2 s the fastest of five runs (a run the
+    // server preempted, and whose caches it filled, is slower for a reason not the machine's);
+    // asked with "run", the median of the samples since the last ask. Costs the core about 0.2 %.
+    const buf = new Uint8Array(256 * 1024);
+    for (let i = 0; i < buf.length; i++) buf[i] = (i * 2654435761) >>> 24;
+    let sink = 0;
+    const timed = (): number => {
+      const a = process.cpuUsage();
+      let h = 2166136261;
+      for (let r = 0; r < 2; r++) for (let i = 0; i < buf.length; i++) h = Math.imul(h ^ buf[(i * 17) & (buf.length - 1)], 16777619);
+      sink ^= h;
+      const b = process.cpuUsage(a);
+      return b.user + b.system;
+    };
+    for (let i = 0; i < 100; i++) timed();
+    let samples: number[] = [];
+    const sample = () => samples.push(Math.min(timed(), timed(), timed(), timed(), timed()));
+    setInterval(sample, 2000);
+    process.on('message', (m) => {
+      if (m !== 'run') return;
+      if (samples.length === 0) sample();
+      const xs = samples.sort((a, b) => a - b);
+      process.send?.({ us: xs[Math.floor((xs.length - 1) / 2)], samples: xs.length, sink: sink & 1 });
+      samples = [];
+    });
+    process.send?.('ready');
     return;
   }
   if (role === 'sink') {

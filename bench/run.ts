@@ -23,6 +23,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import YAML from 'yaml';
 import {
   parseArgs,
+  parseCoreTicks,
   parseCpuList,
   parseGauges,
   parseProcStat,
@@ -39,11 +40,13 @@ import {
   wrkErrors,
   wrkRps,
   soakSummary,
+  stealPct,
   MINIMAL_WORDS,
   SCENARIO_TITLES,
   SOAK_VARIANTS,
   USAGE,
   WARMUP_S,
+  type CoreTicks,
   type Options,
   type Pinning,
   type Report,
@@ -192,17 +195,51 @@ async function startSink(): Promise<Server> {
 /** Where the upstreams are: every gateway and proxy is started over the same pair. */
 let upstreams: { mock: string; sink: string };
 
-async function startProxy(): Promise<Server> {
+/** The bare proxy; with `probeDir`, under bench/probe.ts as a probed gateway is (then stopped with SIGTERM, so its last period is written). */
+async function startProxy(probeDir?: string): Promise<Server> {
   const port = await freePort();
+  // The proxy role has no SIGTERM handler: one that exits normally, so the probe writes its last period.
+  const probe = probeDir
+    ? [
+        '--import',
+        'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))',
+        '--import',
+        pathToFileURL(path.join(here, 'probe.js')).href,
+      ]
+    : [];
   const { child, log } = launch(
     pinning?.server,
     process.execPath,
-    [path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink],
+    [...probe, path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink],
     `proxy-${port}.log`,
+    false,
+    probeDir ? { ...process.env, BENCH_PROBE_DIR: probeDir } : process.env,
   );
   const url = `http://127.0.0.1:${port}`;
   await waitUntil('the bare proxy', child, log, async () => (await get(url + '/')) === 200);
-  return { name: 'bare proxy', url, child, log, close: () => stop(child, 'SIGKILL') };
+  return { name: 'bare proxy', url, child, log, close: () => stop(child, probeDir ? 'SIGTERM' : 'SIGKILL') };
+}
+
+/**
+ * The soak's measure of the machine: bench/roles.ts `reference` on the server's core, asked for
+ * at each slice's end for the median of its timings during the slice (CPU µs of a fixed piece of
+ * work, sampled every 2 s).
+ */
+async function startReference(): Promise<{ time: () => Promise<number>; close: () => Promise<void> }> {
+  const { child, log } = launch(pinning?.server, process.execPath, [path.join(here, 'roles.js'), 'reference'], 'reference.log', true);
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (code) => reject(new Error(`the reference process exited (${code}): ${tail(log)}`)));
+  });
+  return {
+    time: async () => ((await ask(child, 'run', 10_000)) as { us: number }).us,
+    close: () => stop(child, 'SIGKILL'),
+  };
+}
+
+/** The server's cores' ticks (every core's when unpinned). */
+function coreTicks(): CoreTicks {
+  return parseCoreTicks(fs.readFileSync('/proc/stat', 'utf8'), pinning?.server ?? []);
 }
 
 let gatewayCount = 0;
@@ -955,57 +992,61 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     res.curves = [];
     const variants = SOAK_VARIANTS.filter((v) => !opts.soakVariants || opts.soakVariants.includes(v));
     const redisSkip = variants.some((v) => v.startsWith('redis')) ? await redisUnavailable() : null;
-    for (const [i, variant] of variants.entries()) {
-      const redis = variant.startsWith('redis');
-      if (redis && redisSkip) {
-        res.notes.push(`${variant}: skipped (${redisSkip})`);
-        continue;
-      }
-      const stream = variant.endsWith('stream');
-      const body = chatBody('bench-chat', stream);
-      const run = async (redisUrl?: string): Promise<SoakCurve> => {
-        const curve: SoakCurve = { variant, sides: [] };
-        // A fresh server per side, soaked alone; which side goes first alternates between variants.
-        const kinds = roundOrder(['bare proxy', 'gateway'], i);
-        for (const kind of kinds) {
-          const probeDir = opts.soakProfile ? path.resolve(root, opts.soakProfile, variant) : undefined;
-          if (probeDir && kind === 'gateway') fs.rmSync(probeDir, { recursive: true, force: true });
-          const server =
-            kind === 'gateway'
-              ? await startGateway(
-                  redisUrl ? { kind: 'redis', url: redisUrl } : undefined,
-                  redisUrl ? 'gateway (redis store)' : 'gateway',
-                  undefined,
-                  probeDir,
-                )
-              : await startProxy();
-          try {
-            const before = redisUrl && kind === 'gateway' ? redisMemory(redisUrl) : undefined;
-            curve.sides.push(await soakSide({ side: kind, server, auth: AUTH_CHAT, body }, kind === 'gateway'));
-            if (redisUrl && before !== undefined) {
-              const after = redisMemory(redisUrl);
-              res.notes.push(
-                `${variant}: redis-server memory (INFO memory, used_memory) ${(before / MiB).toFixed(1)} MiB before the gateway's soak, ${(after / MiB).toFixed(1)} MiB after`,
-              );
-            }
-          } finally {
-            await server.close();
-          }
-          if (opts.soakProfile && kind === 'gateway') {
-            const dir = path.resolve(root, opts.soakProfile, variant);
-            fs.writeFileSync(path.join(dir, 'summary.md'), probeSummary(dir, variant));
-            res.notes.push(`${variant}: the probed gateway's profiles and their summary are in ${path.join(dir, 'summary.md')}`);
-          }
+    const reference = await startReference();
+    try {
+      for (const [i, variant] of variants.entries()) {
+        const redis = variant.startsWith('redis');
+        if (redis && redisSkip) {
+          res.notes.push(`${variant}: skipped (${redisSkip})`);
+          continue;
         }
-        curve.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
-        return curve;
-      };
-      const curve = redis ? await withRedis((url) => run(url)) : await run();
-      res.curves.push(curve);
-      soakRows(res, curve);
+        const stream = variant.endsWith('stream');
+        const body = chatBody('bench-chat', stream);
+        const run = async (redisUrl?: string): Promise<SoakCurve> => {
+          const curve: SoakCurve = { variant, sides: [] };
+          // A fresh server per side, soaked alone; which side goes first alternates between variants.
+          const kinds = roundOrder(['bare proxy', 'gateway'], i);
+          for (const kind of kinds) {
+            const probeDir = opts.soakProfile ? path.resolve(root, opts.soakProfile, variant, kind.replace(' ', '-')) : undefined;
+            if (probeDir) fs.rmSync(probeDir, { recursive: true, force: true });
+            const server =
+              kind === 'gateway'
+                ? await startGateway(
+                    redisUrl ? { kind: 'redis', url: redisUrl } : undefined,
+                    redisUrl ? 'gateway (redis store)' : 'gateway',
+                    undefined,
+                    probeDir,
+                  )
+                : await startProxy(probeDir);
+            try {
+              const before = redisUrl && kind === 'gateway' ? redisMemory(redisUrl) : undefined;
+              curve.sides.push(await soakSide({ side: kind, server, auth: AUTH_CHAT, body }, kind === 'gateway', reference));
+              if (redisUrl && before !== undefined) {
+                const after = redisMemory(redisUrl);
+                res.notes.push(
+                  `${variant}: redis-server memory (INFO memory, used_memory) ${(before / MiB).toFixed(1)} MiB before the gateway's soak, ${(after / MiB).toFixed(1)} MiB after`,
+                );
+              }
+            } finally {
+              await server.close();
+            }
+            if (probeDir) {
+              fs.writeFileSync(path.join(probeDir, 'summary.md'), probeSummary(probeDir, `${variant}, ${kind}`));
+              res.notes.push(`${variant}: the probed ${kind}'s profiles and their summary are in ${path.join(probeDir, 'summary.md')}`);
+            }
+          }
+          curve.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
+          return curve;
+        };
+        const curve = redis ? await withRedis((url) => run(url)) : await run();
+        res.curves.push(curve);
+        soakRows(res, curve);
+      }
+    } finally {
+      await reference.close();
     }
     res.notes.push(
-      `each side: a fresh server, ${Math.min(WARMUP_S, opts.soakSlice)} s of warm-up, then ${opts.soakMinutes} min of unbroken load in ${opts.soakSlice} s slices (wrk, ${opts.concurrency} connections; the next slice starts milliseconds after the last ends); the first and last minute are the first and last ${Math.min(Math.max(1, Math.round((opts.soakMinutes * 60) / opts.soakSlice)), Math.max(1, Math.round(60 / opts.soakSlice)))} slices; CPU per request from /proc, heap used and the event loop's delay p99 (over each slice) from the gateway's /metrics`,
+      `each side: a fresh server, ${Math.min(WARMUP_S, opts.soakSlice)} s of warm-up, then ${opts.soakMinutes} min of unbroken load in ${opts.soakSlice} s slices (wrk, ${opts.concurrency} connections; the next slice starts milliseconds after the last ends); the first and last minute are the first and last ${Math.min(Math.max(1, Math.round((opts.soakMinutes * 60) / opts.soakSlice)), Math.max(1, Math.round(60 / opts.soakSlice)))} slices; CPU per request from /proc, heap used and the event loop's delay p99 (over each slice) from the gateway's /metrics; the machine itself per slice: the steal time of the server's core (/proc/stat) and the reference work's CPU µs (a fixed piece of work timed in CPU time on the server's core every 2 s, the slice's median; it rises when the vCPU slows, whatever the server does)`,
     );
     return res;
   },
@@ -1069,6 +1110,36 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
       diff: one((minuteMedian(gw, true, 'heapUsed') - minuteMedian(gw, false, 'heapUsed')) / MiB_),
     },
   );
+  // The machine, per side (each soaked in its own minutes): did the vCPU slow between the first and last minute?
+  const minute = (side: SoakSide, last: boolean, f: (x: SoakSlice) => number | undefined, of: (xs: number[]) => number) => {
+    const xs = (last ? side.slices.slice(-n) : side.slices.slice(0, n))
+      .map(f)
+      .filter((x): x is number => x !== undefined && Number.isFinite(x));
+    return xs.length > 0 ? of(xs) : NaN;
+  };
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  for (const side of c.sides) {
+    const r0 = minute(side, false, (x) => x.refUs, median);
+    const r1 = minute(side, true, (x) => x.refUs, median);
+    const s0 = minute(side, false, (x) => x.stealPct, mean);
+    const s1 = minute(side, true, (x) => x.stealPct, mean);
+    res.rows.push(
+      {
+        metric: `${v}, during the ${side.side}'s soak: the reference work's CPU µs, first minute → last minute (the machine's speed; > 1× is a slower vCPU)`,
+        unit: 'µs',
+        baseline: one(r0),
+        subject: one(r1),
+        ratio: one(r1 / r0),
+      },
+      {
+        metric: `${v}, during the ${side.side}'s soak: steal on the server's core, first minute → last minute, %`,
+        unit: '%',
+        baseline: one(s0),
+        subject: one(s1),
+        diff: one(s1 - s0),
+      },
+    );
+  }
   for (const side of c.sides) {
     const failed = side.slices.reduce((a, x) => a + x.errors, 0);
     if (failed) res.notes.push(`${v}, ${side.side}: ${failed} failed requests over the soak`);
@@ -1134,7 +1205,7 @@ function probeSummary(dir: string, variant: string): string {
  * each boundary and, for the gateway, its /metrics (heap used; the event loop's delay p99, which
  * prom-client resets at each scrape, so each slice reads its own).
  */
-async function soakSide(t: Target, gateway: boolean): Promise<SoakSide> {
+async function soakSide(t: Target, gateway: boolean, reference: { time: () => Promise<number> }): Promise<SoakSide> {
   const pid = t.server.child.pid!;
   const sliceS = opts.soakSlice;
   const n = Math.max(1, Math.round((opts.soakMinutes * 60) / sliceS));
@@ -1150,6 +1221,7 @@ async function soakSide(t: Target, gateway: boolean): Promise<SoakSide> {
   const t0 = Date.now();
   let current = wrk(t, sliceS, opts.concurrency);
   let before = usage(pid);
+  let coresBefore = coreTicks();
   const warm = await scrape(); // also resets the loop-delay histogram: the first slice reads its own
   const side: SoakSide = { side: t.side, warmRss: before.rss, warmHeapUsed: warm.heapUsed, slices: [] };
   let sliceStart = t0;
@@ -1158,9 +1230,11 @@ async function soakSide(t: Target, gateway: boolean): Promise<SoakSide> {
     const nextStart = Date.now();
     if (i + 1 < n) current = wrk(t, sliceS, opts.concurrency);
     const after = usage(pid);
+    const coresAfter = coreTicks();
     // The access log would grow by gigabytes over a soak: emptied at each slice (O_APPEND).
     if (gateway) fs.truncateSync(t.server.log, 0);
     const g = await scrape();
+    const refUs = await reference.time();
     const ok = r.requests - r.errors.status;
     const slice: SoakSlice = {
       t: (sliceStart - t0) / 1000,
@@ -1172,14 +1246,17 @@ async function soakSide(t: Target, gateway: boolean): Promise<SoakSide> {
       heapUsed: g.heapUsed,
       lagP99Ms: g.lagP99Ms,
       loadavg1: loadavg1(),
+      stealPct: stealPct(coresBefore, coresAfter),
+      refUs,
     };
     side.slices.push(slice);
     console.error(
       `[soak] ${t.side} slice ${i + 1}/${n}: ${(ok / slice.seconds).toFixed(0)} req/s, ${slice.cpuUsPerReq.toFixed(0)} µs/req, RSS ${(after.rss / MiB).toFixed(0)} MiB` +
         (g.heapUsed !== undefined ? `, heap ${(g.heapUsed / MiB).toFixed(0)} MiB, loop delay p99 ${g.lagP99Ms?.toFixed(1)} ms` : '') +
-        `, load ${slice.loadavg1.toFixed(2)}`,
+        `, steal ${slice.stealPct?.toFixed(2)} %, reference ${refUs} µs, load ${slice.loadavg1.toFixed(2)}`,
     );
     before = after;
+    coresBefore = coresAfter;
     sliceStart = nextStart;
   }
   return side;

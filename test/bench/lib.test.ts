@@ -12,6 +12,7 @@ import {
   fmtSpread,
   median,
   parseArgs,
+  parseCoreTicks,
   parseCpuList,
   parseGauges,
   parseProcStat,
@@ -26,6 +27,7 @@ import {
   soakSummary,
   soakTable,
   spread,
+  stealPct,
   wrkErrors,
   wrkRps,
   type Report,
@@ -148,6 +150,23 @@ t.test('parsing wrk and /proc', async (t) => {
   t.same(planPinning([2, 3, 4, 5]), { server: [2], upstream: [3], load: [4, 5] });
 });
 
+t.test("/proc/stat: a core's steal between two readings", async (t) => {
+  const stat = (cpu0: string, cpu1: string) => `cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 ${cpu0}\ncpu1 ${cpu1}\nintr 648 0 0\nctxt 12\n`;
+  const a = stat('1000 10 300 500 20 0 70 100 0 0', '900 5 200 800 0 0 30 50 0 0');
+  const b = stat('1800 10 400 500 20 0 70 200 0 0', '1000 5 200 1600 0 0 30 150 0 0');
+  t.same(
+    parseCoreTicks(a, [0]),
+    { busy: 1380, idle: 520, steal: 100 },
+    'user, nice, system, irq and softirq are busy; idle and iowait idle',
+  );
+  t.same(parseCoreTicks(a, [0, 1]), { busy: 1380 + 1135, idle: 520 + 800, steal: 150 }, 'several cores summed');
+  t.same(parseCoreTicks(a, []), { busy: 1 + 2 + 3 + 6 + 7, idle: 9, steal: 8 }, 'no core named: the aggregate line');
+  t.equal(stealPct(parseCoreTicks(a, [0]), parseCoreTicks(b, [0])), 10, '100 stolen of 1,000 ticks on core 0');
+  t.equal(stealPct(parseCoreTicks(a, [1]), parseCoreTicks(b, [1])), (100 * 100) / 1000, 'core 1: 100 of 1,000');
+  t.ok(Number.isNaN(stealPct(parseCoreTicks(a, [0]), parseCoreTicks(a, [0]))), 'no ticks between: no figure');
+  t.throws(() => parseCoreTicks(a, [2]), /no line for cpu2/, 'a core the machine lacks is an error, not a zero');
+});
+
 t.test('soak: first and last minute, the curve', async (t) => {
   const slice = (i: number, requests: number, extra: Partial<SoakSlice> = {}): SoakSlice => ({
     t: i * 15,
@@ -191,6 +210,14 @@ t.test('soak: first and last minute, the curve', async (t) => {
   );
   t.equal(rows[2], '| 1 | 0 | 20.0k | 300 | 100 | 0.50 | 10.0k | 300 | 100 | 40.0 | 12.5 | 0.50 |');
   t.equal(rows[3], '| 2 | 15 | – | – | – | – | 8000 | 300 | 100 | – | – | 0.50 |', 'a side with fewer slices shows dashes');
+
+  const machine = soakTable({
+    variant: 'memory-stream',
+    sides: [{ side: 'gateway', warmRss: 0, slices: [slice(0, 150_000, { stealPct: 0.375, refUs: 3412 }), slice(1, 150_000)] }],
+  });
+  t.match(machine[0], /\| gateway steal % \| gateway reference µs \| gateway load avg \|$/, "the machine's columns when a side has them");
+  t.equal(machine[2], '| 1 | 0 | 10.0k | 300 | 100 | 0.38 | 3412 | 0.50 |');
+  t.equal(machine[3], '| 2 | 15 | 10.0k | 300 | 100 | – | – | 0.50 |');
 
   const scrape =
     '# HELP nodejs_heap_size_used_bytes Process heap size used from Node.js in bytes.\n' +
