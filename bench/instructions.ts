@@ -39,7 +39,8 @@ const USAGE = `npm run bench:instructions -- [options]
   --concurrency N   requests in flight at once (default 10)
   --words N         words per reply (default 20)
   --only LIST       scenarios: json, stream, convert (default json,stream)
-  --sides LIST      proxy, gateway (default both)
+  --sides LIST      proxy, floor, gateway (default proxy,gateway; floor: the relay that only reads
+                    the body and the answer, bench/roles.ts)
   --out DIR         keep the callgrind files there (default: a temporary folder)
   --gateway-root DIR  run the gateway of another checkout (built), to compare two versions
   --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
@@ -279,6 +280,7 @@ function serverCommand(
     );
     return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
   }
+  if (side === 'floor') return { cmd, args: [...pre, path.join(here, 'roles.js'), 'floor', String(port), mockUrl], env: process.env };
   return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
 }
 
@@ -354,13 +356,13 @@ async function main(): Promise<void> {
   );
 }
 
-/** Pause that marks a phase boundary in a profile: no request runs for this long. */
+/** Pause around the counted requests: the warm-up's last timers and writes settle before, the counted ones' after. */
 const GAP_MS = 1500;
 
 /**
  * `--cpu-prof`: one server process per side and scenario under `--cpu-prof`: warm-up, a pause,
- * the counted requests, a pause, SIGTERM (the profile is written at exit). Only the samples
- * between the two pauses count.
+ * the counted requests, a pause, SIGTERM (the profile is written at exit). Only the samples taken
+ * while the counted requests ran count.
  */
 async function profileAll(o: Opts, work: string, mockUrl: string, targets: Record<string, { auth: string; body: string }>): Promise<void> {
   const pin = os.availableParallelism() > 1 && hasTaskset() ? ['taskset', '-c', '0', process.execPath] : [process.execPath];
@@ -383,12 +385,16 @@ async function profileAll(o: Opts, work: string, mockUrl: string, targets: Recor
       const log = path.join(work, `${side}-${name}.log`);
       const child = launch(cmd, args, log, env);
       const url = `http://127.0.0.1:${port}`;
+      let from = 0;
+      let to = 0;
       try {
         await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 60_000);
         const t = targets[name];
         await load(url + '/v1/chat/completions', t.auth, t.body, o.warmup, o.concurrency);
         await sleep(GAP_MS);
+        from = monotonicUs();
         await load(url + '/v1/chat/completions', t.auth, t.body, o.requests, o.concurrency);
+        to = monotonicUs();
         await sleep(GAP_MS);
         child.kill('SIGTERM');
         await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
@@ -397,7 +403,7 @@ async function profileAll(o: Opts, work: string, mockUrl: string, targets: Recor
       }
       const file = fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
       if (!file) throw new Error(`${side} ${name}: no profile written in ${dir}`);
-      (per[name] ??= {})[side] = categorize(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')), o.requests);
+      (per[name] ??= {})[side] = categorize(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')), o.requests, from, to);
     }
   }
   for (const [name, sides] of Object.entries(per)) {
@@ -451,32 +457,31 @@ function hasTaskset(): boolean {
   }
 }
 
-/** Self time per category, in microseconds per counted request: the samples between the last two pauses. */
-function categorize(p: CpuProfile, requests: number): Map<string, number> {
+/** This process's reading of the system's monotonic clock, µs: the clock V8's profiles are timed by (both CLOCK_MONOTONIC on Linux). */
+function monotonicUs(): number {
+  return Number(process.hrtime.bigint() / 1000n);
+}
+
+/**
+ * Self time per category, in microseconds per counted request: the samples taken while the counted
+ * requests ran, `from`–`to` on the system's monotonic clock, which the profile's `startTime` and
+ * `timeDeltas` also follow. (Finding the pauses around them in the samples instead failed when the
+ * gateway's own timers woke it during a pause.)
+ */
+function categorize(p: CpuProfile, requests: number, from: number, to: number): Map<string, number> {
   const nodes = new Map(p.nodes.map((n) => [n.id, n]));
-  const idle = new Set(p.nodes.filter((n) => n.callFrame.functionName === '(idle)').map((n) => n.id));
-  // Phase boundaries: stretches of most of a pause with no busy sample (an idle process is sampled
-  // sparsely, so the stretch is measured on the clock, not by counting idle samples).
-  const gaps: [number, number][] = [];
-  let t = 0;
-  let lastBusy = -1;
-  let lastBusyT = 0;
+  const out = new Map<string, number>();
+  let t = p.startTime;
+  let inside = 0;
   for (let i = 0; i < p.samples.length; i++) {
     t += p.timeDeltas[i] ?? 0;
-    if (idle.has(p.samples[i])) continue;
-    if (lastBusy >= 0 && t - lastBusyT >= GAP_MS * 0.6 * 1000) gaps.push([lastBusy + 1, i]);
-    lastBusy = i;
-    lastBusyT = t;
-  }
-  if (lastBusy >= 0 && t - lastBusyT >= GAP_MS * 0.6 * 1000) gaps.push([lastBusy + 1, p.samples.length]);
-  if (gaps.length < 2) throw new Error('profile: the pauses around the counted requests were not found (machine too busy?)');
-  const [from, to] = [gaps[gaps.length - 2][1], gaps[gaps.length - 1][0]];
-  const out = new Map<string, number>();
-  for (let i = from; i < to; i++) {
+    if (t < from || t > to) continue;
+    inside++;
     const n = nodes.get(p.samples[i])!;
     const c = category(n.callFrame.functionName, n.callFrame.url);
     if (c) out.set(c, (out.get(c) ?? 0) + (p.timeDeltas[i + 1] ?? 0) / requests);
   }
+  if (inside < 100) throw new Error(`profile: ${inside} samples while the counted requests ran (its clock is not the harness's?)`);
   return out;
 }
 

@@ -17,6 +17,7 @@ export const SCENARIOS = [
   'redis',
   'ledger',
   'noise',
+  'floor',
   'soak',
 ] as const;
 export type Scenario = (typeof SCENARIOS)[number];
@@ -33,6 +34,8 @@ export const SCENARIO_TITLES: Record<Scenario, string> = {
   redis: 'Redis store (non-streaming and streaming chat, wrk)',
   ledger: 'The usage ledger: the gateway with its ledger on (the default) against the same gateway with `ledger.enabled: false` (wrk)',
   noise: 'Noise floor: two identical gateways (ledger on), compared the way `ledger` compares its two (wrk)',
+  floor:
+    'The floor: a relay that only reads the body and the answer (what routing by model and billing by usage require), against the bare proxy (wrk)',
   soak: 'Soak: unbroken load for minutes, measured per slice (wrk)',
 };
 
@@ -117,7 +120,7 @@ export const USAGE = `usage: npm run bench -- [options]
   --only LIST          scenarios to run, comma-separated (default: all):
                        ${SCENARIOS.join(', ')}
   --skip LIST          scenarios to leave out
-  --rounds N           alternating rounds of json, stream, minimal, convert, ttft, redis, ledger (default ${DEFAULTS.rounds})
+  --rounds N           alternating rounds of json, stream, minimal, convert, ttft, redis, ledger, noise, floor (default ${DEFAULTS.rounds})
   --heavy-rounds N     rounds of memory, abandon, bodies (default ${DEFAULTS.heavyRounds})
   --duration S         seconds of load per target per round (default ${DEFAULTS.duration})
   --concurrency N      wrk connections for throughput (default ${DEFAULTS.concurrency})
@@ -129,9 +132,10 @@ export const USAGE = `usage: npm run bench -- [options]
   --soak-minutes M     minutes of unbroken load per side and soak variant, after warm-up (default ${DEFAULTS.soakMinutes}; decimals allowed)
   --soak-slice S       seconds per soak slice (default ${DEFAULTS.soakSlice})
   --soak LIST          variants of the soak scenario (default: all): ${SOAK_VARIANTS.join(', ')}
-  --soak-profile DIR   soaked gateways write a CPU profile per minute, loop utilisation and GC per
-                       15 s there (bench/probe.ts), summarised in DIR/<variant>/summary.md; for
-                       explaining a curve, not for the figures (the probe costs the gateway a little)
+  --soak-profile DIR   soaked servers (gateway and bare proxy) write a CPU profile per minute, loop
+                       utilisation and GC per 15 s there (bench/probe.ts), summarised in
+                       DIR/<variant>/<side>/summary.md; for explaining a curve, not for the figures
+                       (the probe costs the server a little)
   --quick              smoke run: 1 round of 2 s, 200 streams, 50 TTFT requests, 15 s soaks in 5 s slices
   --no-pin             do not pin processes to cores
   --out DIR            results folder (default ${DEFAULTS.out}); --no-save writes nothing

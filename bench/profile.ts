@@ -6,6 +6,8 @@
  */
 
 export interface CpuProfile {
+  /** When sampling began, µs on the system's monotonic clock; `timeDeltas` follow from it. */
+  startTime: number;
   nodes: { id: number; callFrame: { functionName: string; url: string } }[];
   samples: number[];
   timeDeltas: number[];

@@ -2,8 +2,9 @@
  * Server processes of the benchmark besides the gateway (which runs as shipped, `bin/gateway.js
  * start`): `mock PORT` — the project's mock upstream; `sink PORT` — the upstream of the large-body
  * scenario; `proxy PORT MOCK_URL SINK_URL` — the baseline, a bare http-proxy-3 reverse proxy over the
- * same upstreams; `reference` — a fixed piece of work timed on request (the soak's measure of the
- * machine's own speed). bench/run.ts starts each pinned to its core and waits until the port answers.
+ * same upstreams; `floor PORT MOCK_URL` — the least any gateway that routes by model and bills by
+ * usage must do, and nothing else (the `floor` scenario); `reference` — a fixed piece of work timed
+ * on request (the soak's measure of the machine's own speed). bench/run.ts starts each pinned to its core and waits until the port answers.
  */
 import dc from 'node:diagnostics_channel';
 import http from 'node:http';
@@ -85,6 +86,96 @@ async function main(): Promise<void> {
     });
     server.keepAliveTimeout = 65_000;
     server.listen(Number(port), '127.0.0.1');
+    return;
+  }
+  if (role === 'floor') {
+    // What a gateway cannot skip, written as lean as Node allows: the whole request body read and
+    // parsed (the model routes it; a body that is not JSON gets a 400), the upstream request sent
+    // with the body's bytes on a keep-alive agent, and the answer's usage read (billing): the whole
+    // answer parsed when it is JSON, the usage event found in a stream, whose bytes are forwarded
+    // as they come. No key check, limits, store, metrics, log or record.
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 4096 });
+    const up = new URL(target);
+    const USAGE = Buffer.from('"usage":{');
+    let billed = 0; // output tokens read from answers, kept so the reading is not optimised away
+    const server = http.createServer((req, res) => {
+      if (req.method !== 'POST') {
+        req.resume();
+        res.writeHead(200).end('ok'); // the harness's "is it up?"
+        return;
+      }
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const raw = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        let body: { model?: unknown; stream?: unknown };
+        try {
+          body = JSON.parse(raw.toString('utf8')) as typeof body;
+        } catch {
+          res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":{"message":"invalid JSON"}}');
+          return;
+        }
+        if (typeof body.model !== 'string') {
+          res.writeHead(400, { 'content-type': 'application/json' }).end('{"error":{"message":"model is required"}}');
+          return;
+        }
+        const stream = body.stream === true;
+        const ureq = http.request(
+          {
+            host: up.hostname,
+            port: up.port,
+            path: req.url,
+            method: 'POST',
+            agent,
+            headers: { 'content-type': 'application/json', 'content-length': raw.length, authorization: 'Bearer upstream' },
+          },
+          (ures) => {
+            if (stream) {
+              res.writeHead(ures.statusCode ?? 502, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+              let tail = '';
+              ures.on('data', (c: Buffer) => {
+                res.write(c);
+                // The usage event: found in the bytes, parsed alone (an event cut between two chunks is joined first).
+                if (tail || c.indexOf(USAGE) !== -1) {
+                  tail += c.toString('utf8');
+                  const at = tail.indexOf('"usage":{');
+                  const start = tail.lastIndexOf('data: ', at);
+                  const end = tail.indexOf('\n', at);
+                  if (end === -1) return;
+                  try {
+                    billed += (JSON.parse(tail.slice(start + 6, end)) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+                  } catch {
+                    /* not the event's whole line */
+                  }
+                  tail = '';
+                }
+              });
+              ures.on('end', () => res.end());
+            } else {
+              const parts: Buffer[] = [];
+              ures.on('data', (c: Buffer) => parts.push(c));
+              ures.on('end', () => {
+                const answer = parts.length === 1 ? parts[0] : Buffer.concat(parts);
+                try {
+                  billed += (JSON.parse(answer.toString('utf8')) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+                } catch {
+                  /* an answer without usage bills nothing here */
+                }
+                res.writeHead(ures.statusCode ?? 502, { 'content-type': 'application/json', 'content-length': answer.length }).end(answer);
+              });
+            }
+          },
+        );
+        ureq.on('error', () => {
+          if (!res.headersSent) res.writeHead(502).end();
+          else res.destroy();
+        });
+        ureq.end(raw);
+      });
+    });
+    server.keepAliveTimeout = 5_000; // the gateway's
+    server.listen(Number(port), '127.0.0.1');
+    process.on('exit', () => billed);
     return;
   }
   if (role === 'proxy') {

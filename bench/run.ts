@@ -220,6 +220,20 @@ async function startProxy(probeDir?: string): Promise<Server> {
   return { name: 'bare proxy', url, child, log, close: () => stop(child, probeDir ? 'SIGTERM' : 'SIGKILL') };
 }
 
+/** The `floor` relay (bench/roles.ts): what any billing gateway must do per request, and nothing else. */
+async function startFloor(): Promise<Server> {
+  const port = await freePort();
+  const { child, log } = launch(
+    pinning?.server,
+    process.execPath,
+    [path.join(here, 'roles.js'), 'floor', String(port), upstreams.mock],
+    `floor-${port}.log`,
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await waitUntil('the floor relay', child, log, async () => (await get(url + '/')) === 200);
+  return { name: 'floor', url, child, log, close: () => stop(child, 'SIGKILL') };
+}
+
 /**
  * The soak's measure of the machine: bench/roles.ts `reference` on the server's core, asked for
  * at each slice's end for the median of its timings during the slice (CPU µs of a fixed piece of
@@ -593,6 +607,33 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       `the mock answers ${MINIMAL_WORDS} words (${MINIMAL_WORDS} output tokens; streamed as ${MINIMAL_WORDS} content events) to a one-word prompt, so the fixed per-request work dominates`,
     );
     return res;
+  },
+
+  // Not a goal: the reference for what the goals ask. A relay that reads the body and the answer
+  // (as routing by model and billing by usage require) and does nothing else, against the proxy;
+  // the gateway's own figures against the proxy come from `json`, `stream` and `minimal`.
+  floor: async (s) => {
+    const floor = await startFloor();
+    try {
+      const res = await jsonAndStream(result('floor', ['bare proxy', 'floor']), (stream) => [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+        { side: 'floor', server: floor, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+      ]);
+      const minimal = await throughput(result('floor', res.columns), [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: benchChatBody('bench-chat', false, MINIMAL_WORDS) },
+        { side: 'floor', server: floor, auth: AUTH_CHAT, body: benchChatBody('bench-chat', false, MINIMAL_WORDS) },
+      ]);
+      res.rows.push(...minimal.rows.map((r) => ({ ...r, metric: `minimal answer, non-streaming: ${r.metric}` })));
+      res.rounds.push(...minimal.rounds.map((r) => ({ ...r, round: r.round + res.rounds.length })));
+      res.notes.push(
+        `the last ${minimal.rounds.length} rounds: non-streaming with a minimal answer (${MINIMAL_WORDS} words)`,
+        ...minimal.notes,
+        "the floor (bench/roles.ts `floor`): reads and parses the whole request body, sends its bytes upstream on a keep-alive agent, parses a non-streaming answer whole for its usage or finds the usage event in a stream it forwards as it comes; nothing else (no key, limits, store, metrics, log or record). What a gateway that routes by model and bills by usage cannot skip, on Node: its CPU per request over the proxy's is the part of the ≤ 1.25× budget no design removes",
+      );
+      return res;
+    } finally {
+      await floor.close();
+    }
   },
 
   convert: async (s) => {
