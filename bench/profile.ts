@@ -34,7 +34,7 @@ export function category(fn: string, url: string): string | undefined {
     if (mod === 'log.js') return 'logging: core/log';
     return `core: ${mod.replace(/\.js$/, '')}`;
   }
-  if (url.includes('/dist/bench/')) return 'bench role (proxy)';
+  if (url.includes('/dist/bench/')) return 'bench role (proxy, floor)';
   if (url.startsWith('node:internal/streams') || url === 'node:stream') return 'node: streams';
   if (url.startsWith('node:_http') || url === 'node:http') return 'node: http';
   if (url === 'node:events' || url.startsWith('node:internal/event_target') || url.startsWith('node:internal/abort_controller'))

@@ -97,11 +97,12 @@ async function main(): Promise<void> {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 4096 });
     const up = new URL(target);
     const USAGE = Buffer.from('"usage":{');
-    let billed = 0; // output tokens read from answers, kept so the reading is not optimised away
+    const INCLUDE_USAGE = Buffer.from('{"stream_options":{"include_usage":true},');
+    let billed = 0; // output tokens read from answers (GET / shows them)
     const server = http.createServer((req, res) => {
       if (req.method !== 'POST') {
         req.resume();
-        res.writeHead(200).end('ok'); // the harness's "is it up?"
+        res.writeHead(200).end(`ok ${billed}`); // the harness's "is it up?", and the output tokens read so far
         return;
       }
       const chunks: Buffer[] = [];
@@ -120,6 +121,8 @@ async function main(): Promise<void> {
           return;
         }
         const stream = body.stream === true;
+        // A stream's usage comes only when asked for (as the gateway asks): spliced in, not re-serialised.
+        const out = stream && raw[0] === 0x7b ? Buffer.concat([INCLUDE_USAGE, raw.subarray(1)]) : raw;
         const ureq = http.request(
           {
             host: up.hostname,
@@ -127,7 +130,7 @@ async function main(): Promise<void> {
             path: req.url,
             method: 'POST',
             agent,
-            headers: { 'content-type': 'application/json', 'content-length': raw.length, authorization: 'Bearer upstream' },
+            headers: { 'content-type': 'application/json', 'content-length': out.length, authorization: 'Bearer upstream' },
           },
           (ures) => {
             if (stream) {
@@ -170,12 +173,11 @@ async function main(): Promise<void> {
           if (!res.headersSent) res.writeHead(502).end();
           else res.destroy();
         });
-        ureq.end(raw);
+        ureq.end(out);
       });
     });
     server.keepAliveTimeout = 5_000; // the gateway's
     server.listen(Number(port), '127.0.0.1');
-    process.on('exit', () => billed);
     return;
   }
   if (role === 'proxy') {

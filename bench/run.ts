@@ -437,7 +437,8 @@ async function measure(t: Target, seconds: number, connections: number): Promise
     'CPU µs/req': ((after.ticks - before.ticks) * (1e6 / clkTck)) / Math.max(1, ok),
     errors: wrkErrors(r),
   };
-  if (t.server.name !== 'bare proxy') figures['log B/req'] = fs.statSync(t.server.log).size / Math.max(1, r.requests);
+  if (t.server.name !== 'bare proxy' && t.server.name !== 'floor')
+    figures['log B/req'] = fs.statSync(t.server.log).size / Math.max(1, r.requests);
   return figures;
 }
 
@@ -1162,6 +1163,14 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
   for (const side of c.sides) {
     const r0 = minute(side, false, (x) => x.refUs, median);
     const r1 = minute(side, true, (x) => x.refUs, median);
+    const rate = soakSummary(side.slices, opts.soakSlice);
+    // On a saturated core, requests/s follow the core's speed: taken out, what is left is the server's own.
+    res.rows.push({
+      metric: `${v}, ${side.side}: requests/s, last minute ÷ first minute, × the reference's last ÷ first (the machine's drift taken out; an estimate)`,
+      unit: '',
+      // In the column of its side.
+      ...(side.side === 'gateway' ? { subject: one(rate.ratio * (r1 / r0)) } : { baseline: one(rate.ratio * (r1 / r0)) }),
+    });
     const s0 = minute(side, false, (x) => x.stealPct, mean);
     const s1 = minute(side, true, (x) => x.stealPct, mean);
     res.rows.push(
