@@ -90,8 +90,11 @@ function parse(argv: string[]): Opts {
     else if (a === '--concurrency') o.concurrency = Number(v());
     else if (a === '--words') o.words = Number(v());
     else if (a === '--only') o.only = v().split(',');
-    else if (a === '--sides') o.sides = v().split(',');
-    else if (a === '--out') o.out = v();
+    else if (a === '--sides') {
+      o.sides = v().split(',');
+      const unknown = o.sides.filter((x) => !['proxy', 'floor', 'gateway'].includes(x));
+      if (unknown.length) throw new Error(`--sides takes proxy, floor, gateway (not ${unknown.join(', ')})\n${USAGE}`);
+    } else if (a === '--out') o.out = v();
     else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
     else if (a === '--cpu-prof') o.cpuProf = true;
     else if (a === '--store') {

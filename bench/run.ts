@@ -176,63 +176,62 @@ interface Mock extends Server {
   stats(): Promise<{ open: number; rss: number; paths: Record<string, number> }>;
 }
 
-async function startMock(): Promise<Mock> {
+/**
+ * A bench/roles.ts server on a free port (`role PORT ...args`), pinned to `cpus`, once its `/`
+ * answers 200. `node` goes before the script (preloads: the probe, a SIGTERM handler); `stopWith`
+ * is the signal `close` sends.
+ */
+async function startRole(
+  role: string,
+  args: string[],
+  cpus: number[] | undefined,
+  o: { name?: string; ipc?: boolean; node?: string[]; env?: NodeJS.ProcessEnv; stopWith?: NodeJS.Signals } = {},
+): Promise<Server> {
   const port = await freePort();
-  const { child, log } = launch(pinning?.upstream, process.execPath, [path.join(here, 'roles.js'), 'mock', String(port)], 'mock.log', true);
+  const name = o.name ?? role;
+  const { child, log } = launch(
+    cpus,
+    process.execPath,
+    [...(o.node ?? []), path.join(here, 'roles.js'), role, String(port), ...args],
+    `${role}-${port}.log`,
+    o.ipc,
+    o.env,
+  );
   const url = `http://127.0.0.1:${port}`;
-  await waitUntil('the mock upstream', child, log, async () => (await get(url + '/')) === 200);
-  return { name: 'mock', url, child, log, stats: () => ask(child, 'stats', 10_000), close: () => stop(child, 'SIGKILL') };
+  await waitUntil(`the ${name}`, child, log, async () => (await get(url + '/')) === 200);
+  return { name, url, child, log, close: () => stop(child, o.stopWith ?? 'SIGKILL') };
 }
 
-async function startSink(): Promise<Server> {
-  const port = await freePort();
-  const { child, log } = launch(pinning?.upstream, process.execPath, [path.join(here, 'roles.js'), 'sink', String(port)], 'sink.log');
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('the sink upstream', child, log, async () => (await get(url + '/')) === 200);
-  return { name: 'sink', url, child, log, close: () => stop(child, 'SIGKILL') };
+async function startMock(): Promise<Mock> {
+  const server = await startRole('mock', [], pinning?.upstream, { ipc: true });
+  return { ...server, stats: () => ask(server.child, 'stats', 10_000) };
 }
+
+const startSink = (): Promise<Server> => startRole('sink', [], pinning?.upstream);
 
 /** Where the upstreams are: every gateway and proxy is started over the same pair. */
 let upstreams: { mock: string; sink: string };
 
 /** The bare proxy; with `probeDir`, under bench/probe.ts as a probed gateway is (then stopped with SIGTERM, so its last period is written). */
-async function startProxy(probeDir?: string): Promise<Server> {
-  const port = await freePort();
-  // The proxy role has no SIGTERM handler: one that exits normally, so the probe writes its last period.
-  const probe = probeDir
-    ? [
+function startProxy(probeDir?: string): Promise<Server> {
+  return startRole('proxy', [upstreams.mock, upstreams.sink], pinning?.server, {
+    name: 'bare proxy',
+    ...(probeDir && {
+      // The proxy role has no SIGTERM handler: one that exits normally, so the probe writes its last period.
+      node: [
         '--import',
         'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))',
         '--import',
         pathToFileURL(path.join(here, 'probe.js')).href,
-      ]
-    : [];
-  const { child, log } = launch(
-    pinning?.server,
-    process.execPath,
-    [...probe, path.join(here, 'roles.js'), 'proxy', String(port), upstreams.mock, upstreams.sink],
-    `proxy-${port}.log`,
-    false,
-    probeDir ? { ...process.env, BENCH_PROBE_DIR: probeDir } : process.env,
-  );
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('the bare proxy', child, log, async () => (await get(url + '/')) === 200);
-  return { name: 'bare proxy', url, child, log, close: () => stop(child, probeDir ? 'SIGTERM' : 'SIGKILL') };
+      ],
+      env: { ...process.env, BENCH_PROBE_DIR: probeDir },
+      stopWith: 'SIGTERM' as const,
+    }),
+  });
 }
 
 /** The `floor` relay (bench/roles.ts): what any billing gateway must do per request, and nothing else. */
-async function startFloor(): Promise<Server> {
-  const port = await freePort();
-  const { child, log } = launch(
-    pinning?.server,
-    process.execPath,
-    [path.join(here, 'roles.js'), 'floor', String(port), upstreams.mock],
-    `floor-${port}.log`,
-  );
-  const url = `http://127.0.0.1:${port}`;
-  await waitUntil('the floor relay', child, log, async () => (await get(url + '/')) === 200);
-  return { name: 'floor', url, child, log, close: () => stop(child, 'SIGKILL') };
-}
+const startFloor = (): Promise<Server> => startRole('floor', [upstreams.mock], pinning?.server);
 
 /**
  * The soak's measure of the machine: bench/roles.ts `reference` on the server's core, asked for
@@ -1119,10 +1118,14 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
     return req > 0 ? xs.reduce((a, x) => a + x.cpuUsPerReq * x.requests, 0) / req : NaN;
   };
   const end = (side: SoakSide) => side.slices[side.slices.length - 1];
-  const minuteMedian = (side: SoakSide, last: boolean, field: 'rss' | 'heapUsed') => {
-    const xs = (last ? side.slices.slice(-n) : side.slices.slice(0, n)).map((x) => x[field] ?? NaN).filter(Number.isFinite);
-    return xs.length > 0 ? median(xs) : NaN;
+  /** `of` over a figure of the first (or last) minute's slices, those that have it. */
+  const minute = (side: SoakSide, last: boolean, f: (x: SoakSlice) => number | undefined, of: (xs: number[]) => number) => {
+    const xs = (last ? side.slices.slice(-n) : side.slices.slice(0, n))
+      .map(f)
+      .filter((x): x is number => x !== undefined && Number.isFinite(x));
+    return xs.length > 0 ? of(xs) : NaN;
   };
+  const minuteMedian = (side: SoakSide, last: boolean, field: 'rss' | 'heapUsed') => minute(side, last, (x) => x[field], median);
   res.rows.push(
     pair('requests/s, first minute', ps.first, gs.first),
     pair('requests/s, last minute', ps.last, gs.last),
@@ -1153,12 +1156,6 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
     },
   );
   // The machine, per side (each soaked in its own minutes): did the vCPU slow between the first and last minute?
-  const minute = (side: SoakSide, last: boolean, f: (x: SoakSlice) => number | undefined, of: (xs: number[]) => number) => {
-    const xs = (last ? side.slices.slice(-n) : side.slices.slice(0, n))
-      .map(f)
-      .filter((x): x is number => x !== undefined && Number.isFinite(x));
-    return xs.length > 0 ? of(xs) : NaN;
-  };
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   for (const side of c.sides) {
     const r0 = minute(side, false, (x) => x.refUs, median);
