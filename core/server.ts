@@ -29,7 +29,8 @@ import { runModelCall, type UpstreamDeps } from './upstream/index.js';
 import type { Store } from './store/types.js';
 import { openStore } from './store/index.js';
 import { systemClock, type Clock } from './clock.js';
-import { createLogger, type Logger } from './log.js';
+import { createLogger, logLine, type Logger } from './log.js';
+import { member, quoted } from './json/quote.js';
 import { createMetrics, instrumentStore, type Metrics } from './metrics.js';
 import { recordRequest, RouteSeries } from './request-metrics.js';
 import { recoverySettlement } from './billing.js';
@@ -910,9 +911,9 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
     // On the process logger with the request id as its first field: the same line as through a
     // child logger, without making one per request. A 5xx is a warning: `warn` keeps failures.
     const ua = req.headers['user-agent'];
-    const line = accessLine(ctx, route.info, outcome, error, ua ? this.loggable(ua) : undefined);
-    if (outcome.status >= 500) this.log.warn('request', line);
-    else this.log.info('request', line);
+    const level = outcome.status >= 500 ? 'warn' : 'info';
+    if (this.log.enabled?.(level) !== false)
+      logLine(this.log, level, 'request', accessLine(ctx, route.info, outcome, error, ua ? this.loggable(ua) : undefined));
     return error;
   }
 
@@ -1100,42 +1101,45 @@ function bearerIs(req: IncomingMessage, token: string): boolean {
 
 /**
  * The access log line: who, what, how it ended, what it cost. Key names only (never a key), no
- * bodies, no query strings; the upstream account as `<provider>/<name>`, never its key.
+ * bodies, no query strings; the upstream account as `<provider>/<name>`, never its key. Its
+ * members as JSON text, written in one pass (log.ts, `line`): names through `quoted` (they repeat
+ * on every line), ids and free text through JSON.stringify; absent values left out.
  */
-function accessLine(
+export function accessLine(
   ctx: RequestContext,
   route: RouteInfo,
   outcome: Outcome,
   error: GatewayError | undefined,
   userAgent: string | undefined,
-): Record<string, unknown> {
+): string {
   const answered = ctx.answeredModel;
   const usage = ctx.usage;
-  return {
-    requestId: ctx.id,
-    route: route.name,
-    method: ctx.req.method,
-    clientIp: ctx.clientIp || undefined,
-    path: route.path,
-    userAgent,
-    status: outcome.status,
-    durationMs: ctx.clock.now() - ctx.startedAt,
-    ttftMs: ctx.ttftMs,
-    key: ctx.key?.id,
-    user: ctx.key?.user,
-    group: ctx.group?.name,
-    model: answered?.id ?? ctx.attempts[0]?.model.id,
-    provider: answered?.provider ?? ctx.attempts[0]?.provider.name,
-    account: ctx.attempts[ctx.attempts.length - 1]?.account?.id,
-    attempts: ctx.attempts.length,
-    errorCode: error?.code,
-    errorMessage: error?.message,
-    tokens: usage ? { input: usage.input, output: usage.output, cacheRead: usage.cacheRead, cacheWrite: usage.cacheWrite } : undefined,
-    estimated: ctx.usageEstimated || undefined,
-    costMicroUsd: ctx.billed?.actual,
-    listCostMicroUsd: ctx.billed?.cost,
-    clientAborted: outcome.clientAborted || undefined,
-  };
+  const first = ctx.attempts[0];
+  const account = ctx.attempts[ctx.attempts.length - 1]?.account?.id;
+  const billed = ctx.billed;
+  return (
+    `"requestId":${JSON.stringify(ctx.id)},"route":${quoted(route.name)}` +
+    member(',"method":', ctx.req.method) +
+    (ctx.clientIp ? `,"clientIp":${JSON.stringify(ctx.clientIp)}` : '') +
+    member(',"path":', route.path) +
+    (userAgent === undefined ? '' : `,"userAgent":${JSON.stringify(userAgent)}`) +
+    `,"status":${outcome.status},"durationMs":${ctx.clock.now() - ctx.startedAt}` +
+    member(',"ttftMs":', ctx.ttftMs) +
+    member(',"key":', ctx.key?.id) +
+    member(',"user":', ctx.key?.user) +
+    member(',"group":', ctx.group?.name) +
+    member(',"model":', answered?.id ?? first?.model.id) +
+    member(',"provider":', answered?.provider ?? first?.provider.name) +
+    member(',"account":', account) +
+    `,"attempts":${ctx.attempts.length}` +
+    (error ? member(',"errorCode":', error.code) + `,"errorMessage":${JSON.stringify(error.message)}` : '') +
+    (usage
+      ? `,"tokens":{"input":${usage.input},"output":${usage.output},"cacheRead":${usage.cacheRead},"cacheWrite":${usage.cacheWrite}}`
+      : '') +
+    (ctx.usageEstimated ? ',"estimated":true' : '') +
+    (billed ? member(',"costMicroUsd":', billed.actual) + member(',"listCostMicroUsd":', billed.cost) : '') +
+    (outcome.clientAborted ? ',"clientAborted":true' : '')
+  );
 }
 
 /** Where an access line's request came from (see `Gateway.origin`). */

@@ -9,7 +9,7 @@ import { baseConfig, bearer, call, chatBody, KEYS, ROOT, startGateway, tmpDir, w
 import { bodyFor, directive } from '../limits/helpers.js';
 import { builtinPlugins } from '../../plugins/index.js';
 import { definePlugin } from '../../core/plugin.js';
-import { createLogger, logLevel } from '../../core/log.js';
+import { createLogger, logLevel, logLine } from '../../core/log.js';
 import { GatewayError } from '../../core/errors.js';
 import { rawSocket } from '../helpers/raw.js';
 import { parseProm, total } from '../helpers/prom.js';
@@ -200,6 +200,40 @@ t.test('levels, errors with causes, GatewayErrors with their code', async (t) =>
     /GATEWAY_LOG_LEVEL 'loud' is not a log level: use debug, info, warn, error, silent/,
     'an unknown level is refused',
   );
+});
+
+t.test('a line from serialized members (the access line) is the line info and warn write from an object', async (t) => {
+  const out: string[] = [];
+  const root = createLogger('info', (l) => out.push(l), { instance: 'i-1' });
+  const log = root.child({ component: 'access' });
+  const fields = { requestId: 'req_1', status: 200, tokens: { input: 1, output: 2 }, note: 'say "hi"\n' };
+  const members = JSON.stringify(fields).slice(1, -1);
+  log.info('request', fields);
+  log.line!('info', 'request', members);
+  log.line!('warn', 'request', members);
+  log.line!('info', 'bare', '');
+  const [viaObject, viaLine, warned, bare] = out.map((l) => JSON.parse(l) as Record<string, unknown>);
+  const noTime = ({ time: _time, ...rest }: Record<string, unknown>) => rest;
+  t.same(noTime(viaLine), noTime(viaObject), 'the same members, level, logger fields and msg');
+  t.same(Object.keys(viaLine), Object.keys(viaObject), 'in the same order');
+  t.match(viaLine.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  t.equal(warned.level, 'warn');
+  t.same(noTime(bare), { level: 'info', instance: 'i-1', component: 'access', msg: 'bare' }, 'no members: still one JSON line');
+
+  const quiet: string[] = [];
+  createLogger('warn', (l) => quiet.push(l)).line!('info', 'request', members);
+  t.equal(quiet.length, 0, 'below the level: nothing');
+  // A logger without `line` (a plugin's, a test's) gets the same fields through info/warn.
+  const got: [string, string, Record<string, unknown>][] = [];
+  const plain = {
+    debug() {},
+    info: (msg: string, f?: Record<string, unknown>) => got.push(['info', msg, f!]),
+    warn: (msg: string, f?: Record<string, unknown>) => got.push(['warn', msg, f!]),
+    error() {},
+    child: () => plain,
+  };
+  logLine(plain, 'warn', 'request', members);
+  t.same(got, [['warn', 'request', fields]]);
 });
 
 t.test('stderr to a file gets every line at once, even from a process killed right after; to a pipe, every line too', async (t) => {
