@@ -3,7 +3,9 @@
  * the gateway (as `run.ts` runs it) against the bare proxy, counted by valgrind's callgrind.
  *
  * Wall-clock figures on a shared machine move by more than most single changes; instruction counts
- * do not (a few tenths of a percent between runs). So this is the guide for per-request work:
+ * much less, though not nothing: a major collection inside or outside the counted window moves
+ * them by several percent at the default 2,000 requests (repeat, or count the part alone with
+ * bench/micro/count.mjs, for a change of a few percent). So this is the guide for per-request work:
  * each server runs under callgrind, gets `--warmup` requests (JIT, sockets, caches), then its
  * counters are zeroed, exactly `--requests` requests are sent by this (separate) process, and the
  * counters are dumped. Instructions per request = the dump's total / requests. Everything the
