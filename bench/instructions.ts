@@ -16,9 +16,10 @@
  * `callgrind_annotate`; JIT-compiled JavaScript shows there as addresses.
  *
  * `--cpu-prof` answers where the time goes instead: each server runs under V8's sampling profiler
- * (no valgrind), gets the same warm-up and counted requests, and the microseconds of CPU per
- * counted request are reported by where they are spent (the gateway's own modules, the store,
- * metrics, logging, Node's http/stream/event internals, syscalls, GC), gateway beside proxy.
+ * (no valgrind), gets the same warm-up, then the counted requests in `--rounds` slices with the
+ * sides taking turns, and the microseconds of CPU per counted request are reported by where they
+ * are spent (the gateway's own modules, the store, metrics, logging, Node's http/stream/event
+ * internals, syscalls, GC), gateway beside proxy, with each side's total per round.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -29,7 +30,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 import { AUTH_CHAT, AUTH_CONVERTED, chatBody, gatewayConfig, gatewayEnv } from './setup.js';
-import { category, type CpuProfile } from './profile.js';
+import { categorize } from './profile.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
@@ -47,6 +48,8 @@ const USAGE = `npm run bench:instructions -- [options]
   --gateway-root DIR  run the gateway of another checkout (built), to compare two versions
   --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
                     where they are spent (more requests by default: 20000 after 5000)
+  --rounds N        with --cpu-prof: the counted requests in N slices, the sides taking turns
+                    (default 5), so the machine's drift falls on every side alike
   --store KIND      the gateway's store: memory (default) or redis (a throwaway redis-server,
                     started here, on another core than the gateway where taskset is available)
   --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped)`;
@@ -61,6 +64,8 @@ interface Opts {
   out?: string;
   gatewayRoot: string;
   cpuProf: boolean;
+  /** --cpu-prof: slices of the counted requests, the sides taking turns. */
+  rounds: number;
   store: 'memory' | 'redis';
   ledger: boolean;
   /** Set once the redis-server runs (`--store redis`). */
@@ -77,6 +82,7 @@ function parse(argv: string[]): Opts {
     sides: ['proxy', 'gateway'],
     gatewayRoot: root,
     cpuProf: false,
+    rounds: 5,
     store: 'memory',
     ledger: true,
   };
@@ -99,7 +105,10 @@ function parse(argv: string[]): Opts {
     } else if (a === '--out') o.out = v();
     else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
     else if (a === '--cpu-prof') o.cpuProf = true;
-    else if (a === '--store') {
+    else if (a === '--rounds') {
+      o.rounds = Number(v());
+      if (!Number.isInteger(o.rounds) || o.rounds < 1) throw new Error(`--rounds takes a whole number of at least 1\n${USAGE}`);
+    } else if (a === '--store') {
       const k = v();
       if (k !== 'memory' && k !== 'redis') throw new Error(`--store takes memory or redis\n${USAGE}`);
       o.store = k;
@@ -365,64 +374,83 @@ async function main(): Promise<void> {
 const GAP_MS = 1500;
 
 /**
- * `--cpu-prof`: one server process per side and scenario under `--cpu-prof`: warm-up, a pause,
- * the counted requests, a pause, SIGTERM (the profile is written at exit). Only the samples taken
- * while the counted requests ran count.
+ * `--cpu-prof`: per scenario, one server process per side under `--cpu-prof`, all started and warmed
+ * first; then the counted requests in `rounds` slices, the sides taking turns (a pause before each
+ * slice), so a drift of the machine falls on every side alike instead of on whichever ran last
+ * (the writes row moved by a third between runs: results/2026-11-27T04-00-writes-noise.md); then
+ * SIGTERM (the profile is written at exit). Only the samples taken while a side's slices ran count.
  */
 async function profileAll(o: Opts, work: string, mockUrl: string, targets: Record<string, { auth: string; body: string }>): Promise<void> {
   const pin = os.availableParallelism() > 1 && hasTaskset() ? ['taskset', '-c', '0', process.execPath] : [process.execPath];
-  const per: Record<string, Record<string, Map<string, number>>> = {};
+  /** Per scenario: each side's mean per category, and each side's total in each round. */
+  const per: Record<string, { sides: Record<string, Map<string, number>>; spread: string[] }> = {};
+  const slice = Math.ceil(o.requests / o.rounds);
   for (const name of o.only) {
-    for (const side of o.sides) {
-      if (name === 'convert' && side !== 'gateway') continue;
-      const port = await freePort();
-      const dir = path.join(work, `${side}-${name}`);
-      // The proxy role has no SIGTERM handler of its own: exit normally so the profile is written.
-      const exit = 'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))';
-      const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [
-        ...pin,
-        '--import',
-        exit,
-        '--cpu-prof',
-        '--cpu-prof-dir',
-        dir,
-      ]);
-      const log = path.join(work, `${side}-${name}.log`);
-      const child = launch(cmd, args, log, env);
-      const url = `http://127.0.0.1:${port}`;
-      let from = 0;
-      let to = 0;
-      try {
+    const t = targets[name];
+    const sides = o.sides.filter((side) => name !== 'convert' || side === 'gateway');
+    const servers: { side: string; url: string; dir: string; child: ChildProcess; windows: [number, number][] }[] = [];
+    try {
+      for (const side of sides) {
+        const port = await freePort();
+        const dir = path.join(work, `${side}-${name}`);
+        // The proxy role has no SIGTERM handler of its own: exit normally so the profile is written.
+        const exit = 'data:text/javascript,process.once("SIGTERM",()=>process.exit(0))';
+        const { cmd, args, env } = serverCommand(o, side, port, work, mockUrl, [
+          ...pin,
+          '--import',
+          exit,
+          '--cpu-prof',
+          '--cpu-prof-dir',
+          dir,
+        ]);
+        const log = path.join(work, `${side}-${name}.log`);
+        const child = launch(cmd, args, log, env);
+        const url = `http://127.0.0.1:${port}`;
+        servers.push({ side, url, dir, child, windows: [] });
         await waitFor(url + (side === 'gateway' ? '/healthz' : '/'), child, log, 60_000);
-        const t = targets[name];
         await load(url + '/v1/chat/completions', t.auth, t.body, o.warmup, o.concurrency);
-        await sleep(GAP_MS);
-        from = monotonicUs();
-        await load(url + '/v1/chat/completions', t.auth, t.body, o.requests, o.concurrency);
-        to = monotonicUs();
-        await sleep(GAP_MS);
-        child.kill('SIGTERM');
-        await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
-      } finally {
-        child.kill('SIGKILL');
       }
-      const file = fs.readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
-      if (!file) throw new Error(`${side} ${name}: no profile written in ${dir}`);
-      (per[name] ??= {})[side] = categorize(JSON.parse(fs.readFileSync(path.join(dir, file), 'utf8')), o.requests, from, to);
+      for (let r = 0; r < o.rounds; r++) {
+        for (const s of servers) {
+          await sleep(GAP_MS);
+          const from = monotonicUs();
+          await load(s.url + '/v1/chat/completions', t.auth, t.body, slice, o.concurrency);
+          s.windows.push([from, monotonicUs()]);
+        }
+      }
+      await sleep(GAP_MS);
+      for (const s of servers) s.child.kill('SIGTERM');
+      await Promise.all(servers.map((s) => new Promise((r) => (s.child.exitCode !== null ? r(null) : s.child.once('exit', r)))));
+    } finally {
+      for (const s of servers) s.child.kill('SIGKILL');
+    }
+    const spread: string[] = [];
+    for (const s of servers) {
+      const file = fs.readdirSync(s.dir).find((f) => f.endsWith('.cpuprofile'));
+      if (!file) throw new Error(`${s.side} ${name}: no profile written in ${s.dir}`);
+      const rounds = categorize(JSON.parse(fs.readFileSync(path.join(s.dir, file), 'utf8')), slice, s.windows);
+      const mean = new Map<string, number>();
+      for (const m of rounds) for (const [c, v] of m) mean.set(c, (mean.get(c) ?? 0) + v / rounds.length);
+      (per[name] ??= { sides: {}, spread }).sides[s.side] = mean;
+      const totals = rounds.map((m) => [...m.values()].reduce((a, b) => a + b, 0).toFixed(0));
+      spread.push(`${s.side} ${totals.join(', ')}`);
     }
   }
-  for (const [name, sides] of Object.entries(per)) {
+  for (const [name, { sides, spread }] of Object.entries(per)) {
     const cats = new Set<string>();
     for (const m of Object.values(sides)) for (const k of m.keys()) cats.add(k);
     const cols = o.sides.filter((s) => sides[s]);
     const total = (s: string) => [...(sides[s]?.values() ?? [])].reduce((a, b) => a + b, 0);
     const rows = [...cats].map((c) => [c, ...cols.map((s) => sides[s].get(c) ?? 0)] as [string, ...number[]]);
     rows.sort((a, b) => (b[b.length - 1] as number) - (a[a.length - 1] as number));
-    console.log(`\n${name}: CPU microseconds per request (${o.requests} requests after ${o.warmup} warm-up, ${o.concurrency} at a time)`);
+    console.log(
+      `\n${name}: CPU microseconds per request (${slice * o.rounds} requests in ${o.rounds} rounds, the sides taking turns, after ${o.warmup} warm-up, ${o.concurrency} at a time)`,
+    );
     console.log(`| where | ${cols.join(' | ')} |`);
     console.log(`|---|${cols.map(() => '---:').join('|')}|`);
     console.log(`| **total** | ${cols.map((s) => total(s).toFixed(1)).join(' | ')} |`);
     for (const [c, ...v] of rows) if (v.some((x) => x >= 0.5)) console.log(`| ${c} | ${v.map((x) => x.toFixed(1)).join(' | ')} |`);
+    console.log(`\ntotal per round, µs per request: ${spread.join('; ')}`);
   }
   console.log(`\n(profiles in ${work}; open a .cpuprofile in Chrome DevTools for the call tree)`);
 }
@@ -465,29 +493,6 @@ function hasTaskset(): boolean {
 /** This process's reading of the system's monotonic clock, µs: the clock V8's profiles are timed by (both CLOCK_MONOTONIC on Linux). */
 function monotonicUs(): number {
   return Number(process.hrtime.bigint() / 1000n);
-}
-
-/**
- * Self time per category, in microseconds per counted request: the samples taken while the counted
- * requests ran, `from`–`to` on the system's monotonic clock, which the profile's `startTime` and
- * `timeDeltas` also follow. (Finding the pauses around them in the samples instead failed when the
- * gateway's own timers woke it during a pause.)
- */
-function categorize(p: CpuProfile, requests: number, from: number, to: number): Map<string, number> {
-  const nodes = new Map(p.nodes.map((n) => [n.id, n]));
-  const out = new Map<string, number>();
-  let t = p.startTime;
-  let inside = 0;
-  for (let i = 0; i < p.samples.length; i++) {
-    t += p.timeDeltas[i] ?? 0;
-    if (t < from || t > to) continue;
-    inside++;
-    const n = nodes.get(p.samples[i])!;
-    const c = category(n.callFrame.functionName, n.callFrame.url);
-    if (c) out.set(c, (out.get(c) ?? 0) + (p.timeDeltas[i + 1] ?? 0) / requests);
-  }
-  if (inside < 100) throw new Error(`profile: ${inside} samples while the counted requests ran (its clock is not the harness's?)`);
-  return out;
 }
 
 main().catch((e) => {
