@@ -13,6 +13,8 @@ import { baseConfig, KEYS, ROOT, startGateway, tmpDir, type TestGateway } from '
 import { AdminClient } from '../helpers/admin.js';
 import { PostgresServer } from '../helpers/postgres.js';
 import { TOKEN, fileRecords, spendByUser, untilShipped } from './helpers.js';
+import { parseProm, total } from '../helpers/prom.js';
+import { until } from '../helpers/upstream.js';
 
 t.setTimeout(900_000);
 
@@ -247,7 +249,11 @@ t.test(
 
     const ledgerDir = path.join(dir, 'ledger');
     const admin = await new AdminClient(g.url, TOKEN).init();
-    // The store settles a request when it ends; a client that left is settled once the gateway sees it.
+    // The store settles a request when it ends; a client that left is settled once the gateway sees
+    // it, which can be after its client gave up. So first nothing in flight (the day files final),
+    // then PostgreSQL caught up with them: their counts could also meet while a settlement was due.
+    const inFlight = async () => total(parseProm(await (await fetch(g.url + '/metrics')).text()), 'gateway_requests_in_flight');
+    t.ok(await until(async () => (await inFlight()) === 0, 60_000, 100), 'every request ended and settled');
     t.ok(await untilShipped(pg, 'gateway', ledgerDir), 'PostgreSQL holds every record of the day files');
     const files = fileRecords(ledgerDir);
     const requests = files.filter((r) => r.type === 'request');
