@@ -140,9 +140,9 @@ export async function race(store: Store, o: RaceOptions) {
   // Interleaved: arrivals spread out, so settlements land between admissions.
   const delays = Array.from({ length: o.n }, (_, i) => [Math.floor(random() * 4) + Math.floor(i / 8), Math.floor(random() * 6)]);
   // Events numbered in the order the test sees them: each request's admission called and
-  // answered, its settlement (or cancel) called and answered.
+  // answered, its settlement (or cancel) answered.
   let seq = 0;
-  const calls: { admitCall: number; admitDone: number; finishCall: number; finishDone: number }[] = [];
+  const calls: { admitCall: number; admitDone: number; finishDone: number }[] = [];
   const inFlight = new Set<number>();
   let admitted = 0;
   let settledSum = 0;
@@ -150,7 +150,6 @@ export async function race(store: Store, o: RaceOptions) {
   const charge = (i: number) => (o.cancels?.(i) ? 0 : o.actual(i));
   const overrun = (i: number) => Math.max(0, charge(i) - o.reserve);
   const finish = async (i: number, id: string) => {
-    calls[i].finishCall = ++seq;
     if (o.cancels?.(i)) {
       await store.cancel(id);
     } else {
@@ -166,7 +165,7 @@ export async function race(store: Store, o: RaceOptions) {
     const admitCall = ++seq;
     const r = await store.admit({ requestId: id, reserve: o.reserve, claims: o.claims });
     if (!r.ok) return undefined;
-    calls[i] = { admitCall, admitDone: ++seq, finishCall: Infinity, finishDone: Infinity };
+    calls[i] = { admitCall, admitDone: ++seq, finishDone: Infinity };
     admitted++;
     let inflightOverrun = 0;
     for (const j of inFlight) inflightOverrun += overrun(j);
