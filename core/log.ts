@@ -1,12 +1,15 @@
 /**
  * Structured logs on pino: one JSON object per line on stderr (`level` as a word, `time` ISO 8601,
  * `msg`). Lines go to a pipe or terminal asynchronously, so a slow log consumer never blocks the
- * event loop, and pending lines are flushed on exit; to a regular file (stderr redirected, as a
- * service manager or `2>>file` does) each line is written at once: a file takes a write at memory
- * speed (about 2 µs here; the lines of a turn written together would save about as much, and lose
- * them to a kill), while handing it to libuv's thread pool costs about 18 µs a line — a
- * tenth of a request's CPU at the default `info` level. Level: `GATEWAY_LOG_LEVEL` (debug, info, warn,
- * error, silent; default info; anything else is refused at start). `info` has one access line per
+ * event loop, and pending lines are flushed on exit. To a regular file (stderr redirected, as a
+ * service manager or `2>>file` does) the lines of one event-loop turn are written together in one
+ * synchronous write at its end (`TurnWriter`): a write call costs about 9 µs in a loaded gateway
+ * (2–3 µs alone: the kernel's path runs cold there; bench/results/2026-11-27T05-59-write-costs.md),
+ * and a turn under load ends about twenty requests; handing each line to libuv's thread pool
+ * instead costs about 18 µs. The price: a process killed (SIGKILL) before its turn ends loses that
+ * turn's lines, as the store's journal does; exit, a fatal error's exit included, writes them.
+ * Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info; anything else is
+ * refused at start). `info` has one access line per
  * request; `warn` keeps upstream failures and the access lines of 5xx answers; `debug` adds each
  * upstream attempt that answered.
  *
@@ -16,7 +19,7 @@
  *
  * Plugins receive a `Logger` (deps.log, ctx.log): the same four methods whatever the backend.
  */
-import { fstatSync } from 'node:fs';
+import { fstatSync, writeSync } from 'node:fs';
 import { pino, type DestinationStream, type Logger as Pino } from 'pino';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -80,7 +83,9 @@ function serializeError(v: unknown, depth = 0): unknown {
 export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base: Record<string, unknown> = {}): Logger {
   const destination: DestinationStream = sink
     ? { write: (s: string) => sink(s.endsWith('\n') ? s.slice(0, -1) : s) }
-    : pino.destination({ dest: 2, sync: stderrIsFile() });
+    : stderrIsFile()
+      ? stderrFile()
+      : pino.destination({ dest: 2, sync: false });
   const p = pino(
     {
       level,
@@ -94,6 +99,59 @@ export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base:
   );
   return wrap(p);
 }
+
+/**
+ * Lines to a file descriptor of a regular file, one write per event-loop turn (see the header):
+ * buffered until the turn's check phase, or until 64 KiB wait; written at once on `flush` and on
+ * exit. A failed write drops what it held (there is nowhere to report it).
+ */
+export class TurnWriter implements DestinationStream {
+  private buf = '';
+  private scheduled = false;
+  private readonly onTurn = () => {
+    this.scheduled = false;
+    this.flushSync();
+  };
+
+  constructor(private readonly fd: number) {
+    process.on('exit', () => this.flushSync());
+  }
+
+  write(line: string): void {
+    this.buf += line;
+    if (this.buf.length >= 65_536) this.flushSync();
+    else if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.onTurn);
+    }
+  }
+
+  flushSync(): void {
+    if (this.buf === '') return;
+    const text = this.buf;
+    this.buf = '';
+    try {
+      const wrote = writeSync(this.fd, text);
+      // A short write (a full disk, a file size limit): the rest as bytes, until it all went or fails.
+      if (wrote < Buffer.byteLength(text)) {
+        const rest = Buffer.from(text).subarray(wrote);
+        for (let off = 0; off < rest.length;) off += writeSync(this.fd, rest, off);
+      }
+    } catch {
+      // dropped
+    }
+  }
+
+  /** pino's `flush`: synchronous here, so a fatal error's `process.exit` right after loses nothing. */
+  flush(cb?: (err?: Error) => void): void {
+    this.flushSync();
+    cb?.();
+  }
+}
+
+/** One writer for stderr, shared by every logger of the process (one exit handler). */
+let stderrWriter: TurnWriter | undefined;
+const stderrFile = (): TurnWriter => (stderrWriter ??= new TurnWriter(2));
 
 /** Whether stderr is a regular file (not a pipe, terminal or socket). */
 function stderrIsFile(): boolean {

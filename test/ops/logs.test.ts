@@ -236,48 +236,67 @@ t.test('a line from serialized members (the access line) is the line info and wa
   t.same(got, [['warn', 'request', fields]]);
 });
 
-t.test('stderr to a file gets every line at once, even from a process killed right after; to a pipe, every line too', async (t) => {
-  const { spawn } = await import('node:child_process');
-  const fs = await import('node:fs');
-  const os = await import('node:os');
-  const path = await import('node:path');
-  const { pathToFileURL } = await import('node:url');
-  const logModule = pathToFileURL(
-    path.resolve(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '../../core/log.js'),
-  ).href;
-  // Logs three lines; with `kill`, then dies at once (SIGKILL: no exit handler runs, no turn passes).
-  const child = (kill: boolean) => `import(${JSON.stringify(logModule)}).then(({ createLogger }) => {
+t.test(
+  'stderr to a file: the lines of a turn written together by its end, every line at exit (a fatal one too); to a pipe, every line',
+  async (t) => {
+    const { spawn } = await import('node:child_process');
+    const fs = await import('node:fs');
+    const os = await import('node:os');
+    const path = await import('node:path');
+    const { pathToFileURL } = await import('node:url');
+    const logModule = pathToFileURL(
+      path.resolve(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname), '../../core/log.js'),
+    ).href;
+    // Logs three lines, then: `kill` dies in the next turn (SIGKILL: no exit handler runs); `exit`
+    // exits at once, in the same turn, without flushing (the exit handler writes); `none` ends by itself.
+    const child = (end: 'kill' | 'exit' | 'none') => `import(${JSON.stringify(logModule)}).then(({ createLogger }) => {
     const log = createLogger('info');
     for (let i = 1; i <= 3; i++) log.info('line ' + i, { i });
-    if (${kill}) process.kill(process.pid, 'SIGKILL');
+    if (${JSON.stringify(end)} === 'kill') setImmediate(() => setImmediate(() => process.kill(process.pid, 'SIGKILL')));
+    if (${JSON.stringify(end)} === 'exit') { log.error('fatal'); process.exit(3); }
   });`;
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-log-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const file = path.join(dir, 'err.log');
-  const fd = fs.openSync(file, 'w');
-  await new Promise((resolve) => spawn(process.execPath, ['-e', child(true)], { stdio: ['ignore', 'ignore', fd] }).on('exit', resolve));
-  fs.closeSync(fd);
-  const inFile = fs
-    .readFileSync(file, 'utf8')
-    .trim()
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l).msg);
-  t.same(inFile, ['line 1', 'line 2', 'line 3'], 'a file: every line was written before the kill');
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-log-'));
+    t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const toFile = async (end: 'kill' | 'exit') => {
+      const file = path.join(dir, `${end}.log`);
+      const fd = fs.openSync(file, 'w');
+      const code = await new Promise((resolve) =>
+        spawn(process.execPath, ['-e', child(end)], { stdio: ['ignore', 'ignore', fd] }).on('exit', (c, sig) => resolve(c ?? sig)),
+      );
+      fs.closeSync(fd);
+      const msgs = fs
+        .readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l).msg);
+      return { code, msgs };
+    };
+    t.same(
+      await toFile('kill'),
+      { code: 'SIGKILL', msgs: ['line 1', 'line 2', 'line 3'] },
+      "a file: the turn's lines were written before a kill in the next one",
+    );
+    t.same(
+      await toFile('exit'),
+      { code: 3, msgs: ['line 1', 'line 2', 'line 3', 'fatal'] },
+      'a file: an exit in the same turn writes them',
+    );
 
-  const p = spawn(process.execPath, ['-e', child(false)], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let piped = '';
-  p.stderr.on('data', (c: Buffer) => (piped += c.toString()));
-  await new Promise((resolve) => p.on('close', resolve));
-  t.same(
-    piped
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l).msg),
-    ['line 1', 'line 2', 'line 3'],
-    'a pipe: every line, written asynchronously',
-  );
-});
+    const p = spawn(process.execPath, ['-e', child('none')], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let piped = '';
+    p.stderr.on('data', (c: Buffer) => (piped += c.toString()));
+    await new Promise((resolve) => p.on('close', resolve));
+    t.same(
+      piped
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).msg),
+      ['line 1', 'line 2', 'line 3'],
+      'a pipe: every line, written asynchronously',
+    );
+  },
+);
 
 // ---- a real run: the CLI's process, its stderr read back ----------------------------------------
 
