@@ -162,6 +162,18 @@ function stderrIsFile(): boolean {
   }
 }
 
+/** `new Date().toISOString()`, made once per millisecond: a loaded gateway logs several lines in one. */
+let isoAt = -1;
+let isoText = '';
+function isoNow(): string {
+  const ms = Date.now();
+  if (ms !== isoAt) {
+    isoAt = ms;
+    isoText = new Date(ms).toISOString();
+  }
+  return isoText;
+}
+
 function wrap(p: Pino): Logger {
   const call = (fn: (this: Pino, obj: object, msg: string) => void) => (msg: string, fields?: Record<string, unknown>) => {
     fn.call(p, fields ?? {}, msg);
@@ -172,9 +184,7 @@ function wrap(p: Pino): Logger {
     line: (level, msg, members) => {
       if (!p.isLevelEnabled(level)) return;
       // pino's line: level, time, the logger's own fields, the line's, msg.
-      stream.write(
-        `{"level":"${level}","time":"${new Date().toISOString()}"${own}${members && ','}${members},"msg":${JSON.stringify(msg)}}\n`,
-      );
+      stream.write(`{"level":"${level}","time":"${isoNow()}"${own}${members && ','}${members},"msg":${JSON.stringify(msg)}}\n`);
     },
     debug: call(p.debug),
     info: call(p.info),

@@ -49,6 +49,13 @@ function presented(ctx: RequestContext): Presented | undefined {
   return undefined;
 }
 
+/** Every comma-separated part of the values, trimmed. */
+function splitValues(values: string[]): string[] {
+  const out: string[] = [];
+  for (const v of values) for (const x of v.split(',')) out.push(x.trim());
+  return out;
+}
+
 /** A `key` or `api_key` query parameter (a URL is parsed only when there is a query string). */
 function keyInQuery(target: string): boolean {
   if (!target.includes('?')) return false;
@@ -68,7 +75,9 @@ export default definePlugin<AuthOptions>({
         const cred = presented(ctx);
         if (!cred || cred.values.every((v) => v === '')) throw new GatewayError('API_KEY_REQUIRED');
         // Node joins a repeated x-api-key into "a, b": split it back so it counts as a duplicate.
-        const values = cred.values.flatMap((v) => v.split(',').map((x) => x.trim()));
+        // (`flatMap` was a third of this hook's time in the gateway's profile: one value without a
+        // comma, the usual case, is taken as it is.)
+        const values = cred.values.length === 1 && !cred.values[0].includes(',') ? cred.values : splitValues(cred.values);
         const first = values[0];
         if (!KEY_FORMAT.test(first)) throw new GatewayError('INVALID_API_KEY');
         const digest = sha256Hex(first);

@@ -491,7 +491,9 @@ export class MemoryState {
   settle(requestId: string, s: Settlement): void {
     assertMoney('actual', s.actual);
     assertMoney('cost', s.cost);
-    if (this.settled.has(requestId)) return;
+    // An id in flight was never settled (admit refuses settled ids, settling removes the
+    // admission first): the recent ids, large sets cold in the cache, are read only for one not in flight.
+    if (!this.admissions.has(requestId) && this.settled.has(requestId)) return;
     const now = this.clock.now();
     this.release(requestId, false);
     this.applySettlement(requestId, s, now);
