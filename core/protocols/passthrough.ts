@@ -9,7 +9,16 @@ import type { ProtocolName } from '../config/types.js';
 import type { Usage } from '../money.js';
 import type { SseBytesBlock } from '../sse.js';
 import { PassthroughCut } from '../stream-cut.js';
-import type { Conversion, EncodeOptions, ErrorInfo, RequestInput, ResponseTranslator } from './types.js';
+import type {
+  AnswerMeta,
+  Conversion,
+  EncodeOptions,
+  ErrorInfo,
+  ProtocolWire,
+  RequestInput,
+  ResponseTranslator,
+  StreamTap,
+} from './types.js';
 import { spliceJson, spliceLarge, type SpliceOps } from './splice.js';
 import type { OutgoingBody } from '../json/text.js';
 import type { LargeBody } from '../json/parse.js';
@@ -50,45 +59,67 @@ export function passthrough(protocol: ProtocolName): Conversion {
       return { body: text, usage, upstream };
     },
     stream(opts: EncodeOptions): ResponseTranslator {
-      const tap = wire.createTap();
-      let upstreamError: ErrorInfo | undefined;
-      const cut = opts.cut ? new PassthroughCut(protocol, opts.cut, () => tap.meta) : undefined;
-      const translator: ResponseTranslator = {
-        block(b: SseBytesBlock): string | SseBytesBlock {
-          cut?.observe(b);
-          const forward = tap.observe(b);
-          if (tap.errored && !upstreamError && b.data !== undefined) {
-            upstreamError = readError(b.data);
-            // OpenAI sends its Chat in-stream error as a bare `data:` frame; clients of the gateway
-            // get the named `event: error` frame wire-notes fix (the other protocols' upstream
-            // error frames are already named and pass unchanged).
-            if (protocol === 'openai-chat' && b.event === undefined) return wire.streamError(upstreamError, tap.meta);
-          }
-          return forward ? b : '';
-        },
-        end() {
-          return { text: '', complete: tap.complete };
-        },
-        closing(estimate: () => Usage) {
-          return tap.closing(estimate);
-        },
-        fail(err: ErrorInfo) {
-          return wire.streamError(err, tap.meta);
-        },
-        get upstreamError() {
-          return upstreamError;
-        },
-        get started() {
-          return tap.started;
-        },
-        usage: () => tap.usage,
-        outputChars: () => tap.outputChars,
-        answer: () => ({ id: tap.meta.id, model: tap.meta.model, finishReasons: tap.finishReasons }),
-      };
-      if (cut) translator.truncate = (usage) => cut.frames(usage);
-      return translator;
+      return new PassthroughTranslator(protocol, wire, opts);
     },
   };
+}
+
+/**
+ * A passthrough stream's translator: forwards each block as it came while its tap reads it. A
+ * class, not an object literal with getters, which V8 builds on a slow path (4 µs per streaming
+ * request in the gateway's profile).
+ */
+class PassthroughTranslator implements ResponseTranslator {
+  upstreamError: ErrorInfo | undefined = undefined;
+  readonly truncate: ((usage: Usage) => string) | undefined;
+  private readonly tap: StreamTap;
+  private readonly cut: PassthroughCut | undefined;
+
+  constructor(
+    private readonly protocol: ProtocolName,
+    private readonly wire: ProtocolWire,
+    opts: EncodeOptions,
+  ) {
+    const tap = (this.tap = wire.createTap());
+    const cut = (this.cut = opts.cut ? new PassthroughCut(protocol, opts.cut, () => tap.meta) : undefined);
+    this.truncate = cut ? (usage) => cut.frames(usage) : undefined;
+  }
+
+  block(b: SseBytesBlock): string | SseBytesBlock {
+    this.cut?.observe(b);
+    const tap = this.tap;
+    const forward = tap.observe(b);
+    if (tap.errored && !this.upstreamError && b.data !== undefined) {
+      this.upstreamError = readError(b.data);
+      // OpenAI sends its Chat in-stream error as a bare `data:` frame; clients of the gateway
+      // get the named `event: error` frame wire-notes fix (the other protocols' upstream
+      // error frames are already named and pass unchanged).
+      if (this.protocol === 'openai-chat' && b.event === undefined) return this.wire.streamError(this.upstreamError, tap.meta);
+    }
+    return forward ? b : '';
+  }
+  end(): { text: string; complete: boolean } {
+    return { text: '', complete: this.tap.complete };
+  }
+  closing(estimate: () => Usage): string | Buffer {
+    return this.tap.closing(estimate);
+  }
+  fail(err: ErrorInfo): string {
+    return this.wire.streamError(err, this.tap.meta);
+  }
+  get started(): boolean {
+    return this.tap.started;
+  }
+  usage(): Usage | undefined {
+    return this.tap.usage;
+  }
+  outputChars(): number {
+    return this.tap.outputChars;
+  }
+  answer(): AnswerMeta {
+    const tap = this.tap;
+    return { id: tap.meta.id, model: tap.meta.model, finishReasons: tap.finishReasons };
+  }
 }
 
 function readError(data: string): ErrorInfo {

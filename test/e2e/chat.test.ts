@@ -215,7 +215,11 @@ t.test('an upstream that forgets usage or [DONE]: the client still gets both', a
     });
     const frames = raw.text.trim().split('\n\n');
     t.equal(frames.at(-1), 'data: [DONE]', `${d}: ends with [DONE]`);
-    t.ok(JSON.parse(frames.at(-2)!.slice(6)).usage.total_tokens > 0, `${d}: usage chunk before it`);
+    const usage = JSON.parse(frames.at(-2)!.slice(6));
+    t.ok(usage.usage.total_tokens > 0, `${d}: usage chunk before it`);
+    // A usage chunk the gateway makes up carries the stream's own id, model and time.
+    const first = JSON.parse(frames[0].slice(6));
+    t.same([usage.id, usage.model, usage.created], [first.id, first.model, first.created], `${d}: the stream's id, model and created`);
   }
 });
 

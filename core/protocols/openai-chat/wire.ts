@@ -6,7 +6,7 @@
 import { GatewayError } from '../../errors.js';
 import { formatEvent, formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
-import type { ErrorInfo, ProtocolWire } from '../types.js';
+import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
 import { BaseTap } from '../tap.js';
 import { fromChatUsage, textKeys, textLength, toChatUsage } from '../usage.js';
 
@@ -14,12 +14,33 @@ const USAGE = /"usage"\s*:\s*\{/;
 const FINISH = /"finish_reason"\s*:\s*"([^"\\]*)"/;
 const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
 const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
+const HAS_ID = /"id"\s*:/;
 const TEXT_KEYS = textKeys(['content', 'arguments', 'reasoning_content', 'refusal']);
 
 class ChatTap extends BaseTap {
   /** The upstream's own `[DONE]` block (its bytes), held back so a missing usage chunk can go before it. */
   private doneBytes: Buffer | undefined;
   private finished = false;
+  /**
+   * The first chunk that names an id, parsed for the stream's meta (id, model, created) only when
+   * the meta is read: a usage chunk the gateway must make up, an error frame, a trace. Parsing it
+   * as it passed cost 9 µs per streaming request in the gateway's profile, for nothing usually.
+   */
+  private metaData: string | undefined;
+
+  override get meta(): StreamMeta {
+    const data = this.metaData;
+    if (data !== undefined) {
+      this.metaData = undefined;
+      try {
+        const j = JSON.parse(data);
+        this.m = { id: j.id, model: j.model, created: j.created };
+      } catch {
+        /* not JSON: no meta */
+      }
+    }
+    return this.m;
+  }
 
   observe(b: SseBytesBlock): boolean {
     if (this.doneBytes !== undefined) return false; // nothing after [DONE] reaches the client
@@ -30,14 +51,7 @@ class ChatTap extends BaseTap {
       this.complete = this.finished;
       return false;
     }
-    if (this.m.id === undefined) {
-      try {
-        const j = JSON.parse(data);
-        this.m = { id: j.id, model: j.model, created: j.created };
-      } catch {
-        /* not JSON: ignored like the SDKs would fail on it later */
-      }
-    }
+    if (this.m.id === undefined && this.metaData === undefined && HAS_ID.test(data)) this.metaData = data;
     if (ERROR_FIRST.test(data) || b.event === 'error') {
       this.errored = true;
       return true;
@@ -66,13 +80,14 @@ class ChatTap extends BaseTap {
   override closing(estimate: () => Usage): string | Buffer {
     let out = '';
     if (!this.usage) {
+      const m = this.meta;
       // The upstream ignored include_usage: the client still gets its usage chunk (estimated).
       this.usage = estimate();
       out += formatJsonEvent({
-        id: this.m.id ?? 'chatcmpl-gateway',
+        id: m.id ?? 'chatcmpl-gateway',
         object: 'chat.completion.chunk',
-        created: this.m.created ?? Math.floor(Date.now() / 1000),
-        model: this.m.model ?? '',
+        created: m.created ?? Math.floor(Date.now() / 1000),
+        model: m.model ?? '',
         choices: [],
         usage: toChatUsage(this.usage),
       });
