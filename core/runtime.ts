@@ -38,7 +38,8 @@ export class Runtime {
     /** The users and keys this config load serves (its file's and the store's). */
     readonly accounts: AccountView,
     private readonly instances: ReadonlyMap<string, PluginInstance>,
-    private readonly routes: ReadonlyMap<string, CompiledRoute>,
+    /** path → method → route: no string made per request to look one up. */
+    private readonly routes: ReadonlyMap<string, ReadonlyMap<string, CompiledRoute>>,
     private readonly paths: ReadonlySet<string>,
     private readonly log: Logger,
   ) {}
@@ -64,10 +65,12 @@ export class Runtime {
       for (const i of instances.values()) await i.close?.();
       throw e;
     }
-    const routes = new Map<string, CompiledRoute>();
+    const routes = new Map<string, Map<string, CompiledRoute>>();
     const paths = new Set<string>();
     for (const r of config.routes) {
-      routes.set(`${r.method} ${r.path}`, { info: routeInfo(r), chain: compileChain(r.chain, instances) });
+      let byMethod = routes.get(r.path);
+      if (!byMethod) routes.set(r.path, (byMethod = new Map()));
+      byMethod.set(r.method, { info: routeInfo(r), chain: compileChain(r.chain, instances) });
       paths.add(r.path);
     }
     return new Runtime(config, accounts, instances, routes, paths, deps.log);
@@ -75,7 +78,8 @@ export class Runtime {
 
   /** The route for a method and path (the query string is not part of matching). */
   match(method: string, path: string): CompiledRoute | undefined {
-    return this.routes.get(`${method} ${path}`) ?? (method === 'HEAD' ? this.routes.get(`GET ${path}`) : undefined);
+    const byMethod = this.routes.get(path);
+    return byMethod?.get(method) ?? (method === 'HEAD' ? byMethod?.get('GET') : undefined);
   }
 
   hasPath(path: string): boolean {

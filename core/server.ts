@@ -114,7 +114,11 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   /** Sockets carrying a request right now; the others can be closed at shutdown. */
   private readonly busy = new Set<Socket>();
   /** Requests whose body is still arriving, by the time it must have arrived (server.body_timeout). */
-  private readonly bodyDeadlines = new Map<IncomingMessage, number>();
+  /**
+   * Requests whose body is still due, with their deadline (server.body_timeout), in arrival order:
+   * an array, since a Map keyed by the request gave every request an identity hash (1.5 µs in place).
+   */
+  private bodyDue: { req: IncomingMessage; deadline: number }[] = [];
   private bodyTimer?: NodeJS.Timeout;
   /** Connections whose malformed bytes are answered once the answers before them are written. */
   private readonly answerQueued = new WeakSet<Socket>();
@@ -353,7 +357,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
             ? req.headers['content-length'] !== '0'
             : req.headers['transfer-encoding'] !== undefined
         ) {
-          this.bodyDeadlines.set(req, Date.now() + s.bodyTimeoutMs);
+          this.bodyDue.push({ req, deadline: Date.now() + s.bodyTimeoutMs });
         }
         void this.handle(req, res);
       },
@@ -450,14 +454,18 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   /** Requests whose body is late (server.body_timeout): 400 request_timeout, or a close when they were answered already. */
   private checkBodies(): void {
     const now = Date.now();
-    for (const [req, deadline] of this.bodyDeadlines) {
-      if (req.complete || req.destroyed) this.bodyDeadlines.delete(req);
-      else if (now >= deadline) {
-        this.bodyDeadlines.delete(req);
-        const last = lastExchange(req.socket);
-        if (last?.req === req) this.refuseBody(last, new GatewayError('REQUEST_TIMEOUT'));
-        else closeInStages(req.socket, req);
+    const due = this.bodyDue;
+    this.bodyDue = [];
+    for (const e of due) {
+      const req = e.req;
+      if (req.complete || req.destroyed) continue;
+      if (now < e.deadline) {
+        this.bodyDue.push(e);
+        continue;
       }
+      const last = lastExchange(req.socket);
+      if (last?.req === req) this.refuseBody(last, new GatewayError('REQUEST_TIMEOUT'));
+      else closeInStages(req.socket, req);
     }
   }
 

@@ -75,7 +75,10 @@ function members(s: string): { open: number; close: number; list: Member[] } {
     if (s.charCodeAt(i) === 0x7d) return { open, close: i, list };
     const start = i;
     const keyEnd = skipString(s, i);
-    const key = JSON.parse(s.slice(start, keyEnd)) as string;
+    // A key without a backslash is its text (the body was parsed already: no raw control characters).
+    let escaped = false;
+    for (let k = start + 1; k < keyEnd - 1 && !escaped; k++) escaped = s.charCodeAt(k) === 0x5c;
+    const key = escaped ? (JSON.parse(s.slice(start, keyEnd)) as string) : s.slice(start + 1, keyEnd - 1);
     i = skipWs(s, keyEnd);
     i++; // colon
     const valueStart = skipWs(s, i);
