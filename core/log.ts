@@ -9,9 +9,8 @@
  * instead costs about 18 µs. The price: a process killed (SIGKILL) before its turn ends loses that
  * turn's lines, as the store's journal does; exit, a fatal error's exit included, writes them.
  * Level: `GATEWAY_LOG_LEVEL` (debug, info, warn, error, silent; default info; anything else is
- * refused at start). `info` has one access line per
- * request; `warn` keeps upstream failures and the access lines of 5xx answers; `debug` adds each
- * upstream attempt that answered.
+ * refused at start). `info` has one access line per request; `warn` keeps upstream failures and the
+ * access lines of 5xx answers; `debug` adds each upstream attempt that answered.
  *
  * What is never logged: keys (only key names), request or response bodies, credential headers,
  * query strings. Errors under `error` or `err` are written with their stack and their causes; a
@@ -105,7 +104,7 @@ export function createLogger(level: LogLevel = logLevel(), sink?: LogSink, base:
  * buffered until the turn's check phase, or until 64 KiB wait; written at once on `flush` and on
  * exit. A failed write drops what it held (there is nowhere to report it).
  */
-export class TurnWriter implements DestinationStream {
+class TurnWriter implements DestinationStream {
   private buf = '';
   private scheduled = false;
   private readonly onTurn = () => {
@@ -135,7 +134,8 @@ export class TurnWriter implements DestinationStream {
       // A short write (a full disk, a file size limit): the rest as bytes, until it all went or fails.
       if (wrote < Buffer.byteLength(text)) {
         const rest = Buffer.from(text).subarray(wrote);
-        for (let off = 0; off < rest.length;) off += writeSync(this.fd, rest, off);
+        // A write of nothing (never expected of a file) ends the attempt rather than spinning.
+        for (let off = 0, n = 1; off < rest.length && n > 0; off += n) n = writeSync(this.fd, rest, off);
       }
     } catch {
       // dropped

@@ -40,7 +40,6 @@ export class Runtime {
     private readonly instances: ReadonlyMap<string, PluginInstance>,
     /** path → method → route: no string made per request to look one up. */
     private readonly routes: ReadonlyMap<string, ReadonlyMap<string, CompiledRoute>>,
-    private readonly paths: ReadonlySet<string>,
     private readonly log: Logger,
   ) {}
 
@@ -66,14 +65,12 @@ export class Runtime {
       throw e;
     }
     const routes = new Map<string, Map<string, CompiledRoute>>();
-    const paths = new Set<string>();
     for (const r of config.routes) {
       let byMethod = routes.get(r.path);
       if (!byMethod) routes.set(r.path, (byMethod = new Map()));
       byMethod.set(r.method, { info: routeInfo(r), chain: compileChain(r.chain, instances) });
-      paths.add(r.path);
     }
-    return new Runtime(config, accounts, instances, routes, paths, deps.log);
+    return new Runtime(config, accounts, instances, routes, deps.log);
   }
 
   /** The route for a method and path (the query string is not part of matching). */
@@ -83,7 +80,7 @@ export class Runtime {
   }
 
   hasPath(path: string): boolean {
-    return this.paths.has(path);
+    return this.routes.has(path);
   }
 
   enter(): void {

@@ -113,7 +113,6 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private readonly sockets = new Set<Socket>();
   /** Sockets carrying a request right now; the others can be closed at shutdown. */
   private readonly busy = new Set<Socket>();
-  /** Requests whose body is still arriving, by the time it must have arrived (server.body_timeout). */
   /**
    * Requests whose body is still due, with their deadline (server.body_timeout), in arrival order:
    * an array, since a Map keyed by the request gave every request an identity hash (1.5 µs in place).
