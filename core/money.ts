@@ -43,6 +43,15 @@ function roundDiv(n: bigint, d: bigint): number {
   return Number((n + d / 2n) / d);
 }
 
+/** Below this, `n + d / 2` for any `d` up to 10^12 is still a safe integer. */
+const SAFE = Number.MAX_SAFE_INTEGER - PPM * PPM;
+
+/** `roundDiv` for an integer `n` in [0, SAFE] and an even `d`: `%` and a division of an exact multiple are exact. */
+function roundDivSafe(n: number, d: number): number {
+  const x = n + d / 2;
+  return (x - (x % d)) / d;
+}
+
 export interface Charge {
   /** At list price (spec: `cost`). */
   cost: number;
@@ -50,8 +59,27 @@ export interface Charge {
   actual: number;
 }
 
-/** Cost of `usage` at `price`, and the charge after `multiplierPpm` (1_000_000 = ×1). */
+/**
+ * Cost of `usage` at `price`, and the charge after `multiplierPpm` (1_000_000 = ×1).
+ *
+ * Computed in doubles when that is exact (a few BigInt conversions per call were a measurable
+ * part of a request): with non-negative terms, rounding is monotone, so a sum that comes out as an
+ * integer below 2^53 − 10^12 means no product or partial sum ever left the safe range. Anything else (a charge
+ * near 2^53 pico-USD, a fraction that would make BigInt throw) takes the BigInt path unchanged.
+ */
 export function priceUsage(usage: Usage, price: Price, multiplierPpm: number): Charge {
+  const a = usage.input * price.input;
+  const b = usage.output * price.output;
+  const c = usage.cacheRead * price.cacheRead;
+  const d = usage.cacheWrite * price.cacheWrite;
+  const sum = a + b + c + d;
+  if (a >= 0 && b >= 0 && c >= 0 && d >= 0 && Number.isInteger(sum) && sum <= SAFE) {
+    const cost = roundDivSafe(sum, PPM);
+    // ×1 is the common case: (sum × 10^6) / 10^12 rounds exactly as sum / 10^6.
+    if (multiplierPpm === PPM) return { cost, actual: cost };
+    const scaled = sum * multiplierPpm;
+    if (multiplierPpm >= 0 && Number.isInteger(scaled) && scaled <= SAFE) return { cost, actual: roundDivSafe(scaled, PPM * PPM) };
+  }
   const exact = exactCost(usage, price);
   return {
     cost: roundDiv(exact, MTOK),
