@@ -6,7 +6,8 @@
 # Exit status 1, with what to do, when it cannot install.
 set -euo pipefail
 
-have() { command -v "$1" >/dev/null 2>&1; }
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 BIN=/usr/bin/chromium
 
 if [ -x "$BIN" ]; then
@@ -14,28 +15,14 @@ if [ -x "$BIN" ]; then
 fi
 
 echo "ensure-chromium: $BIN not found; installing Debian's chromium package" >&2
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif have sudo && sudo -n true 2>/dev/null; then
-  SUDO=(sudo -n)
-else
-  echo "ensure-chromium: cannot install (not root, no password-less sudo)." >&2
+status=0
+# fonts-liberation: text in the screenshots (docs/console/) renders the same on every machine.
+apt_install ensure-chromium chromium fonts-liberation || status=$?
+if [ "$status" -eq 3 ]; then
   echo "  Install it yourself: sudo apt-get install -y chromium" >&2
   echo "  The console's browser tests need Chromium at $BIN." >&2
   exit 1
 fi
-if ! have apt-get; then
-  echo "ensure-chromium: no apt-get here; install Chromium so that $BIN exists." >&2
-  exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-# Another install may hold the dpkg lock: wait for it rather than fail.
-LOCK=(-o DPkg::Lock::Timeout=600)
-"${SUDO[@]}" apt-get "${LOCK[@]}" update -qq
-status=0
-# fonts-liberation: text in the screenshots (docs/console/) renders the same on every machine.
-"${SUDO[@]}" apt-get "${LOCK[@]}" install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null || status=$?
 if [ "$status" -ne 0 ] || [ ! -x "$BIN" ]; then
   echo "ensure-chromium: apt-get install chromium failed (status $status)." >&2
   exit 1

@@ -8,7 +8,8 @@
 # Exit status 1, with what to do, when it cannot install.
 set -euo pipefail
 
-have() { command -v "$1" >/dev/null 2>&1; }
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 
 found() {
   if have initdb && have pg_ctl && have postgres; then
@@ -28,36 +29,13 @@ if found; then
 fi
 
 echo "ensure-postgres: initdb/pg_ctl/postgres not found; installing Debian's postgresql package" >&2
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif have sudo && sudo -n true 2>/dev/null; then
-  SUDO=(sudo -n)
-else
-  echo "ensure-postgres: cannot install (not root, no password-less sudo)." >&2
+status=0
+apt_install ensure-postgres postgresql || status=$?
+if [ "$status" -eq 3 ]; then
   echo "  Install it yourself: sudo apt-get install -y postgresql   (or: brew install postgresql)" >&2
   echo "  The ledger's PostgreSQL tests need initdb, pg_ctl and postgres (on PATH or in /usr/lib/postgresql/<version>/bin)." >&2
   exit 1
 fi
-if ! have apt-get; then
-  echo "ensure-postgres: no apt-get here; install PostgreSQL (initdb, pg_ctl, postgres) with your package manager." >&2
-  exit 1
-fi
-
-export DEBIAN_FRONTEND=noninteractive
-# Another install may hold the dpkg lock: wait for it rather than fail.
-LOCK=(-o DPkg::Lock::Timeout=600)
-"${SUDO[@]}" apt-get "${LOCK[@]}" update -qq
-# policy-rc.d 101: the package must not start (or fail to start) a system service in containers.
-POLICY=/usr/sbin/policy-rc.d
-CREATED_POLICY=0
-if [ ! -e "$POLICY" ]; then
-  printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$POLICY" >/dev/null
-  "${SUDO[@]}" chmod +x "$POLICY"
-  CREATED_POLICY=1
-fi
-status=0
-"${SUDO[@]}" apt-get "${LOCK[@]}" install -y -qq --no-install-recommends postgresql >/dev/null || status=$?
-if [ "$CREATED_POLICY" -eq 1 ]; then "${SUDO[@]}" rm -f "$POLICY"; fi
 if [ "$status" -ne 0 ] || ! found; then
   echo "ensure-postgres: apt-get install postgresql failed (status $status)." >&2
   exit 1

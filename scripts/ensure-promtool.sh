@@ -10,7 +10,8 @@ set -euo pipefail
 REQUIRED=0
 [ "${1:-}" = "--required" ] && REQUIRED=1
 
-have() { command -v "$1" >/dev/null 2>&1; }
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 
 if have promtool; then
   exit 0
@@ -24,30 +25,9 @@ explain() {
 }
 
 echo "ensure-promtool: promtool not found; installing Debian's prometheus package" >&2
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif have sudo && sudo -n true 2>/dev/null; then
-  SUDO=(sudo -n)
-else
-  explain "cannot install (not root, no password-less sudo)."
-fi
-have apt-get || explain "no apt-get here."
-
-export DEBIAN_FRONTEND=noninteractive
-# Another install may hold the dpkg lock: wait for it rather than fail.
-LOCK=(-o DPkg::Lock::Timeout=600)
-"${SUDO[@]}" apt-get "${LOCK[@]}" update -qq || true
-# policy-rc.d 101: the package must not start (or fail to start) a system service in containers.
-POLICY=/usr/sbin/policy-rc.d
-CREATED_POLICY=0
-if [ ! -e "$POLICY" ]; then
-  printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$POLICY" >/dev/null
-  "${SUDO[@]}" chmod +x "$POLICY"
-  CREATED_POLICY=1
-fi
 status=0
-"${SUDO[@]}" apt-get "${LOCK[@]}" install -y -qq --no-install-recommends prometheus >/dev/null || status=$?
-if [ "$CREATED_POLICY" -eq 1 ]; then "${SUDO[@]}" rm -f "$POLICY"; fi
+apt_install ensure-promtool prometheus || status=$?
+[ "$status" -eq 3 ] && explain "cannot install here (above)."
 if [ "$status" -ne 0 ] || ! have promtool; then
   explain "apt-get install prometheus failed (status $status)."
 fi

@@ -13,23 +13,12 @@ if [ "${1:-}" = "--valgrind" ]; then
 fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif command -v sudo >/dev/null 2>&1; then
-  SUDO=(sudo -n)
-else
-  echo "ensure-wrk: ${missing[*]} missing and not root (no sudo): install them with apt-get" >&2
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
+echo "ensure-wrk: installing ${missing[*]}" >&2
+status=0
+apt_install ensure-wrk "${missing[@]}" || status=$?
+if [ "$status" -ne 0 ] || ! have wrk || ! have taskset; then
+  echo "ensure-wrk: could not install ${missing[*]} (status $status): install them with apt-get" >&2
   exit 1
 fi
-
-install() {
-  DEBIAN_FRONTEND=noninteractive ${SUDO[@]+"${SUDO[@]}"} apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
-}
-
-echo "ensure-wrk: installing ${missing[*]}" >&2
-# A fresh machine may have no package lists yet: update once and retry.
-if ! install; then
-  ${SUDO[@]+"${SUDO[@]}"} apt-get -o DPkg::Lock::Timeout=600 update
-  install
-fi
-command -v wrk >/dev/null 2>&1 || { echo "ensure-wrk: wrk still missing after install" >&2; exit 1; }
