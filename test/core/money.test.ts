@@ -6,6 +6,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { PPM, priceUsage, type Price, type Usage } from '../../core/money.js';
+import type { TapTest } from '../helpers/gateway.js';
 
 /** The definition: exact products in BigInt, rounded half up once. */
 function reference(u: Usage, p: Price, rate: number): { cost: number; actual: number } {
@@ -23,33 +24,29 @@ const usage = (tokens: fc.Arbitrary<number>) =>
 const price = (micros: fc.Arbitrary<number>) =>
   fc.record({ input: micros, output: micros, cacheRead: micros, cacheWrite: micros }) as fc.Arbitrary<Price>;
 
-t.test('realistic usage, prices and rates: the same charge as the BigInt definition', async (t) => {
-  // Up to 2M tokens a bucket, up to $1,000 per Mtok, rates from 0 to ×5 (and exactly ×1 often).
-  const rate = fc.oneof(fc.constant(PPM), fc.integer({ min: 0, max: 5 * PPM }));
+/** `runs` seeded cases of usage, price and rate drawn from the three: each priced as the definition prices it. */
+function agrees(t: TapTest, tokens: fc.Arbitrary<number>, micros: fc.Arbitrary<number>, rate: fc.Arbitrary<number>, seed: number) {
+  const runs = 20_000;
   fc.assert(
-    fc.property(usage(fc.nat(2_000_000)), price(fc.nat(1_000_000_000)), rate, (u, p, r) => {
+    fc.property(usage(tokens), price(micros), rate, (u, p, r) => {
       const got = priceUsage(u, p, r);
       const want = reference(u, p, r);
       return got.cost === want.cost && got.actual === want.actual;
     }),
-    { numRuns: 20_000, seed: 20261127 },
+    { numRuns: runs, seed },
   );
-  t.pass('20,000 cases agree');
+  t.pass(`${runs.toLocaleString('en')} cases agree`);
+}
+
+t.test('realistic usage, prices and rates: the same charge as the BigInt definition', async (t) => {
+  // Up to 2M tokens a bucket, up to $1,000 per Mtok, rates from 0 to ×5 (and exactly ×1 often).
+  agrees(t, fc.nat(2_000_000), fc.nat(1_000_000_000), fc.oneof(fc.constant(PPM), fc.integer({ min: 0, max: 5 * PPM })), 20261127);
 });
 
 t.test('at the edge of the safe range and past it: still exact', async (t) => {
   // Products around 2^53 pico-USD, where doubles would round: the slow path must take these.
   const big = fc.oneof(fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }), fc.integer({ min: 2 ** 25, max: 2 ** 28 }));
-  const rate = fc.oneof(fc.constant(PPM), fc.integer({ min: 0, max: 1_000 * PPM }));
-  fc.assert(
-    fc.property(usage(big), price(big), rate, (u, p, r) => {
-      const got = priceUsage(u, p, r);
-      const want = reference(u, p, r);
-      return got.cost === want.cost && got.actual === want.actual;
-    }),
-    { numRuns: 20_000, seed: 53 },
-  );
-  t.pass('20,000 cases agree');
+  agrees(t, big, big, fc.oneof(fc.constant(PPM), fc.integer({ min: 0, max: 1_000 * PPM })), 53);
 });
 
 t.test('half up at the boundaries, and the cases chosen at the threshold', async (t) => {
