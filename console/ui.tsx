@@ -247,6 +247,37 @@ export function Facts({ items, label }: { items: [string, ComponentChildren, str
   );
 }
 
+/** A table's column: its name, right-aligned with `num` (figures); `false`, `undefined` or `null` leaves it out. */
+export type Column = ComponentChildren | { name: ComponentChildren; num: true } | false;
+
+/** A column of figures. */
+export const num = (name: ComponentChildren): Column => ({ name, num: true });
+
+/** A table with its caption (for screen readers only with `hiddenCaption`), a header row, and `children` as its rows. */
+export function Table(props: { caption: string; hiddenCaption?: boolean; columns: Column[]; children: ComponentChildren }) {
+  return (
+    <table>
+      <caption class={props.hiddenCaption ? 'sr-only' : undefined}>{props.caption}</caption>
+      <thead>
+        <tr>
+          {props.columns.map((c, i) =>
+            c === false || c === undefined || c === null ? null : typeof c === 'object' && 'num' in c ? (
+              <th key={i} scope="col" class="num">
+                {c.name}
+              </th>
+            ) : (
+              <th key={i} scope="col">
+                {c}
+              </th>
+            ),
+          )}
+        </tr>
+      </thead>
+      <tbody>{props.children}</tbody>
+    </table>
+  );
+}
+
 export function Badge({ ok, children }: { ok: boolean; children: ComponentChildren }) {
   return <span class={`badge ${ok ? 'ok' : 'bad'}`}>{children}</span>;
 }

@@ -7,7 +7,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { Admin, UpstreamAccount } from '../api';
 import { int, relative, time } from '../format';
 import { useTitle } from '../nav';
-import { Badge, ErrorBox, Loading, useLoad } from '../ui';
+import { Badge, ErrorBox, Loading, num, Table, useLoad } from '../ui';
 
 const KNOWN = new Set([
   'name',
@@ -58,35 +58,25 @@ export function AccountsView({ admin }: { admin: Admin }) {
       {d?.providers.map((p) => (
         <section class="card" key={p.name} aria-labelledby={`p-${p.name}`}>
           <h2 id={`p-${p.name}`}>{p.name}</h2>
-          <table>
-            <caption class="sr-only">Accounts of {p.name}</caption>
-            <thead>
-              <tr>
-                <th scope="col">Account</th>
-                <th scope="col">State</th>
-                <th scope="col">Cooldown</th>
-                <th scope="col">Demoted</th>
-                <th scope="col" class="num">
-                  In flight
-                </th>
-                <th scope="col" class="num">
-                  TTFT (recent)
-                </th>
-                <th scope="col" class="num">
-                  Failures in a row
-                </th>
-                <th scope="col" class="num">
-                  Requests
-                </th>
-                <th scope="col">Outcomes</th>
-              </tr>
-            </thead>
-            <tbody>
-              {p.accounts.map((a) => (
-                <Row key={a.name} a={a} />
-              ))}
-            </tbody>
-          </table>
+          <Table
+            caption={`Accounts of ${p.name}`}
+            hiddenCaption
+            columns={[
+              'Account',
+              'State',
+              'Cooldown',
+              'Demoted',
+              num('In flight'),
+              num('TTFT (recent)'),
+              num('Failures in a row'),
+              num('Requests'),
+              'Outcomes',
+            ]}
+          >
+            {p.accounts.map((a) => (
+              <Row key={a.name} a={a} />
+            ))}
+          </Table>
           {Object.keys(p).some((k) => k !== 'name' && k !== 'accounts') && <More value={omit(p, ['name', 'accounts'])} />}
         </section>
       ))}

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import type { Admin, AuditEntry } from '../api';
 import { time } from '../format';
 import { useTitle } from '../nav';
-import { ErrorBox, Field, Loading, useLoad } from '../ui';
+import { ErrorBox, Field, Loading, Table, useLoad } from '../ui';
 
 export function AuditView({ admin }: { admin: Admin }) {
   useTitle('Audit log');
@@ -39,56 +39,44 @@ export function AuditView({ admin }: { admin: Admin }) {
 
 function Entries({ items }: { items: AuditEntry[] }) {
   return (
-    <table>
-      <caption class="sr-only">Audit entries</caption>
-      <thead>
-        <tr>
-          <th scope="col">When</th>
-          <th scope="col">Who</th>
-          <th scope="col">Action</th>
-          <th scope="col">Target</th>
-          <th scope="col">Request</th>
-          <th scope="col">Change</th>
-          <th scope="col">
-            <span class="sr-only">Records</span>
-          </th>
+    <Table
+      caption="Audit entries"
+      hiddenCaption
+      columns={['When', 'Who', 'Action', 'Target', 'Request', 'Change', <span class="sr-only">Records</span>]}
+    >
+      {items.map((e) => (
+        <tr key={e.id}>
+          <td>{time(e.at)}</td>
+          <td>
+            {e.actor}
+            <span class="muted small block">{e.ip}</span>
+          </td>
+          <td>{e.action}</td>
+          <td class="mono">{e.target}</td>
+          <td class="mono small">
+            {e.method} {e.path}
+          </td>
+          <td class="note small">{summary(e.before, e.after)}</td>
+          <td>
+            {e.before === null && e.after === null ? (
+              '—'
+            ) : (
+              <details>
+                <summary>Before and after</summary>
+                <div class="diff">
+                  <pre aria-label="Before" tabIndex={0}>
+                    {JSON.stringify(e.before, null, 2)}
+                  </pre>
+                  <pre aria-label="After" tabIndex={0}>
+                    {JSON.stringify(e.after, null, 2)}
+                  </pre>
+                </div>
+              </details>
+            )}
+          </td>
         </tr>
-      </thead>
-      <tbody>
-        {items.map((e) => (
-          <tr key={e.id}>
-            <td>{time(e.at)}</td>
-            <td>
-              {e.actor}
-              <span class="muted small block">{e.ip}</span>
-            </td>
-            <td>{e.action}</td>
-            <td class="mono">{e.target}</td>
-            <td class="mono small">
-              {e.method} {e.path}
-            </td>
-            <td class="note small">{summary(e.before, e.after)}</td>
-            <td>
-              {e.before === null && e.after === null ? (
-                '—'
-              ) : (
-                <details>
-                  <summary>Before and after</summary>
-                  <div class="diff">
-                    <pre aria-label="Before" tabIndex={0}>
-                      {JSON.stringify(e.before, null, 2)}
-                    </pre>
-                    <pre aria-label="After" tabIndex={0}>
-                      {JSON.stringify(e.after, null, 2)}
-                    </pre>
-                  </div>
-                </details>
-              )}
-            </td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
+      ))}
+    </Table>
   );
 }
 

@@ -8,7 +8,7 @@ import { useState } from 'preact/hooks';
 import type { Admin, Key } from '../api';
 import { limit, time, usd } from '../format';
 import { userLink } from '../nav';
-import { Badge, ConfirmButton, ErrorBox, Facts, Field, Form, Loading, Secret, useAction, useLoad } from '../ui';
+import { Badge, ConfirmButton, ErrorBox, Facts, Field, Form, Loading, num, Secret, Table, useAction, useLoad } from '../ui';
 import * as v from '../validate';
 
 const WINDOWS = ['5h', '1d', '7d'] as const;
@@ -27,118 +27,103 @@ export function KeyTable(props: { admin: Admin; keys: Key[]; onChange: () => voi
       {keys.length === 0 ? (
         <p class="muted">No keys.</p>
       ) : (
-        <table>
-          <caption class="sr-only">{props.caption}</caption>
-          <thead>
-            <tr>
-              <th scope="col">Key</th>
-              {props.showUser && <th scope="col">User</th>}
-              <th scope="col">Group</th>
-              <th scope="col">State</th>
-              <th scope="col" class="num">
-                Quota
-              </th>
-              <th scope="col">Windows (5h / 1d / 7d)</th>
-              <th scope="col">Expires</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {keys.map((k) => (
-              <Fragment key={k.name}>
-                <tr>
-                  <th scope="row">
-                    {k.name}
-                    {k.hint && <span class="mono muted small block">{k.hint}</span>}
-                  </th>
-                  {props.showUser && (
-                    <td>
-                      <a href={userLink(k.user)}>{k.user}</a>
-                    </td>
-                  )}
-                  <td>{k.group ?? '—'}</td>
+        <Table
+          caption={props.caption}
+          hiddenCaption
+          columns={['Key', props.showUser && 'User', 'Group', 'State', num('Quota'), 'Windows (5h / 1d / 7d)', 'Expires', 'Actions']}
+        >
+          {keys.map((k) => (
+            <Fragment key={k.name}>
+              <tr>
+                <th scope="row">
+                  {k.name}
+                  {k.hint && <span class="mono muted small block">{k.hint}</span>}
+                </th>
+                {props.showUser && (
                   <td>
-                    <Badge ok={k.enabled}>{k.enabled ? 'enabled' : 'disabled'}</Badge>
+                    <a href={userLink(k.user)}>{k.user}</a>
                   </td>
-                  <td class="num">{limit(k.quota_usd)}</td>
-                  <td>{WINDOWS.map((w) => (k.windows_usd[w] > 0 ? usd(k.windows_usd[w]) : '—')).join(' / ')}</td>
-                  <td>{time(k.expires_at)}</td>
-                  <td class="actions">
-                    <button
-                      type="button"
-                      aria-expanded={open?.name === k.name && open.what === 'usage'}
-                      onClick={() => toggle(k.name, 'usage')}
-                    >
-                      Usage<span class="sr-only"> of {k.name}</span>
-                    </button>
-                    {k.source === 'file' ? (
-                      <span class="muted small">config file</span>
+                )}
+                <td>{k.group ?? '—'}</td>
+                <td>
+                  <Badge ok={k.enabled}>{k.enabled ? 'enabled' : 'disabled'}</Badge>
+                </td>
+                <td class="num">{limit(k.quota_usd)}</td>
+                <td>{WINDOWS.map((w) => (k.windows_usd[w] > 0 ? usd(k.windows_usd[w]) : '—')).join(' / ')}</td>
+                <td>{time(k.expires_at)}</td>
+                <td class="actions">
+                  <button
+                    type="button"
+                    aria-expanded={open?.name === k.name && open.what === 'usage'}
+                    onClick={() => toggle(k.name, 'usage')}
+                  >
+                    Usage<span class="sr-only"> of {k.name}</span>
+                  </button>
+                  {k.source === 'file' ? (
+                    <span class="muted small">config file</span>
+                  ) : (
+                    <>
+                      <button
+                        type="button"
+                        disabled={action.busy}
+                        onClick={() => void action.run(() => admin.updateKey(k.name, { enabled: !k.enabled })).then((r) => r && onChange())}
+                      >
+                        {k.enabled ? 'Disable' : 'Enable'}
+                        <span class="sr-only"> {k.name}</span>
+                      </button>
+                      <button
+                        type="button"
+                        aria-expanded={open?.name === k.name && open.what === 'limits'}
+                        onClick={() => toggle(k.name, 'limits')}
+                      >
+                        Limits<span class="sr-only"> of {k.name}</span>
+                      </button>
+                      <ConfirmButton
+                        label={`Rotate`}
+                        confirm={`Rotate ${k.name}: the old secret stops`}
+                        disabled={action.busy}
+                        onConfirm={() =>
+                          void action
+                            .run(() => admin.rotateKey(k.name))
+                            .then((r) => {
+                              if (!r) return;
+                              setSecret({ name: k.name, key: r.value.key });
+                              onChange();
+                            })
+                        }
+                      />
+                      <ConfirmButton
+                        label="Delete"
+                        confirm={`Delete ${k.name}`}
+                        danger
+                        disabled={action.busy}
+                        onConfirm={() => void action.run(() => admin.deleteKey(k.name)).then((r) => r && onChange())}
+                      />
+                    </>
+                  )}
+                </td>
+              </tr>
+              {open?.name === k.name && (
+                <tr class="more">
+                  <td colSpan={props.showUser ? 8 : 7}>
+                    {open.what === 'limits' ? (
+                      <KeyLimits
+                        admin={admin}
+                        k={k}
+                        onSaved={() => {
+                          setOpen(undefined);
+                          onChange();
+                        }}
+                      />
                     ) : (
-                      <>
-                        <button
-                          type="button"
-                          disabled={action.busy}
-                          onClick={() =>
-                            void action.run(() => admin.updateKey(k.name, { enabled: !k.enabled })).then((r) => r && onChange())
-                          }
-                        >
-                          {k.enabled ? 'Disable' : 'Enable'}
-                          <span class="sr-only"> {k.name}</span>
-                        </button>
-                        <button
-                          type="button"
-                          aria-expanded={open?.name === k.name && open.what === 'limits'}
-                          onClick={() => toggle(k.name, 'limits')}
-                        >
-                          Limits<span class="sr-only"> of {k.name}</span>
-                        </button>
-                        <ConfirmButton
-                          label={`Rotate`}
-                          confirm={`Rotate ${k.name}: the old secret stops`}
-                          disabled={action.busy}
-                          onConfirm={() =>
-                            void action
-                              .run(() => admin.rotateKey(k.name))
-                              .then((r) => {
-                                if (!r) return;
-                                setSecret({ name: k.name, key: r.value.key });
-                                onChange();
-                              })
-                          }
-                        />
-                        <ConfirmButton
-                          label="Delete"
-                          confirm={`Delete ${k.name}`}
-                          danger
-                          disabled={action.busy}
-                          onConfirm={() => void action.run(() => admin.deleteKey(k.name)).then((r) => r && onChange())}
-                        />
-                      </>
+                      <KeyUsage admin={admin} name={k.name} />
                     )}
                   </td>
                 </tr>
-                {open?.name === k.name && (
-                  <tr class="more">
-                    <td colSpan={props.showUser ? 8 : 7}>
-                      {open.what === 'limits' ? (
-                        <KeyLimits
-                          admin={admin}
-                          k={k}
-                          onSaved={() => {
-                            setOpen(undefined);
-                            onChange();
-                          }}
-                        />
-                      ) : (
-                        <KeyUsage admin={admin} name={k.name} />
-                      )}
-                    </td>
-                  </tr>
-                )}
-              </Fragment>
-            ))}
-          </tbody>
-        </table>
+              )}
+            </Fragment>
+          ))}
+        </Table>
       )}
     </>
   );

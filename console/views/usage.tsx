@@ -9,7 +9,7 @@ import { usage, type Counters, type KeyUsage } from '../api';
 import { DayChart } from '../chart';
 import { int, relative, time, today, usd } from '../format';
 import { useTitle } from '../nav';
-import { Badge, ErrorBox, Facts, Loading, useLoad } from '../ui';
+import { Badge, ErrorBox, Facts, Loading, num, Table, useLoad } from '../ui';
 
 export function UsageView({ apiKey }: { apiKey: string }) {
   useTitle('My usage');
@@ -72,31 +72,16 @@ function Limits({ d }: { d: KeyUsage }) {
       {rows.length === 0 ? (
         <p class="muted">This key has no limits of its own.</p>
       ) : (
-        <table>
-          <caption class="sr-only">Limits</caption>
-          <thead>
-            <tr>
-              <th scope="col">Limit</th>
-              <th scope="col" class="num">
-                Used
-              </th>
-              <th scope="col" class="num">
-                Of
-              </th>
-              <th scope="col">Resets</th>
+        <Table caption="Limits" hiddenCaption columns={['Limit', num('Used'), num('Of'), 'Resets']}>
+          {rows.map(([name, used, lim, reset]) => (
+            <tr key={name}>
+              <th scope="row">{name}</th>
+              <td class="num">{usd(used)}</td>
+              <td class="num">{lim > 0 ? usd(lim) : 'no limit'}</td>
+              <td>{reset ? `${time(reset)} (${relative(reset)})` : name.endsWith('window') ? 'starts at first use' : '—'}</td>
             </tr>
-          </thead>
-          <tbody>
-            {rows.map(([name, used, lim, reset]) => (
-              <tr key={name}>
-                <th scope="row">{name}</th>
-                <td class="num">{usd(used)}</td>
-                <td class="num">{lim > 0 ? usd(lim) : 'no limit'}</td>
-                <td>{reset ? `${time(reset)} (${relative(reset)})` : name.endsWith('window') ? 'starts at first use' : '—'}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       )}
     </section>
   );
@@ -118,38 +103,22 @@ function Totals({ d }: { d: KeyUsage }) {
   return (
     <section class="card" aria-labelledby="totals-h">
       <h2 id="totals-h">Usage</h2>
-      <table>
-        <caption class="sr-only">Usage today and over the range</caption>
-        <thead>
-          <tr>
-            <th scope="col">
-              <span class="sr-only">Period</span>
-            </th>
-            <th scope="col" class="num">
-              Requests
-            </th>
-            <th scope="col" class="num">
-              Input tokens
-            </th>
-            <th scope="col" class="num">
-              Output tokens
-            </th>
-            <th scope="col" class="num">
-              Cache tokens
-            </th>
-            <th scope="col" class="num">
-              List price
-            </th>
-            <th scope="col" class="num">
-              Charged
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {row('Today', d.usage.today, 'usage-today')}
-          {row('Last 30 days', d.usage.total, 'usage-total')}
-        </tbody>
-      </table>
+      <Table
+        caption="Usage today and over the range"
+        hiddenCaption
+        columns={[
+          <span class="sr-only">Period</span>,
+          num('Requests'),
+          num('Input tokens'),
+          num('Output tokens'),
+          num('Cache tokens'),
+          num('List price'),
+          num('Charged'),
+        ]}
+      >
+        {row('Today', d.usage.today, 'usage-today')}
+        {row('Last 30 days', d.usage.total, 'usage-total')}
+      </Table>
       <p class="muted small">
         Now: {int(d.usage.rpm)} requests and {int(d.usage.tpm)} tokens per minute; {int(d.usage.average_duration_ms)} ms per request on
         average.
@@ -183,29 +152,15 @@ function Daily({ d }: { d: KeyUsage }) {
         </figcaption>
       </figure>
       {rows.length > 0 && (
-        <table>
-          <caption>Charged per day</caption>
-          <thead>
-            <tr>
-              <th scope="col">Day</th>
-              <th scope="col" class="num">
-                Requests
-              </th>
-              <th scope="col" class="num">
-                Charged
-              </th>
+        <Table caption="Charged per day" columns={['Day', num('Requests'), num('Charged')]}>
+          {rows.map((r) => (
+            <tr key={r.day}>
+              <th scope="row">{r.day}</th>
+              <td class="num">{int(r.requests)}</td>
+              <td class="num">{usd(r.charged)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {rows.map((r) => (
-              <tr key={r.day}>
-                <th scope="row">{r.day}</th>
-                <td class="num">{int(r.requests)}</td>
-                <td class="num">{usd(r.charged)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       )}
     </section>
   );
@@ -224,37 +179,21 @@ function Models({ d }: { d: KeyUsage }) {
       {models.length === 0 ? (
         <p class="muted">No requests in the range.</p>
       ) : (
-        <table>
-          <caption class="sr-only">Usage by model</caption>
-          <thead>
-            <tr>
-              <th scope="col">Model</th>
-              <th scope="col" class="num">
-                Requests
-              </th>
-              <th scope="col" class="num">
-                Input tokens
-              </th>
-              <th scope="col" class="num">
-                Output tokens
-              </th>
-              <th scope="col" class="num">
-                Charged
-              </th>
+        <Table
+          caption="Usage by model"
+          hiddenCaption
+          columns={['Model', num('Requests'), num('Input tokens'), num('Output tokens'), num('Charged')]}
+        >
+          {models.map((m) => (
+            <tr key={m.model}>
+              <th scope="row">{m.model}</th>
+              <td class="num">{int(m.requests)}</td>
+              <td class="num">{int(m.input_tokens)}</td>
+              <td class="num">{int(m.output_tokens)}</td>
+              <td class="num">{usd(m.actual_cost)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {models.map((m) => (
-              <tr key={m.model}>
-                <th scope="row">{m.model}</th>
-                <td class="num">{int(m.requests)}</td>
-                <td class="num">{int(m.input_tokens)}</td>
-                <td class="num">{int(m.output_tokens)}</td>
-                <td class="num">{usd(m.actual_cost)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       )}
     </section>
   );

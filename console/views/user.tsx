@@ -7,7 +7,7 @@ import type { Admin, LedgerRow, Topup, User } from '../api';
 import { DayChart } from '../chart';
 import { int, relative, time, usd } from '../format';
 import { useTitle } from '../nav';
-import { Badge, ConfirmButton, ErrorBox, Facts, Field, Form, Loading, Notice, useAction, useLoad } from '../ui';
+import { Badge, ConfirmButton, ErrorBox, Facts, Field, Form, Loading, Notice, num, Table, useAction, useLoad } from '../ui';
 import * as v from '../validate';
 import { CreateKey, KeyTable } from './keylist';
 
@@ -179,33 +179,17 @@ function TopupForm({ admin, user, balance, onDone }: { admin: Admin; user: strin
 function TopupList({ items }: { items: Topup[] }) {
   if (items.length === 0) return <p class="muted">None yet.</p>;
   return (
-    <table>
-      <caption class="sr-only">Recent top-ups</caption>
-      <thead>
-        <tr>
-          <th scope="col">When</th>
-          <th scope="col" class="num">
-            Amount
-          </th>
-          <th scope="col">Reference</th>
-          <th scope="col">By</th>
-          <th scope="col" class="num">
-            Balance after
-          </th>
+    <Table caption="Recent top-ups" hiddenCaption columns={['When', num('Amount'), 'Reference', 'By', num('Balance after')]}>
+      {items.map((t) => (
+        <tr key={t.id}>
+          <td>{time(t.created_at)}</td>
+          <td class="num">{usd(t.amount_usd)}</td>
+          <td class="note">{t.reference}</td>
+          <td>{t.actor}</td>
+          <td class="num">{usd(t.wallet.balance_usd)}</td>
         </tr>
-      </thead>
-      <tbody>
-        {items.map((t) => (
-          <tr key={t.id}>
-            <td>{time(t.created_at)}</td>
-            <td class="num">{usd(t.amount_usd)}</td>
-            <td class="note">{t.reference}</td>
-            <td>{t.actor}</td>
-            <td class="num">{usd(t.wallet.balance_usd)}</td>
-          </tr>
-        ))}
-      </tbody>
-    </table>
+      ))}
+    </Table>
   );
 }
 
@@ -221,62 +205,51 @@ function Plans({ admin, u, onChange }: { admin: Admin; u: User; onChange: () => 
       {u.subscriptions.length === 0 ? (
         <p class="muted">No plan: requests draw on the wallet.</p>
       ) : (
-        <table>
-          <caption class="sr-only">Plans</caption>
-          <thead>
-            <tr>
-              <th scope="col">Group</th>
-              <th scope="col">Expires</th>
-              <th scope="col">State</th>
-              {editable && <th scope="col">Actions</th>}
+        <Table caption="Plans" hiddenCaption columns={['Group', 'Expires', 'State', editable && 'Actions']}>
+          {u.subscriptions.map((s) => (
+            <tr key={s.group}>
+              <th scope="row">{s.group}</th>
+              <td>
+                {time(s.expires_at)} <span class="muted small">{relative(s.expires_at)}</span>
+              </td>
+              <td>
+                <Badge ok={s.active}>{s.active ? 'active' : s.status === 'suspended' ? 'suspended' : 'expired'}</Badge>
+              </td>
+              {editable && (
+                <td class="actions">
+                  <button
+                    type="button"
+                    disabled={action.busy}
+                    onClick={() =>
+                      void action
+                        .run(() => admin.updatePlan(u.name, s.group, { status: s.status === 'active' ? 'suspended' : 'active' }))
+                        .then((r) => r && onChange())
+                    }
+                  >
+                    {s.status === 'active' ? 'Suspend' : 'Resume'}
+                    <span class="sr-only"> {s.group}</span>
+                  </button>
+                  <button
+                    type="button"
+                    disabled={action.busy}
+                    onClick={() =>
+                      void action.run(() => admin.updatePlan(u.name, s.group, { extend_days: 30 })).then((r) => r && onChange())
+                    }
+                  >
+                    +30 days<span class="sr-only"> on {s.group}</span>
+                  </button>
+                  <ConfirmButton
+                    label="Remove"
+                    confirm={`Remove ${s.group}`}
+                    danger
+                    disabled={action.busy}
+                    onConfirm={() => void action.run(() => admin.removePlan(u.name, s.group)).then((r) => r && onChange())}
+                  />
+                </td>
+              )}
             </tr>
-          </thead>
-          <tbody>
-            {u.subscriptions.map((s) => (
-              <tr key={s.group}>
-                <th scope="row">{s.group}</th>
-                <td>
-                  {time(s.expires_at)} <span class="muted small">{relative(s.expires_at)}</span>
-                </td>
-                <td>
-                  <Badge ok={s.active}>{s.active ? 'active' : s.status === 'suspended' ? 'suspended' : 'expired'}</Badge>
-                </td>
-                {editable && (
-                  <td class="actions">
-                    <button
-                      type="button"
-                      disabled={action.busy}
-                      onClick={() =>
-                        void action
-                          .run(() => admin.updatePlan(u.name, s.group, { status: s.status === 'active' ? 'suspended' : 'active' }))
-                          .then((r) => r && onChange())
-                      }
-                    >
-                      {s.status === 'active' ? 'Suspend' : 'Resume'}
-                      <span class="sr-only"> {s.group}</span>
-                    </button>
-                    <button
-                      type="button"
-                      disabled={action.busy}
-                      onClick={() =>
-                        void action.run(() => admin.updatePlan(u.name, s.group, { extend_days: 30 })).then((r) => r && onChange())
-                      }
-                    >
-                      +30 days<span class="sr-only"> on {s.group}</span>
-                    </button>
-                    <ConfirmButton
-                      label="Remove"
-                      confirm={`Remove ${s.group}`}
-                      danger
-                      disabled={action.busy}
-                      onConfirm={() => void action.run(() => admin.removePlan(u.name, s.group)).then((r) => r && onChange())}
-                    />
-                  </td>
-                )}
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       )}
       {editable ? (
         <Form
@@ -471,61 +444,30 @@ function Spend({ admin, user, version }: { admin: Admin; user: string; version: 
           </p>
           {view.days.length > 0 && (
             <div class="columns">
-              <table>
-                <caption>Spend by day</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Day</th>
-                    <th scope="col" class="num">
-                      Requests
-                    </th>
-                    <th scope="col" class="num">
-                      Charged
-                    </th>
+              <Table caption="Spend by day" columns={['Day', num('Requests'), num('Charged')]}>
+                {view.days.map((d) => (
+                  <tr key={d}>
+                    <th scope="row">{d}</th>
+                    <td class="num">{int(view.byDay.get(d)!.requests)}</td>
+                    <td class="num">{usd(view.byDay.get(d)!.charged)}</td>
                   </tr>
-                </thead>
-                <tbody>
-                  {view.days.map((d) => (
-                    <tr key={d}>
-                      <th scope="row">{d}</th>
-                      <td class="num">{int(view.byDay.get(d)!.requests)}</td>
-                      <td class="num">{usd(view.byDay.get(d)!.charged)}</td>
+                ))}
+              </Table>
+              <Table caption="Spend by model" columns={['Model', num('Requests'), num('Tokens in / out'), num('Charged')]}>
+                {view.models.map((m) => {
+                  const x = view.byModel.get(m)!;
+                  return (
+                    <tr key={m}>
+                      <th scope="row">{m}</th>
+                      <td class="num">{int(x.requests)}</td>
+                      <td class="num">
+                        {int(x.input)} / {int(x.output)}
+                      </td>
+                      <td class="num">{usd(x.charged)}</td>
                     </tr>
-                  ))}
-                </tbody>
-              </table>
-              <table>
-                <caption>Spend by model</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Model</th>
-                    <th scope="col" class="num">
-                      Requests
-                    </th>
-                    <th scope="col" class="num">
-                      Tokens in / out
-                    </th>
-                    <th scope="col" class="num">
-                      Charged
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {view.models.map((m) => {
-                    const x = view.byModel.get(m)!;
-                    return (
-                      <tr key={m}>
-                        <th scope="row">{m}</th>
-                        <td class="num">{int(x.requests)}</td>
-                        <td class="num">
-                          {int(x.input)} / {int(x.output)}
-                        </td>
-                        <td class="num">{usd(x.charged)}</td>
-                      </tr>
-                    );
-                  })}
-                </tbody>
-              </table>
+                  );
+                })}
+              </Table>
             </div>
           )}
         </>

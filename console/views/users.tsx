@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import type { Admin, User } from '../api';
 import { usd } from '../format';
 import { go, userLink, useTitle } from '../nav';
-import { Badge, ErrorBox, Field, Form, Loading, Notice, Select, useAction, useLoad } from '../ui';
+import { Badge, ErrorBox, Field, Form, Loading, Notice, num, Select, Table, useAction, useLoad } from '../ui';
 import * as v from '../validate';
 
 export function UsersView({ admin }: { admin: Admin }) {
@@ -86,60 +86,43 @@ function UserTable({ admin, users, onChange }: { admin: Admin; users: User[]; on
   return (
     <>
       <ErrorBox error={action.error} />
-      <table>
-        <caption class="sr-only">Users</caption>
-        <thead>
-          <tr>
-            <th scope="col">Name</th>
-            <th scope="col">Status</th>
-            <th scope="col">Note</th>
-            <th scope="col" class="num">
-              Balance
+      <Table
+        caption="Users"
+        hiddenCaption
+        columns={['Name', 'Status', 'Note', num('Balance'), 'Plans', num('Keys'), 'Source', <span class="sr-only">Actions</span>]}
+      >
+        {users.map((u) => (
+          <tr key={u.name}>
+            <th scope="row">
+              <a href={userLink(u.name)}>{u.name}</a>
             </th>
-            <th scope="col">Plans</th>
-            <th scope="col" class="num">
-              Keys
-            </th>
-            <th scope="col">Source</th>
-            <th scope="col">
-              <span class="sr-only">Actions</span>
-            </th>
+            <td>
+              <Badge ok={u.status === 'active'}>{u.status === 'active' ? 'active' : 'suspended'}</Badge>
+            </td>
+            <td class="note">{u.note ?? ''}</td>
+            <td class="num">{usd(u.wallet.balance_usd)}</td>
+            <td>{u.subscriptions.map((s) => s.group).join(', ') || '—'}</td>
+            <td class="num">{u.keys.length}</td>
+            <td>{u.source === 'file' ? 'config file' : 'admin API'}</td>
+            <td>
+              {u.source === 'store' && (
+                <button
+                  type="button"
+                  disabled={action.busy}
+                  aria-label={`${u.status === 'active' ? 'Suspend' : 'Reactivate'} ${u.name}`}
+                  onClick={() =>
+                    void action
+                      .run(() => admin.updateUser(u.name, { status: u.status === 'active' ? 'inactive' : 'active' }))
+                      .then((r) => r && onChange())
+                  }
+                >
+                  {u.status === 'active' ? 'Suspend' : 'Reactivate'}
+                </button>
+              )}
+            </td>
           </tr>
-        </thead>
-        <tbody>
-          {users.map((u) => (
-            <tr key={u.name}>
-              <th scope="row">
-                <a href={userLink(u.name)}>{u.name}</a>
-              </th>
-              <td>
-                <Badge ok={u.status === 'active'}>{u.status === 'active' ? 'active' : 'suspended'}</Badge>
-              </td>
-              <td class="note">{u.note ?? ''}</td>
-              <td class="num">{usd(u.wallet.balance_usd)}</td>
-              <td>{u.subscriptions.map((s) => s.group).join(', ') || '—'}</td>
-              <td class="num">{u.keys.length}</td>
-              <td>{u.source === 'file' ? 'config file' : 'admin API'}</td>
-              <td>
-                {u.source === 'store' && (
-                  <button
-                    type="button"
-                    disabled={action.busy}
-                    aria-label={`${u.status === 'active' ? 'Suspend' : 'Reactivate'} ${u.name}`}
-                    onClick={() =>
-                      void action
-                        .run(() => admin.updateUser(u.name, { status: u.status === 'active' ? 'inactive' : 'active' }))
-                        .then((r) => r && onChange())
-                    }
-                  >
-                    {u.status === 'active' ? 'Suspend' : 'Reactivate'}
-                  </button>
-                )}
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+        ))}
+      </Table>
     </>
   );
 }

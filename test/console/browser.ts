@@ -92,6 +92,23 @@ export async function axe(t: TapTest, page: Page, view: string): Promise<void> {
         .filter((v) => v.impact === 'serious' || v.impact === 'critical')
         .map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ') + ' ' + n.failureSummary) })))`);
   t.same(found, [], `axe: no serious or critical accessibility violation on ${view}`);
+  // Tables whose header does not line up with their rows read wrongly cell by cell in a screen
+  // reader, which axe does not catch: every header cell named, as many as every row has cells
+  // (tables hidden from assistive technology, as the chart's legend, left out).
+  const tables = await page.evaluate<
+    string[]
+  >(`[...document.querySelectorAll('table')].filter((tb) => !tb.closest('[aria-hidden="true"]')).flatMap((tb) => {
+      const name = tb.caption ? tb.caption.textContent : '(no caption)';
+      const width = (row) => [...row.cells].reduce((n, c) => n + c.colSpan, 0);
+      const head = tb.tHead && tb.tHead.rows[0];
+      if (!head) return [name + ': no header row'];
+      const out = [...head.cells].filter((c) => c.textContent.trim() === '').map(() => name + ': a header cell without a name');
+      for (const body of tb.tBodies)
+        for (const row of body.rows)
+          if (width(row) !== width(head)) out.push(name + ': a row of ' + width(row) + ' cells under a header of ' + width(head));
+      return out;
+    })`);
+  t.same(tables, [], `tables on ${view}: each header cell named, each row as wide as its header`);
 }
 
 export const SHOTS = path.join(ROOT, 'docs/console');
