@@ -317,7 +317,12 @@ export class FailedRequestLog {
     }
   }
 
-  close(): void {
+  /**
+   * Stops the hourly cleanup; resolves once every record accepted so far is written (or dropped):
+   * a gateway that stops keeps the failures of its last requests.
+   */
+  close(): Promise<void> {
     clearInterval(this.timer);
+    return this.queue.catch(() => undefined);
   }
 }

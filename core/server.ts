@@ -292,7 +292,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   }
 
   private keepFailedRequests(config: GatewayConfig): void {
-    this.failed?.close();
+    // The old log finishes writing what it accepted by itself.
+    void this.failed?.close();
     const { dir, retentionMs, maxSize, maxFiles } = config.failedRequests;
     this.failed = dir
       ? new FailedRequestLog(
@@ -1024,7 +1025,8 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
         ops.closeAllConnections();
       });
     }
-    this.failed?.close();
+    // Written before the process goes: the records of the last requests' failures.
+    await this.failed?.close();
     this.transport.close();
     this.accounts.close();
     this.pools.close();

@@ -59,6 +59,43 @@ t.test('failed requests are kept, successes are not, credentials never', async (
   t.equal(f502.key, 'chat');
 });
 
+t.test('a gateway that stops keeps the failures of its last requests: close waits for the records it accepted', async (t) => {
+  // The log alone: records accepted, then closed at once.
+  const dir = tmpDir();
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const log = new FailedRequestLog(
+    dir,
+    { retentionMs: 30 * 86_400_000, maxBytes: 64 * 1024 * 1024, secrets: () => ({ plain: [], digests: new Set() }) },
+    new ManualClock(Date.UTC(2026, 2, 12, 12)),
+    silentLogger,
+  );
+  for (let i = 0; i < 20; i++)
+    log.record({ requestId: `req_${i}`, method: 'POST', url: '/v1/chat/completions', headers: {}, status: 502, key: 'k', body: '{}' });
+  await log.close();
+  t.equal(folder(dir).records.length, 20, 'every record is in the folder once close resolves');
+
+  // Through a gateway: failing requests answered, then the gateway closed.
+  const gdir = tmpDir();
+  t.teardown(() => rmSync(gdir, { recursive: true, force: true }));
+  const cfg = baseConfig();
+  cfg.failed_requests = { dir: gdir };
+  const g = await startGateway(cfg);
+  const answers = await Promise.all(
+    Array.from({ length: 8 }, (_, i) =>
+      call(g.url + '/v1/chat/completions', {
+        headers: bearer(KEYS.chat),
+        json: chatBody({ messages: [{ role: 'user', content: `fail ${i} [[mock: status=500]]` }] }),
+      }),
+    ),
+  );
+  t.same(
+    answers.map((a) => a.status),
+    Array(8).fill(502),
+  );
+  await g.close();
+  t.equal(folder(gdir).records.length, 8, 'the eight failures are in the folder when the gateway has closed');
+});
+
 t.test('day folders past the retention are deleted', async (t) => {
   const dir = tmpDir();
   for (const d of ['2026-01-01', '2026-02-09', '2026-02-11', 'not-a-day']) {
