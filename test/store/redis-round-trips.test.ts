@@ -19,13 +19,14 @@ t.test('one EVALSHA per admission and one per settlement on a plain request, slo
   cfg.keys[0] = { ...cfg.keys[0], quota: 50, windows: { '5h': 20 } };
   const gw = await startGateway(cfg);
   const db = new Redis(server.url, { maxRetriesPerRequest: null });
-  const monitor = await monitorOf(server.port);
+  // Before anything else can fail: a failure must not leave the process waiting on these.
   t.teardown(async () => {
-    monitor.destroy();
     db.disconnect();
     await gw.close();
     await server.destroy();
   });
+  const monitor = await monitorOf(server.port);
+  t.teardown(() => monitor.destroy());
   const totals = `${prefix}{k:chat}:totals`;
   const settled = async (n: number) => {
     for (let i = 0; i < 500; i++) {
