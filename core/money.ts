@@ -64,8 +64,8 @@ export interface Charge {
  *
  * Computed in doubles when that is exact (a few BigInt conversions per call were a measurable
  * part of a request): with non-negative terms, rounding is monotone, so a sum that comes out as an
- * integer below 2^53 − 10^12 means no product or partial sum ever left the safe range. Anything else (a charge
- * near 2^53 pico-USD, a fraction that would make BigInt throw) takes the BigInt path unchanged.
+ * integer below 2^53 − 10^12 means no product or partial sum ever left the safe range. Anything
+ * else (a charge near 2^53 pico-USD, a negative or fractional term) takes the BigInt path unchanged.
  */
 export function priceUsage(usage: Usage, price: Price, multiplierPpm: number): Charge {
   const a = usage.input * price.input;
