@@ -1078,7 +1078,9 @@ function probeClient(ctx: RequestContext, next: number): void {
 }
 
 // Request ids: a random per-process prefix and a counter — unique, unguessable across restarts,
-// and no crypto call per request (it showed in profiles).
+// and no crypto call per request (it showed in profiles). The Redis store keeps the done markers
+// of consecutive ids together by their leading characters (store/redis/keys.ts `done`): keep the
+// prefix and counter fixed-width, the counter last.
 const ID_PREFIX = randomBytes(6).toString('hex');
 let idCounter = 0;
 function newRequestId(): string {

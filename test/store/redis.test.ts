@@ -200,3 +200,74 @@ t.test('behind a batch in Redis, fewer than a full batch wait for its reply; a f
   );
   t.ok(sent.includes('pipe-full-31') && sent.includes('pipe-more-31'), 'the waiting ones went once batches were answered');
 });
+
+t.test(
+  "done markers: the markers of a process's consecutive request ids share one hash with a TTL, and still make every end happen once",
+  async (t) => {
+    const { Redis } = await import('ioredis');
+    const { RedisStore } = await import('../../core/store/redis/index.js');
+    const db = new Redis(server.url, { maxRetriesPerRequest: null });
+    const prefix = 'marks:';
+    const store = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
+    t.teardown(async () => {
+      await store.close();
+      db.disconnect();
+    });
+    const settlement = {
+      keyId: 'k1',
+      user: 'u1',
+      group: 'g',
+      model: 'm',
+      billing: 'balance' as const,
+      usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
+      cost: 5,
+      actual: 5,
+      durationMs: 1,
+      windows: [],
+    };
+    const claims = [{ kind: 'balance' as const, user: 'u1', credit: 1_000_000, free: false, freeRpm: 0 }];
+    // Ids as the gateway makes them (server.ts): req_, a per-process random part, a counter in hex.
+    const id = (n: number) => `req_a1b2c3d4e5f6${n.toString(16).padStart(12, '0')}`;
+    const ids = [...Array.from({ length: 300 }, (_, i) => id(i)), id(0x10000), `${id(7)}:account:1:a`, 'short-id'];
+    for (const r of await Promise.all(ids.map((requestId) => store.admit({ requestId, reserve: 10, claims })))) t.ok(r.ok, 'admitted');
+    await Promise.all(ids.map((rid) => store.settle(rid, settlement)));
+    t.equal(await store.balanceSpent('u1'), 5 * ids.length, 'each settled once');
+
+    const markers = (await db.keys(`${prefix}{q}:done:*`)).sort();
+    t.same(
+      markers,
+      ['0000000000', '0000000001', '0000000100'].map((b) => `${prefix}{q}:done:req_a1b2c3d4e5f6${b}`).concat(`${prefix}{q}:done:short-id`),
+      'one hash per 256 consecutive ids (an id too short to share one has its own)',
+    );
+    t.same(
+      await Promise.all(markers.map((k) => db.hlen(k))),
+      [257, 44, 1, 1],
+      'the first holds its 256 ids and the pool attempt of one of them',
+    );
+    t.equal(await db.hget(markers[1], '2b'), 's', 'a marker: the rest of the id, the mode that ended it');
+    t.equal(await db.hget(markers[0], '07:account:1:a'), 's');
+    for (const k of markers) {
+      t.equal(await db.type(k), 'hash');
+      const ttl = await db.pttl(k);
+      t.ok(ttl > 86_400_000 - 60_000 && ttl <= 86_400_000, `${k} lives a day past its last marker (${ttl} ms)`);
+    }
+    const bytes = Number(await db.call('MEMORY', 'USAGE', markers[0], 'SAMPLES', '0'));
+    t.ok(bytes / 257 < 20, `about ${Math.round(bytes / 257)} bytes a marker (a key each took about 160)`);
+
+    // Every end still happens once: a settlement sent again, a cancel after the settlement.
+    await store.settle(id(5), settlement);
+    await store.settle(`${id(7)}:account:1:a`, settlement);
+    await store.settle('short-id', settlement);
+    await store.cancel(id(6));
+    t.equal(await store.balanceSpent('u1'), 5 * ids.length, 'a settlement or cancel sent again changes nothing');
+    t.equal(await db.hget(markers[0], '06'), 's', 'a cancel after the settlement leaves the settlement its marker');
+
+    // A cancelled admission: its marker refuses the same id's admission again; nothing stays reserved.
+    t.ok((await store.admit({ requestId: id(400), reserve: 10, claims })).ok);
+    await store.cancel(id(400));
+    t.equal(await db.hget(markers[1], '90'), 'c');
+    await t.rejects(store.admit({ requestId: id(400), reserve: 10, claims }), /already admitted/);
+    t.equal((await db.hget(`${prefix}{u:u1}:wallet`, 'res')) ?? '0', '0', 'nothing left reserved');
+    t.equal(await store.balanceSpent('u1'), 5 * ids.length);
+  },
+);

@@ -77,7 +77,7 @@ import {
   type StoreHealth,
   type LedgerBatch,
 } from '../types.js';
-import { Keys } from './keys.js';
+import { DONE_BUCKET, Keys } from './keys.js';
 import { RecentIds } from '../recent.js';
 import { loadScripts } from './scripts.js';
 import { RedisClient, refuse, Unavailable } from './client.js';
@@ -207,6 +207,7 @@ export class RedisStore implements Store {
       lease: this.leaseMs,
       recordTtl: RECORD_TTL_MS,
       doneTtl: DONE_TTL_MS,
+      doneBucket: DONE_BUCKET,
       windows: WINDOW_MS,
       ledgerField: LEDGER_FIELD,
     });

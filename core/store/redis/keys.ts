@@ -9,7 +9,7 @@
  *   {a:<provider>/<account>}  RPM and concurrency slots of an upstream account (account pools)
  *   {s:<scope>}  concurrency slots of any other scope
  *   {r:<ns>}     remember/recall entries of one namespace
- *   {q}          admission records and done markers (single Redis; on a cluster they sit in the
+ *   {q}          admission records and done-marker hashes (single Redis; on a cluster they sit in the
  *                hash slot of each part of the request: {k:<key>}, {u:<user>}, {g:<group>})
  *   {i} / {i:<instance>}   the live-instance registry and the data's epoch / one instance's admissions (for the reaper)
  *   {acct}       the accounts: user and key records, digest index, version, change log, audit
@@ -40,6 +40,9 @@ function tagSafe(s: string): string {
     ? s.replace(/[%{}\x1c-\x1f]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`)
     : s;
 }
+
+/** Leading characters of a request id that name its done markers' hash (ops.lua `done_field` takes the rest). */
+export const DONE_BUCKET = 26;
 
 /** Tags of names seen (users, keys, groups, accounts: bounded by the config), built once each. */
 const TAG_CACHE_MAX = 10_000;
@@ -123,8 +126,18 @@ export class Keys {
   record(tag: string, id: string): string {
     return this.key(tag, `adm:${id}`);
   }
+  /**
+   * The hash that holds a request's done marker: one hash per DONE_BUCKET leading characters of
+   * the request id, the marker a field named by the rest (ops.lua `done_field`). A gateway id is
+   * `req_`, a per-process random part and a counter, 12 hex digits each (server.ts), so one hash
+   * holds the markers of 256 consecutive requests of one process (and their account-pool
+   * attempts): small enough for Redis's compact encoding (`hash-max-listpack-entries`, 512 by
+   * default), about 10 bytes a marker against 160 for a key of its own with its TTL. An id of
+   * another shape degrades to a hash a marker (no worse than a key each), never to one hash that
+   * keeps growing.
+   */
   done(tag: string, id: string): string {
-    return this.key(tag, `done:${id}`);
+    return this.key(tag, `done:${id.slice(0, DONE_BUCKET)}`);
   }
 
   registry(): string {

@@ -1,6 +1,6 @@
 -- Shared by every script: prepended to each one when the scripts are loaded (Redis scripts cannot
 -- include one another), after the store's settings (scripts.ts): P key prefix, CH wake channel,
--- LEASE slot lease (ms), RECORD_TTL, DONE_TTL (ms), LF the ledger entries' field of records,
+-- LEASE slot lease (ms), RECORD_TTL, DONE_TTL (ms), DONE_BUCKET (keys.ts), LF the ledger entries' field of records,
 -- WINDOW_MS (key window name → ms).
 -- Integers only: amounts arrive as decimal strings and are written back with I(), so no float
 -- ever reaches a counter (Lua numbers are doubles, exact up to 2^53).

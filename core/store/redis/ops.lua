@@ -11,7 +11,7 @@ local ALREADY = -1
 -- or nothing; then, when asked, takes the request's concurrency slot (checked last). One call per
 -- admission on a single Redis; one per hash slot (part) on a cluster.
 --
--- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- K[1] admission record   K[2] done markers' hash   K[3] instance index (K[1] when none)
 -- A[1] now ('0' = TIME)   A[2] reserve   A[3] request id (index field)
 -- A[4] index entry ('' = none)
 -- A[5..8] the concurrency slot: tag ('' = none), lease id, limit, queue size
@@ -77,13 +77,34 @@ local function parse_claims(text)
   return parsed
 end
 
+-- Done markers: a field of the hash K[2] (keys.ts `done`, named by the request id's first
+-- DONE_BUCKET characters), the field named by the rest of the id, its value the mode that ended
+-- the request (s settled, r recovered, x corrected after a recovery, c cancelled). The hash lives
+-- DONE_TTL past its last marker, so every marker at least that long; its expiry is set once per
+-- hash and script call.
+local DONE_SET = {}
+local function done_field(id)
+  return string.sub(id, DONE_BUCKET + 1)
+end
+local function done_get(k, id)
+  return redis.call('HGET', k, done_field(id))
+end
+local function done_mark(k, id, mode, only_new)
+  if only_new then redis.call('HSETNX', k, done_field(id), mode)
+  else redis.call('HSET', k, done_field(id), mode) end
+  if not DONE_SET[k] then
+    redis.call('PEXPIRE', k, DONE_TTL)
+    DONE_SET[k] = true
+  end
+end
+
 -- Reused by every admission of a call (admit_op reads only the entries it wrote), and the minute
 -- as text, for the records.
 local ACTS, MINUTE_TEXT = {}, {}
 
 local function admit_op(K, A)
   local now = now_ms(A[1])
-  if redis.call('EXISTS', K[1], K[2]) > 0 then return ALREADY end
+  if redis.call('EXISTS', K[1]) > 0 or redis.call('HEXISTS', K[2], done_field(A[3])) == 1 then return ALREADY end
   local reserve = tonumber(A[2])
   local minute = math.floor(now / MINUTE)
   local until_next = (minute + 1) * MINUTE - now
@@ -255,7 +276,7 @@ end
 -- recovery (mode 'r'): applies the recovery settlement of an admission whose instance died, only
 -- while its record still exists.
 --
--- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- K[1] admission record   K[2] done markers' hash   K[3] instance index (K[1] when none)
 -- K[4] instance registry (recovery on a single Redis; else K[1])
 -- K[5] the ledger stream (K[1] when this part writes no record)
 -- A[1] now ('0' = TIME)   A[2] mode: s settle | r recover   A[3] request id (index field)
@@ -375,9 +396,9 @@ local function settle_op(K, A)
     end
     if K[4] ~= K[1] and (tonumber(redis.call('ZSCORE', K[4], A[4])) or 0) > now_ms('0') then return 4 end
   elseif mode == 'x' then
-    if redis.call('GET', K[2]) ~= 'r' then return 0 end
+    if done_get(K[2], A[3]) ~= 'r' then return 0 end
   else
-    local done = redis.call('GET', K[2])
+    local done = done_get(K[2], A[3])
     if done == 's' or done == 'r' or done == 'x' then
       if indexed then redis.call('HDEL', K[3], A[3]) end
       return done == 's' and 0 or 2
@@ -435,7 +456,7 @@ local function settle_op(K, A)
     end
   end
   release_record(K[1], 0, (A[1] == '0') and now or nil)
-  redis.call('SET', K[2], mode, 'PX', DONE_TTL)
+  done_mark(K[2], A[3], mode, false)
   if A[9] ~= '' then ledger_add(K[5], now, A[9]) end
   if indexed then redis.call('HDEL', K[3], A[3]) end
   hload()
@@ -494,12 +515,12 @@ end
 -- windows it started (see lib.lua). Leaves a marker, so an admission that reaches Redis after its
 -- cancel (a timed-out call) is refused instead of holding a reservation nobody releases.
 --
--- K[1] admission record   K[2] done marker   K[3] instance index (K[1] when none)
+-- K[1] admission record   K[2] done markers' hash   K[3] instance index (K[1] when none)
 -- A[1] undo 0 | 1 | 2   A[2] request id (index field)
 -- Returns 1 when a record was released, 0 otherwise.
 local function cancel_op(K, A)
   local released = release_record(K[1], tonumber(A[1]), nil)
-  redis.call('SET', K[2], 'c', 'NX', 'PX', DONE_TTL)
+  done_mark(K[2], A[2], 'c', true)
   if K[3] ~= K[1] then redis.call('HDEL', K[3], A[2]) end
   return released and 1 or 0
 end

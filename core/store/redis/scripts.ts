@@ -37,8 +37,10 @@ export interface ScriptSettings {
   lease: number;
   /** Admission records and instance indexes (ms). */
   recordTtl: number;
-  /** Done markers (ms). */
+  /** Done markers (ms): the least a marker lives (its hash lives that long after its last marker). */
   doneTtl: number;
+  /** Leading characters of a request id that name its done markers' hash (keys.ts DONE_BUCKET). */
+  doneBucket: number;
   /** Key window name → duration (ms). */
   windows: Readonly<Record<string, number>>;
   /** The ledger stream entries' field of packed records (pack.ts LEDGER_FIELD). */
@@ -65,6 +67,7 @@ export function loadScripts(settings: ScriptSettings): Record<ScriptName, string
     `local LEASE = ${int(settings.lease)}`,
     `local RECORD_TTL = ${int(settings.recordTtl)}`,
     `local DONE_TTL = ${int(settings.doneTtl)}`,
+    `local DONE_BUCKET = ${int(settings.doneBucket)}`,
     `local LF = ${luaString(settings.ledgerField)}`,
     `local WINDOW_MS = { ${Object.entries(settings.windows)
       .map(([w, ms]) => `[${luaString(w)}] = ${int(ms)}`)
