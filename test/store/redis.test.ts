@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { RedisServer } from '../helpers/redis.js';
 import { storeSuite } from './suite.js';
 import { redisFactory } from './redis-factory.js';
@@ -13,6 +13,33 @@ storeSuite(
   t,
   redisFactory('redis', () => server.url, false),
 );
+
+/** A store of its own prefix on the shared server, and a plain client to look at its keys; both closed at the end of `t`. */
+async function openStore(t: Test, prefix: string) {
+  const { Redis } = await import('ioredis');
+  const { RedisStore } = await import('../../core/store/redis/index.js');
+  const db = new Redis(server.url, { maxRetriesPerRequest: null });
+  const store = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
+  t.teardown(async () => {
+    await store.close();
+    db.disconnect();
+  });
+  return { db, store, RedisStore };
+}
+
+/** A settlement of key k1 and user u1, billed from the balance. */
+const settlement = (actual: number) => ({
+  keyId: 'k1',
+  user: 'u1',
+  group: 'g',
+  model: 'm',
+  billing: 'balance' as const,
+  usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
+  cost: actual,
+  actual,
+  durationMs: 1,
+  windows: [],
+});
 
 t.test('the build ships the Lua scripts next to the compiled store', async (t) => {
   const { existsSync } = await import('node:fs');
@@ -66,32 +93,13 @@ t.test('a slot freed while a dead instance still has a waiter queued: the grant 
 });
 
 t.test('the operations of one event-loop turn go to Redis together: fewer scripts than operations, every outcome exact', async (t) => {
-  const { Redis } = await import('ioredis');
-  const { RedisStore } = await import('../../core/store/redis/index.js');
-  const db = new Redis(server.url, { maxRetriesPerRequest: null });
   const prefix = 'batch:';
-  const store = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
-  t.teardown(async () => {
-    await store.close();
-    db.disconnect();
-  });
+  const { db, store, RedisStore } = await openStore(t, prefix);
   const scripts = async () => {
     let n = 0;
     for (const m of (await db.info('commandstats')).matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) n += Number(m[1]);
     return n;
   };
-  const settlement = (actual: number) => ({
-    keyId: 'k1',
-    user: 'u1',
-    group: 'g',
-    model: 'm',
-    billing: 'balance' as const,
-    usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
-    cost: actual,
-    actual,
-    durationMs: 1,
-    windows: [],
-  });
   // Quota 1000 µ$, reservations of 100: exactly ten of forty admissions racing in one turn fit.
   const claims = [
     { kind: 'key-quota' as const, key: 'k1', limit: 1_000 },
@@ -204,33 +212,14 @@ t.test('behind a batch in Redis, fewer than a full batch wait for its reply; a f
 t.test(
   "done markers: the markers of a process's consecutive request ids share one hash with a TTL, and still make every end happen once",
   async (t) => {
-    const { Redis } = await import('ioredis');
-    const { RedisStore } = await import('../../core/store/redis/index.js');
-    const db = new Redis(server.url, { maxRetriesPerRequest: null });
     const prefix = 'marks:';
-    const store = await RedisStore.open({ url: server.url, prefix, timeoutMs: 5_000 });
-    t.teardown(async () => {
-      await store.close();
-      db.disconnect();
-    });
-    const settlement = {
-      keyId: 'k1',
-      user: 'u1',
-      group: 'g',
-      model: 'm',
-      billing: 'balance' as const,
-      usage: { input: 1, output: 2, cacheRead: 0, cacheWrite: 0 },
-      cost: 5,
-      actual: 5,
-      durationMs: 1,
-      windows: [],
-    };
+    const { db, store } = await openStore(t, prefix);
     const claims = [{ kind: 'balance' as const, user: 'u1', credit: 1_000_000, free: false, freeRpm: 0 }];
     // Ids as the gateway makes them (server.ts): req_, a per-process random part, a counter in hex.
     const id = (n: number) => `req_a1b2c3d4e5f6${n.toString(16).padStart(12, '0')}`;
     const ids = [...Array.from({ length: 300 }, (_, i) => id(i)), id(0x10000), `${id(7)}:account:1:a`, 'short-id'];
     for (const r of await Promise.all(ids.map((requestId) => store.admit({ requestId, reserve: 10, claims })))) t.ok(r.ok, 'admitted');
-    await Promise.all(ids.map((rid) => store.settle(rid, settlement)));
+    await Promise.all(ids.map((rid) => store.settle(rid, settlement(5))));
     t.equal(await store.balanceSpent('u1'), 5 * ids.length, 'each settled once');
 
     const markers = (await db.keys(`${prefix}{q}:done:*`)).sort();
@@ -255,9 +244,9 @@ t.test(
     t.ok(bytes / 257 < 20, `about ${Math.round(bytes / 257)} bytes a marker (a key each took about 160)`);
 
     // Every end still happens once: a settlement sent again, a cancel after the settlement.
-    await store.settle(id(5), settlement);
-    await store.settle(`${id(7)}:account:1:a`, settlement);
-    await store.settle('short-id', settlement);
+    await store.settle(id(5), settlement(5));
+    await store.settle(`${id(7)}:account:1:a`, settlement(5));
+    await store.settle('short-id', settlement(5));
     await store.cancel(id(6));
     t.equal(await store.balanceSpent('u1'), 5 * ids.length, 'a settlement or cancel sent again changes nothing');
     t.equal(await db.hget(markers[0], '06'), 's', 'a cancel after the settlement leaves the settlement its marker');

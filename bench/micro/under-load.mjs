@@ -1,0 +1,106 @@
+// What the micro scripts that load a whole gateway share: its config (the bench's, bench/setup.ts)
+// and request body in a temporary directory, the processes they start (stopped together), the
+// wait for /healthz and a wrk run from the other core. Not a test; see write-timing.mjs and
+// redis-memory.mjs.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const freePort = () =>
+  new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+
+/**
+ * The bench's gateway config for CHECKOUT `root` (built), written with a body file into a new
+ * temporary directory; `store` replaces the embedded store.
+ */
+export async function gatewaySetup(root, name, store) {
+  const { gatewayConfig, AUTH_CHAT } = await import(path.join(root, 'dist/bench/setup.js'));
+  const YAML = (await import(path.join(root, 'node_modules/yaml/dist/index.js'))).default;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-`));
+  const [mockPort, gwPort] = [await freePort(), await freePort()];
+  const mockUrl = `http://127.0.0.1:${mockPort}`;
+  const cfg = gatewayConfig({
+    root,
+    port: gwPort,
+    dataDir: path.join(dir, 'data'),
+    upstreams: { mock: mockUrl, sink: mockUrl },
+    concurrency: 10_000,
+    ...(store ? { store } : {}),
+  });
+  const config = path.join(dir, 'gateway.yaml');
+  fs.writeFileSync(config, YAML.stringify(cfg));
+  const body = path.join(dir, 'body.json');
+  fs.writeFileSync(body, JSON.stringify({ model: 'bench-chat', max_tokens: 20, messages: [{ role: 'user', content: 'Hello there' }] }));
+  return { root, dir, config, body, auth: AUTH_CHAT, mockPort, gwPort, errFile: path.join(dir, 'gateway.err') };
+}
+
+/** Processes started in `s.root`, stopped together (in reverse order) by `stopAll`. */
+export function processes(s) {
+  const procs = [];
+  return {
+    start(cmd, argv, opts) {
+      const p = spawn(cmd, argv, { cwd: s.root, ...opts });
+      procs.push(p);
+      return p;
+    },
+    /** The mock upstream, on core 1. */
+    mock() {
+      return this.start('taskset', ['-c', '1', process.execPath, 'dist/bench/roles.js', 'mock', String(s.mockPort)], { stdio: 'ignore' });
+    },
+    /** The gateway on core 0 (`nodeArgs` before its entry point), its stderr to `s.errFile`. */
+    gateway(nodeArgs = [], env = process.env) {
+      const err = fs.openSync(s.errFile, 'a');
+      return this.start('taskset', ['-c', '0', process.execPath, ...nodeArgs, 'bin/gateway.js', 'start', '--config', s.config], {
+        stdio: ['ignore', 'ignore', err],
+        env,
+      });
+    },
+    async stopAll() {
+      for (const p of procs.reverse()) p.kill();
+      await sleep(300);
+      fs.rmSync(s.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function waitUp(s) {
+  for (let i = 0; ; i++) {
+    if (i > 600) throw new Error(`the gateway did not start:\n${fs.readFileSync(s.errFile, 'utf8')}`);
+    await sleep(100);
+    if (
+      await fetch(`http://127.0.0.1:${s.gwPort}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return;
+  }
+}
+
+/** wrk on core 1 for `seconds` with `connections`: its summary (bench/wrk.lua's JSON line). */
+export function wrk(s, seconds, connections) {
+  const out = execFileSync(
+    'taskset',
+    [
+      '-c',
+      '1',
+      'wrk',
+      '-t1',
+      `-c${connections}`,
+      `-d${seconds}s`,
+      '-s',
+      'bench/wrk.lua',
+      `http://127.0.0.1:${s.gwPort}/v1/chat/completions`,
+    ],
+    { cwd: s.root, env: { ...process.env, BENCH_BODY_FILE: s.body, BENCH_AUTH: s.auth } },
+  ).toString();
+  return JSON.parse(/BENCH_JSON (.*)/.exec(out)[1]);
+}
