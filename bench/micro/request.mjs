@@ -44,9 +44,13 @@ export const settlement = (actual, withDetail = false) => ({
 });
 const signal = new AbortController().signal;
 let seq = 0;
+/** Ids shaped as the gateway makes them (core/server.ts): the Redis store groups their done markers. */
+const ID_PREFIX = `req_${Math.floor(Math.random() * 2 ** 48)
+  .toString(16)
+  .padStart(12, '0')}`;
 /** Admits one request (slot included), waits for its slot, settles it. */
 export async function oneRequest(store) {
-  const id = `req_${++seq}`;
+  const id = `${ID_PREFIX}${(++seq).toString(16).padStart(12, '0')}`;
   const r = await store.admit({
     requestId: id,
     reserve: 5000,

@@ -42,7 +42,7 @@ function tagSafe(s: string): string {
 }
 
 /** Leading characters of a request id that name its done markers' hash (ops.lua `done_field` takes the rest). */
-export const DONE_BUCKET = 26;
+export const DONE_BUCKET = 27;
 
 /** Tags of names seen (users, keys, groups, accounts: bounded by the config), built once each. */
 const TAG_CACHE_MAX = 10_000;
@@ -130,11 +130,12 @@ export class Keys {
    * The hash that holds a request's done marker: one hash per DONE_BUCKET leading characters of
    * the request id, the marker a field named by the rest (ops.lua `done_field`). A gateway id is
    * `req_`, a per-process random part and a counter, 12 hex digits each (server.ts), so one hash
-   * holds the markers of 256 consecutive requests of one process (and their account-pool
-   * attempts): small enough for Redis's compact encoding (`hash-max-listpack-entries`, 512 by
-   * default), about 10 bytes a marker against 160 for a key of its own with its TTL. An id of
-   * another shape degrades to a hash a marker (no worse than a key each), never to one hash that
-   * keeps growing.
+   * holds the markers of 16 consecutive requests of one process (and their account-pool
+   * attempts), in Redis's compact encoding: about 15 bytes a marker against 161 for a key of its
+   * own with its TTL. Hashes of 256 would take 8, but finding a field in that encoding is a scan:
+   * +40k instructions of Redis per request (bench/micro/redis-instructions.mjs), against +2k for
+   * 16. An id of another shape degrades to a hash a marker (no worse than a key each), never to
+   * one hash that keeps growing.
    */
   done(tag: string, id: string): string {
     return this.key(tag, `done:${id.slice(0, DONE_BUCKET)}`);
