@@ -838,7 +838,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   ): Promise<GatewayError | undefined> {
     const ctx = new RequestContext(
       id,
-      newRequestId(),
+      newLedgerId(),
       req,
       res,
       route.info,
@@ -1078,15 +1078,21 @@ function probeClient(ctx: RequestContext, next: number): void {
 }
 
 // Request ids: a random per-process prefix and a counter — unique, unguessable across restarts,
-// and no crypto call per request (it showed in profiles). The Redis store keeps the done markers
-// of consecutive ids together by their leading characters (store/redis/keys.ts `done`): keep the
-// prefix and counter fixed-width, the counter last.
-const ID_PREFIX = randomBytes(6).toString('hex');
-let idCounter = 0;
-function newRequestId(): string {
-  idCounter = (idCounter + 1) % 0x1000000000000;
-  return `req_${ID_PREFIX}${idCounter.toString(16).padStart(12, '0')}`;
+// and no crypto call per request (it showed in profiles). Ledger ids (the store's and the ledger's
+// name of a request; its x-request-id may be the client's) have a prefix and counter of their own,
+// so those of consecutive requests are consecutive: the Redis store keeps their done markers
+// together by their leading characters (store/redis/keys.ts `done`). Keep both fixed-width, the
+// counter last.
+function idSource(): () => string {
+  const prefix = `req_${randomBytes(6).toString('hex')}`;
+  let counter = 0;
+  return () => {
+    counter = (counter + 1) % 0x1000000000000;
+    return prefix + counter.toString(16).padStart(12, '0');
+  };
 }
+const newRequestId = idSource();
+const newLedgerId = idSource();
 
 /** A path of letters, digits, `_`, `-` and single leading `/` is its own normalised form. */
 const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9_/-]*$/;

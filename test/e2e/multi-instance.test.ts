@@ -167,6 +167,18 @@ t.test('200 requests racing one key quota across two instances: bounded overspen
   t.same([rec.reserved, rec.walletReserved], [0, 0], 'nothing left reserved');
 });
 
+t.test("an instance's consecutive requests keep their done markers together, 16 to a hash", async (t) => {
+  const prefix = 'mdone:';
+  const [a] = await instances(t, prefix, 1, {});
+  for (let i = 0; i < 48; i++) t.equal((await chat(a)).status, 200);
+  const hashes = (await keysOf(prefix)).filter((k) => k.includes(':done:'));
+  const markers = (await Promise.all(hashes.map((k) => db.hlen(k)))).reduce((x, y) => x + y, 0);
+  t.equal(markers, 48, 'one marker per request');
+  // 48 consecutive ledger ids span 3 or 4 hashes of 16; ids shared with the responses' x-request-id
+  // would have spread them over twice as many.
+  t.ok(hashes.length <= 4, `${hashes.length} hashes`);
+});
+
 t.test('limit + 50 requests in one minute across two instances admit exactly the limit', async (t) => {
   const prefix = 'mr:';
   const limit = 30;
