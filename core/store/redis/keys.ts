@@ -133,7 +133,7 @@ export class Keys {
    * holds the markers of 16 consecutive requests of one process (and their account-pool
    * attempts), in Redis's compact encoding: about 15 bytes a marker against 161 for a key of its
    * own with its TTL. Hashes of 256 would take 8, but finding a field in that encoding is a scan:
-   * +40k instructions of Redis per request (bench/micro/redis-instructions.mjs), against +2k for
+   * +40k instructions of Redis per request (bench/micro/redis-instructions.mjs), against +1k for
    * 16. An id of another shape degrades to a hash a marker (no worse than a key each), never to
    * one hash that keeps growing.
    */
