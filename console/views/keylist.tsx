@@ -18,8 +18,17 @@ export function KeyTable(props: { admin: Admin; keys: Key[]; onChange: () => voi
   const [open, setOpen] = useState<{ name: string; what: 'limits' | 'usage' } | undefined>();
   const action = useAction();
   const { admin, keys, onChange } = props;
-  const toggle = (name: string, what: 'limits' | 'usage') =>
-    setOpen(open?.name === name && open.what === what ? undefined : { name, what });
+  /** The button that opens (or closes) a key's usage or limits row below it. */
+  const opener = (name: string, what: 'limits' | 'usage', label: string) => (
+    <button
+      type="button"
+      aria-expanded={open?.name === name && open.what === what}
+      onClick={() => setOpen(open?.name === name && open.what === what ? undefined : { name, what })}
+    >
+      {label}
+      <span class="sr-only"> of {name}</span>
+    </button>
+  );
   return (
     <>
       {secret && <Secret name={secret.name} value={secret.key} onDone={() => setSecret(undefined)} />}
@@ -52,13 +61,7 @@ export function KeyTable(props: { admin: Admin; keys: Key[]; onChange: () => voi
                 <td>{WINDOWS.map((w) => (k.windows_usd[w] > 0 ? usd(k.windows_usd[w]) : '—')).join(' / ')}</td>
                 <td>{time(k.expires_at)}</td>
                 <td class="actions">
-                  <button
-                    type="button"
-                    aria-expanded={open?.name === k.name && open.what === 'usage'}
-                    onClick={() => toggle(k.name, 'usage')}
-                  >
-                    Usage<span class="sr-only"> of {k.name}</span>
-                  </button>
+                  {opener(k.name, 'usage', 'Usage')}
                   {k.source === 'file' ? (
                     <span class="muted small">config file</span>
                   ) : (
@@ -71,13 +74,7 @@ export function KeyTable(props: { admin: Admin; keys: Key[]; onChange: () => voi
                         {k.enabled ? 'Disable' : 'Enable'}
                         <span class="sr-only"> {k.name}</span>
                       </button>
-                      <button
-                        type="button"
-                        aria-expanded={open?.name === k.name && open.what === 'limits'}
-                        onClick={() => toggle(k.name, 'limits')}
-                      >
-                        Limits<span class="sr-only"> of {k.name}</span>
-                      </button>
+                      {opener(k.name, 'limits', 'Limits')}
                       <ConfirmButton
                         label={`Rotate`}
                         confirm={`Rotate ${k.name}: the old secret stops`}

@@ -10,6 +10,7 @@ import { useTitle } from '../nav';
 import { Badge, ConfirmButton, ErrorBox, Facts, Field, Form, Loading, Notice, num, Table, useAction, useLoad } from '../ui';
 import * as v from '../validate';
 import { CreateKey, KeyTable } from './keylist';
+import { UserStatusButton } from './users';
 
 export function UserView({ admin, name }: { admin: Admin; name: string }) {
   useTitle(`User ${name}`);
@@ -61,19 +62,7 @@ function Header({ admin, u, onChange }: { admin: Admin; u: User; onChange: () =>
           ['Updated', time(u.updated_at)],
         ]}
       />
-      {u.source === 'store' && (
-        <button
-          type="button"
-          disabled={action.busy}
-          onClick={() =>
-            void action
-              .run(() => admin.updateUser(u.name, { status: u.status === 'active' ? 'inactive' : 'active' }))
-              .then((r) => r && onChange())
-          }
-        >
-          {u.status === 'active' ? 'Suspend user' : 'Reactivate user'}
-        </button>
-      )}
+      <UserStatusButton admin={admin} user={u} action={action} onChange={onChange} />
       <ErrorBox error={action.error} />
     </section>
   );

@@ -105,20 +105,7 @@ function UserTable({ admin, users, onChange }: { admin: Admin; users: User[]; on
             <td class="num">{u.keys.length}</td>
             <td>{u.source === 'file' ? 'config file' : 'admin API'}</td>
             <td>
-              {u.source === 'store' && (
-                <button
-                  type="button"
-                  disabled={action.busy}
-                  aria-label={`${u.status === 'active' ? 'Suspend' : 'Reactivate'} ${u.name}`}
-                  onClick={() =>
-                    void action
-                      .run(() => admin.updateUser(u.name, { status: u.status === 'active' ? 'inactive' : 'active' }))
-                      .then((r) => r && onChange())
-                  }
-                >
-                  {u.status === 'active' ? 'Suspend' : 'Reactivate'}
-                </button>
-              )}
+              <UserStatusButton admin={admin} user={u} action={action} onChange={onChange} inList />
             </td>
           </tr>
         ))}
@@ -186,5 +173,35 @@ function CreateUser({ admin }: { admin: Admin }) {
         {done && <Notice text={done} />}
       </Form>
     </section>
+  );
+}
+
+/**
+ * Suspends an active user or reactivates a suspended one; nothing for a user of the config file
+ * (changed there). In a list its accessible name says whom it acts on.
+ */
+export function UserStatusButton(props: {
+  admin: Admin;
+  user: User;
+  action: ReturnType<typeof useAction>;
+  onChange: () => void;
+  inList?: boolean;
+}) {
+  const { admin, user, action } = props;
+  if (user.source !== 'store') return null;
+  const verb = user.status === 'active' ? 'Suspend' : 'Reactivate';
+  return (
+    <button
+      type="button"
+      disabled={action.busy}
+      aria-label={props.inList ? `${verb} ${user.name}` : undefined}
+      onClick={() =>
+        void action
+          .run(() => admin.updateUser(user.name, { status: user.status === 'active' ? 'inactive' : 'active' }))
+          .then((r) => r && props.onChange())
+      }
+    >
+      {props.inList ? verb : `${verb} user`}
+    </button>
   );
 }
