@@ -29,7 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
-import { AUTH_CHAT, AUTH_CONVERTED, chatBody, gatewayConfig, gatewayEnv } from './setup.js';
+import { AUTH_CHAT, AUTH_CONVERTED, chatBody, freePort, gatewayConfig, gatewayEnv } from './setup.js';
 import { categorize } from './profile.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
@@ -122,17 +122,6 @@ function parse(argv: string[]): Opts {
   o.requests ||= o.cpuProf ? 20_000 : 2000;
   o.warmup ||= o.cpuProf ? 5000 : 1500;
   return o;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address() as net.AddressInfo;
-      s.close(() => resolve(a.port));
-    });
-  });
 }
 
 const children = new Set<ChildProcess>();

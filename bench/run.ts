@@ -59,7 +59,7 @@ import {
   type SoakSlice,
 } from './lib.js';
 import { selfTime, type CpuProfile } from './profile.js';
-import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, gatewayConfig, gatewayEnv } from './setup.js';
+import { AUTH_CHAT, AUTH_CONVERTED, AUTH_LARGE_MESSAGES, chatBody as benchChatBody, freePort, gatewayConfig, gatewayEnv } from './setup.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url)); // dist/bench
 const root = path.resolve(here, '../..');
@@ -104,17 +104,6 @@ function tail(file: string, n = 2000): string {
   } catch {
     return '';
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 function get(url: string): Promise<number> {

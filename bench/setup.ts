@@ -4,6 +4,7 @@
  * (instruction counts), so both measure the same gateway.
  */
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import YAML from 'yaml';
 
@@ -99,4 +100,16 @@ export function gatewayEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };
   for (const k of Object.keys(env)) if (k.startsWith('GATEWAY_')) delete env[k];
   return env;
+}
+
+/** A TCP port free on loopback right now (the OS picks it). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
 }

@@ -4,18 +4,13 @@
 // redis-memory.mjs.
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+// This checkout's (built), whichever checkout is measured: older ones may not have it.
+import { freePort } from '../../dist/bench/setup.js';
 
-export const freePort = () =>
-  new Promise((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
+export { freePort };
 
 /**
  * The bench's gateway config for CHECKOUT `root` (built), written with a body file into a new
