@@ -11,7 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, type ErrorFormat } from './errors.js';
 import type { GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, UserConfig } from './config/types.js';
-import type { Claim, EstimateReason, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
+import type { AdmitResult, Claim, EstimateReason, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
 import { Abort } from './signal.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
@@ -59,52 +59,76 @@ export class Admission {
 
   /** Submits the claims once (later calls are no-ops); throws the first failing claim's error. */
   async commit(): Promise<void> {
-    await this.submit();
+    await this.commitIfPending();
   }
 
   /**
-   * `commit()` for the core's chain: nothing to wait for (already committed, or no claims) returns
-   * undefined instead of a promise, so the common path takes no turn of the microtask queue.
+   * `commit()` for the core's chain: undefined instead of a promise when there is nothing to wait
+   * for (already committed, no claims, or a store that answers at once: `Store.admitNow`), so the
+   * common path takes no turn of the microtask queue. A refusal is thrown, or rejected when its
+   * error had to be looked up.
    */
   commitIfPending(): Promise<void> | undefined {
-    if (this.committed) return undefined;
-    if (this.claims.length === 0) {
-      this.committed = true;
-      return undefined;
-    }
-    return this.commit();
+    const r = this.submit();
+    return r instanceof Promise ? r.then(() => undefined) : undefined;
   }
 
   /**
    * `commit()`, then a concurrency slot — checked after every claim, and taken in the same store
    * call when the claims are submitted here (AdmitRequest.slot: the settlement or cancel of this
-   * request then releases it too). Resolves once the slot is granted or refused.
+   * request then releases it too). The slot's result, or a promise of it when the store must be
+   * waited for (Redis) or the request queues.
    */
-  async commitWithSlot(slot: SlotRequest): Promise<SlotResult> {
-    const taken = await this.submit(slot);
-    return taken ?? this.store.acquireSlot(slot);
+  commitWithSlot(slot: SlotRequest): SlotResult | Promise<SlotResult> {
+    const taken = this.submit(slot);
+    if (taken === undefined) return this.store.acquireSlot(slot);
+    if (taken instanceof Promise) return taken.then((s) => s ?? this.store.acquireSlot(slot));
+    return taken;
   }
 
-  private async submit(slot?: SlotRequest): Promise<Promise<SlotResult> | undefined> {
+  /**
+   * The admission itself, once: undefined when nothing was submitted (or no slot came with it), the
+   * slot's result when the store answered at once, else a promise of either.
+   */
+  private submit(slot?: SlotRequest): SlotResult | Promise<SlotResult | undefined> | undefined {
     if (this.committed) return undefined;
     this.committed = true;
     if (this.claims.length === 0) return undefined;
+    const req = { requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery(), slot };
+    if (this.store.admitNow === undefined) {
+      let p;
+      try {
+        p = this.store.admit(req);
+      } catch (e) {
+        throw new GatewayError('BILLING_SERVICE', { cause: e });
+      }
+      return p.then(
+        (result) => this.accepted(result),
+        (e: unknown) => {
+          throw new GatewayError('BILLING_SERVICE', { cause: e });
+        },
+      );
+    }
     let result;
     try {
-      result = await this.store.admit({
-        requestId: this.requestId,
-        reserve: this.reserve,
-        claims: this.claims,
-        recovery: this.recovery(),
-        slot,
-      });
+      result = this.store.admitNow(req);
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
+    return this.accepted(result);
+  }
+
+  /** The store's answer: admitted (with the slot's outcome, if one was asked for), or the first failing claim's error thrown. */
+  private accepted(result: AdmitResult): SlotResult | Promise<SlotResult> | undefined {
     if (!result.ok) {
       // Transient: the limit has room once the requests in flight settle. Retryable, unlike exhaustion.
       if (result.held) throw new GatewayError('LIMIT_HELD', { retryAfter: 1 });
-      throw await this.errors[result.index](result.retryAfterMs);
+      const e = this.errors[result.index](result.retryAfterMs);
+      if (e instanceof Promise)
+        return e.then((x) => {
+          throw x;
+        });
+      throw e;
     }
     this.admitted = true;
     return result.slot;

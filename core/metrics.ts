@@ -765,6 +765,39 @@ export class InstrumentedStore implements Store {
     return this.timed('admit', t0, p);
   }
 
+  /** `inner`'s synchronous forms, timed as the promise forms are; undefined when it has none (looked up per call, as above). */
+  get admitNow(): ((req: AdmitRequest) => AdmitResult) | undefined {
+    return this.inner.admitNow === undefined ? undefined : this.admitNowTimed;
+  }
+
+  get settleNow(): ((requestId: string, s: Settlement) => void) | undefined {
+    return this.inner.settleNow === undefined ? undefined : this.settleNowTimed;
+  }
+
+  private readonly admitNowTimed = (req: AdmitRequest): AdmitResult => {
+    const t0 = performance.now();
+    let r: AdmitResult;
+    try {
+      r = this.inner.admitNow!(req);
+    } catch (e) {
+      this.errors.inc(this.l('admit'));
+      throw e;
+    }
+    (this.latencies.admit ??= this.latency.series(this.l('admit'))).observe((performance.now() - t0) / 1000);
+    return r;
+  };
+
+  private readonly settleNowTimed = (requestId: string, s: Settlement): void => {
+    const t0 = performance.now();
+    try {
+      this.inner.settleNow!(requestId, s);
+    } catch (e) {
+      this.errors.inc(this.l('settle'));
+      throw e;
+    }
+    (this.latencies.settle ??= this.latency.series(this.l('settle'))).observe((performance.now() - t0) / 1000);
+  };
+
   settle(requestId: string, s: Settlement): Promise<void> {
     const t0 = performance.now();
     let p: Promise<void>;

@@ -62,8 +62,12 @@ export interface AdmitRequest {
 }
 
 export type AdmitResult =
-  /** `slot`: the outcome of `AdmitRequest.slot` when one was asked for; settles at once unless queued. */
-  | { ok: true; slot?: Promise<SlotResult> }
+  /**
+   * `slot`: the outcome of `AdmitRequest.slot` when one was asked for: the result itself when the
+   * store decided it at once (the embedded store, unless the request queues), else a promise that
+   * settles at once unless queued.
+   */
+  | { ok: true; slot?: SlotResult | Promise<SlotResult> }
   /**
    * `index` of the first failing claim; `retryAfterMs` for time-based limits (RPM, caps). `held`:
    * the limit itself is not reached — only the reservations of requests in flight fill it, so the
@@ -240,6 +244,15 @@ export interface Store {
    */
   cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void>;
   acquireSlot(req: SlotRequest): Promise<SlotResult>;
+  /**
+   * `admit()` and `settle()` answered in the caller's turn, for a store that needs no I/O to answer
+   * (the embedded store): the same contract, the result returned (an error thrown) instead of a
+   * promise. A store that must wait for its answer (Redis) leaves them out. The request path uses
+   * them when present, so a request through the embedded store waits for nothing but the client
+   * and the upstream: no promise and no turn of the microtask queue per store call.
+   */
+  admitNow?(req: AdmitRequest): AdmitResult;
+  settleNow?(requestId: string, s: Settlement): void;
 
   /** Balance spend of a user, micro-USD (the balance is the credit minus this). */
   balanceSpent(user: string): Promise<number>;

@@ -8,11 +8,25 @@
  */
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
-import { createSlot } from '../../core/context.js';
+import { createSlot, type RequestContext } from '../../core/context.js';
+import type { SlotResult } from '../../core/store/types.js';
 import { isModelCall } from '../../core/billing.js';
 import { concurrencySchema, type ConcurrencyOptions } from './schema.js';
 
 const RELEASE = createSlot<() => void>('concurrency.release');
+
+/** The slot's outcome: kept for onFinally to give back, or the refusal thrown. */
+function granted(ctx: RequestContext, r: SlotResult): void {
+  if (r.ok) {
+    ctx.set(RELEASE, r.release);
+    // Fencing (a shared store): the slot went to another request while this instance could not renew it.
+    r.onLost?.(() => ctx.stop(new GatewayError('SLOT_LOST')));
+    return;
+  }
+  if (r.reason === 'queue_full') throw new GatewayError('QUEUE_FULL');
+  if (r.reason === 'timeout') throw new GatewayError('QUEUE_TIMEOUT');
+  throw new GatewayError('QUEUE_TIMEOUT', { message: 'client went away', status: 499 });
+}
 
 export default definePlugin<ConcurrencyOptions>({
   name: 'concurrency',
@@ -21,32 +35,29 @@ export default definePlugin<ConcurrencyOptions>({
   requires: ['auth'],
   create(_options, { metrics }) {
     return {
-      async onAccess(ctx) {
+      onAccess(ctx) {
         const user = ctx.user;
         if (!user || user.concurrency <= 0 || !isModelCall(ctx)) return;
+        // With the admission, in one store call: the settlement (or cancel) releases the slot too.
+        const r = ctx.admission.commitWithSlot({
+          scope: `user:${user.name}`,
+          limit: user.concurrency,
+          queueSize: user.queue.size,
+          maxWaitMs: user.queue.maxWaitMs,
+          signal: ctx.clientGone,
+        });
+        if (!(r instanceof Promise)) return granted(ctx, r); // decided at once: no wait, no promise
         metrics.queueWaiting.inc();
-        let r;
-        try {
-          // With the admission, in one store call: the settlement (or cancel) releases the slot too.
-          r = await ctx.admission.commitWithSlot({
-            scope: `user:${user.name}`,
-            limit: user.concurrency,
-            queueSize: user.queue.size,
-            maxWaitMs: user.queue.maxWaitMs,
-            signal: ctx.clientGone,
-          });
-        } finally {
-          metrics.queueWaiting.dec();
-        }
-        if (r.ok) {
-          ctx.set(RELEASE, r.release);
-          // Fencing (a shared store): the slot went to another request while this instance could not renew it.
-          r.onLost?.(() => ctx.stop(new GatewayError('SLOT_LOST')));
-          return;
-        }
-        if (r.reason === 'queue_full') throw new GatewayError('QUEUE_FULL');
-        if (r.reason === 'timeout') throw new GatewayError('QUEUE_TIMEOUT');
-        throw new GatewayError('QUEUE_TIMEOUT', { message: 'client went away', status: 499 });
+        return r.then(
+          (x) => {
+            metrics.queueWaiting.dec();
+            granted(ctx, x);
+          },
+          (e: unknown) => {
+            metrics.queueWaiting.dec();
+            throw e;
+          },
+        );
       },
       onFinally(ctx) {
         ctx.get(RELEASE)?.();

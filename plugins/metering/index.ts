@@ -10,6 +10,7 @@ import { priceUsage } from '../../core/money.js';
 import { chargeRate, keyWindows } from '../../core/billing.js';
 import { meteringSchema, type MeteringOptions } from './schema.js';
 import type { ModelConfig } from '../../core/config/types.js';
+import type { Settlement } from '../../core/store/types.js';
 import type { Attempt } from '../../core/types.js';
 
 /** The attempt that answered: the last one of the answering model. */
@@ -25,48 +26,56 @@ export default definePlugin<MeteringOptions>({
   requires: ['auth'],
   create(_o, { log }) {
     return {
-      async onFinally(ctx, outcome) {
+      onFinally(ctx, outcome) {
         const { key, user, group, usage, answeredModel: model } = ctx;
         if (!key || !group || !usage || !model || ctx.route.handler) return;
         const ratePpm = chargeRate(user, group);
         const charge = priceUsage(usage, model.price, ratePpm);
         const answering = answeringAttempt(ctx.attempts, model);
-        try {
-          await ctx.store.settle(ctx.ledgerId, {
-            keyId: key.id,
-            user: key.user,
-            group: group.name,
-            model: model.id,
-            billing: group.billing,
-            usage,
-            cost: charge.cost,
-            actual: charge.actual,
-            durationMs: ctx.clock.now() - ctx.startedAt,
-            windows: keyWindows(key),
-            estimated: ctx.usageEstimated || undefined,
-            // The ledger record's details (core/ledger), stored with the settlement.
-            detail: {
-              requestedModel: ctx.requested?.model.id ?? ctx.parsed?.model ?? model.id,
-              provider: model.provider,
-              account: answering?.account?.id,
-              protocolIn: ctx.route.protocol ?? answering?.upstreamProtocol ?? 'openai-chat',
-              protocolOut: answering?.upstreamProtocol ?? ctx.route.protocol ?? 'openai-chat',
-              stream: ctx.parsed?.stream ?? false,
-              status: outcome.status,
-              reasoning: usage.reasoning,
-              estimateReason: ctx.usageEstimated
-                ? (ctx.estimateReason ?? (outcome.clientAborted ? 'client_disconnect' : 'no_usage_reported'))
-                : undefined,
-              ratePpm,
-              ttftMs: ctx.ttftMs,
-              attempts: ctx.attempts.length,
-            },
-          });
+        const s: Settlement = {
+          keyId: key.id,
+          user: key.user,
+          group: group.name,
+          model: model.id,
+          billing: group.billing,
+          usage,
+          cost: charge.cost,
+          actual: charge.actual,
+          durationMs: ctx.clock.now() - ctx.startedAt,
+          windows: keyWindows(key),
+          estimated: ctx.usageEstimated || undefined,
+          // The ledger record's details (core/ledger), stored with the settlement.
+          detail: {
+            requestedModel: ctx.requested?.model.id ?? ctx.parsed?.model ?? model.id,
+            provider: model.provider,
+            account: answering?.account?.id,
+            protocolIn: ctx.route.protocol ?? answering?.upstreamProtocol ?? 'openai-chat',
+            protocolOut: answering?.upstreamProtocol ?? ctx.route.protocol ?? 'openai-chat',
+            stream: ctx.parsed?.stream ?? false,
+            status: outcome.status,
+            reasoning: usage.reasoning,
+            estimateReason: ctx.usageEstimated
+              ? (ctx.estimateReason ?? (outcome.clientAborted ? 'client_disconnect' : 'no_usage_reported'))
+              : undefined,
+            ratePpm,
+            ttftMs: ctx.ttftMs,
+            attempts: ctx.attempts.length,
+          },
+        };
+        const settled = () => {
           ctx.admission.markSettled();
           // The core's token and cost metrics and the access log line read it.
           ctx.billed = { cost: charge.cost, actual: charge.actual };
+        };
+        const failed = (e: unknown) => log.error('settlement failed', { requestId: ctx.id, error: e as Error });
+        // A store that answers at once (Store.settleNow) settles in this turn: no promise to wait for.
+        const store = ctx.store;
+        if (store.settleNow === undefined) return store.settle(ctx.ledgerId, s).then(settled, failed);
+        try {
+          store.settleNow(ctx.ledgerId, s);
+          settled();
         } catch (e) {
-          log.error('settlement failed', { requestId: ctx.id, error: e as Error });
+          failed(e);
         }
       },
     };

@@ -104,8 +104,12 @@ t.before(async () => {
   store.admit = async () => {
     throw new Error('store down');
   };
+  store.admitNow = () => {
+    throw new Error('store down');
+  };
   const down = await chat();
   delete store.admit;
+  delete store.admitNow;
   if (down.status !== 503) throw new Error(`expected 503, got ${down.status}`);
   // probes (three readiness checks), usage reads, reloads (one accepted, one rejected)
   for (const p of ['/healthz', '/readyz', '/readyz', '/readyz', '/', '/metrics']) await call(g.url + p);

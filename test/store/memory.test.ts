@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { ManualClock } from '../../core/clock.js';
 import { createLogger } from '../../core/log.js';
 import { MemoryStore } from '../../core/store/memory/index.js';
-import { storeSuite, settlement, quota, win, T0 } from './suite.js';
+import { storeSuite, settlement, quota, win, T0, type StoreFactory } from './suite.js';
 
 // The behavioural suite every store passes (test/store/suite.ts), on a store persisted to a folder
 // (as shipped). Its death: the folder as a killed process leaves it (journal written, no close),
@@ -25,7 +25,7 @@ const folder = () => {
 };
 // Its ledger: day files in the folder (written with the journal), read as the gateway reads them.
 const ledger = (dir: string) => ({ dir: path.join(dir, 'ledger'), retentionMs: 100 * 365 * 86_400_000 });
-storeSuite(t, {
+const persisted: StoreFactory = {
   name: 'memory',
   async open(clock) {
     const dir = folder();
@@ -49,6 +49,21 @@ storeSuite(t, {
     return out;
   },
   tick: () => new Promise((r) => setImmediate(r)),
+};
+storeSuite(t, persisted);
+
+// The same suite through the synchronous forms the request path uses (Store.admitNow, settleNow):
+// every admission and settlement of the suite made by them, so both forms keep one contract.
+function throughNow(store: MemoryStore): MemoryStore {
+  store.admit = async (req) => store.admitNow(req);
+  store.settle = async (id, s) => store.settleNow(id, s);
+  return store;
+}
+storeSuite(t, {
+  ...persisted,
+  name: 'memory-now',
+  open: async (clock) => throughNow((await persisted.open(clock)) as MemoryStore),
+  die: async (store, clock) => throughNow((await persisted.die!(store, clock)) as MemoryStore),
 });
 
 // ---- memory only: persistence to a folder ------------------------------------------------------

@@ -772,7 +772,7 @@ export function storeSuite(tap: Test, f: StoreFactory): void {
     const box: { r?: SlotResult } = {};
     if (r.ok) {
       if (!r.slot) throw new Error('admitted without the slot outcome');
-      void r.slot.then((x) => (box.r = x));
+      void Promise.resolve(r.slot).then((x) => (box.r = x));
     }
     return { id, r, box };
   }

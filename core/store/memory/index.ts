@@ -125,11 +125,21 @@ export class MemoryStore implements Store {
     return this.state.admit(req);
   }
 
+  admitNow(req: AdmitRequest): AdmitResult {
+    this.assertOpen();
+    return this.state.admit(req);
+  }
+
   async cancel(requestId: string, opts?: { keepCounts?: boolean }): Promise<void> {
     this.state.cancel(requestId, opts);
   }
 
   async settle(requestId: string, s: Settlement): Promise<void> {
+    this.assertOpen();
+    this.state.settle(requestId, s);
+  }
+
+  settleNow(requestId: string, s: Settlement): void {
     this.assertOpen();
     this.state.settle(requestId, s);
   }

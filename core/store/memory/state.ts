@@ -359,12 +359,12 @@ export class MemoryState {
   }
 
   /** A slot that belongs to an admission: its settlement or cancel releases it (or leaves the queue). */
-  private admissionSlot(requestId: string, adm: Admission, req: SlotRequest): Promise<SlotResult> {
+  private admissionSlot(requestId: string, adm: Admission, req: SlotRequest): SlotResult | Promise<SlotResult> {
     // Decided at once (the usual case): no queue to leave, so no AbortController and no listener.
     const now = this.slotNow(req);
     if (now) {
       if (now.ok) adm.slot = now.release;
-      return Promise.resolve(now);
+      return now;
     }
     const leave = new AbortController();
     const forward = () => leave.abort();

@@ -194,7 +194,7 @@ export class Health implements Faults {
     return this.local.admit({ requestId: req.requestId, reserve: 0, claims, slot }).then((r) => {
       if (!r.ok) return r;
       this.carry.counted(req.claims);
-      return r.slot && sr ? { ok: true, slot: r.slot.then((s) => this.carried(s, sr.scope, sr.limit)) } : r;
+      return r.slot && sr ? { ok: true, slot: Promise.resolve(r.slot).then((s) => this.carried(s, sr.scope, sr.limit)) } : r;
     });
   }
 

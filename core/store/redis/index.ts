@@ -426,7 +426,7 @@ export class RedisStore implements Store {
     if (!r.slot) return r;
     return {
       ok: true,
-      slot: r.slot.then((s) => {
+      slot: Promise.resolve(r.slot).then((s) => {
         if (s.ok) local.release = s.release;
         return s;
       }),
