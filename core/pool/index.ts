@@ -224,6 +224,9 @@ function fingerprint(p: ProviderConfig, a: AccountConfig): string {
     .slice(0, 16);
 }
 
+/** The release of an account without store-held limits. */
+const NO_RELEASE = (): void => {};
+
 /** The per-request state of choosing accounts for one model. */
 interface Choosing {
   /** The model's id. */
@@ -248,6 +251,8 @@ interface AccountLabels {
 export class Pool {
   /** Health actions and sticky sessions need somewhere else to go. */
   readonly multi: boolean;
+  /** An account of the provider has a limit the store holds (concurrency, RPM): choosing one waits for the store. */
+  private readonly storeLimits: boolean;
   private readonly byName = new Map<string, AccountConfig>();
   private readonly random: () => number;
   /** Metric label objects per account, made once (they are only read). */
@@ -260,6 +265,7 @@ export class Pool {
     private readonly shared: SharedHealth,
   ) {
     this.multi = provider.accounts.length > 1;
+    this.storeLimits = provider.accounts.some((a) => a.concurrency > 0 || a.rpm > 0);
     for (const a of provider.accounts) this.byName.set(a.name, a);
     this.random = deps.random ?? Math.random;
   }
@@ -306,12 +312,28 @@ export class Pool {
    * A chooser for one model of one request: each `next()` picks an account not tried yet and takes
    * its store limits; at most `scheduling.max_attempts` accounts per model.
    */
-  chooser(ctx: RequestContext, model: ModelConfig): () => Promise<Pick> {
+  chooser(ctx: RequestContext, model: ModelConfig): () => Pick | Promise<Pick> {
     const c: Choosing = { model: model.id, tried: new Set(), refused: new Set(), attempts: 0, recalled: !this.multi };
     return () => this.next(ctx, model, c);
   }
 
-  private async next(ctx: RequestContext, model: ModelConfig, c: Choosing): Promise<Pick> {
+  /**
+   * The next account, at once (no promise) when nothing is asked of the store: the session's
+   * account already recalled, and no account of the provider with a store-held limit.
+   */
+  private next(ctx: RequestContext, model: ModelConfig, c: Choosing): Pick | Promise<Pick> {
+    if (!c.recalled || this.storeLimits) return this.nextWaiting(ctx, model, c);
+    const max = Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length);
+    if (c.attempts >= max) return { ok: false };
+    const now = this.deps.clock.now();
+    // Nothing is refused without store limits: the accounts tried are the ones to leave out.
+    const sel = selectAccount(this.candidates(model.id, now), { now, bound: c.bound?.a, exclude: c.tried, random: this.random() });
+    if (!sel.ok) return { ok: false, error: c.attempts === 0 ? this.noAccount(model, sel, c.refused.size > 0) : undefined };
+    const account = this.byName.get(sel.account)!;
+    return this.chosen(account, this.state(account.name), NO_RELEASE, c, sel.probe, now);
+  }
+
+  private async nextWaiting(ctx: RequestContext, model: ModelConfig, c: Choosing): Promise<Pick> {
     const max = Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length);
     if (c.attempts >= max) return { ok: false };
     if (!c.recalled) await this.recall(ctx, c);
@@ -332,18 +354,23 @@ export class Pool {
         continue;
       }
       if (release === 'blocked') continue; // its RPM is used up: blockedUntil now says so
-      c.tried.add(account.name);
-      c.attempts++;
-      st.inFlight++;
-      st.lastChosenAt = now;
-      const m = this.deps.metrics;
-      if (m) {
-        const l = this.labels(account.name);
-        (l.inFlight ??= m.accountInFlight.series(l.account)).inc();
-      }
-      return { ok: true, lease: this.lease(account, st, release, c, sel.probe) };
+      return this.chosen(account, st, release, c, sel.probe, now);
     }
     return { ok: false, error: c.attempts === 0 ? this.noAccount(model, { ok: false, reason: 'busy' }, true) : undefined };
+  }
+
+  /** An account chosen and its limits taken: counted as tried and in flight, leased to the attempt. */
+  private chosen(account: AccountConfig, st: AccountState, release: () => void, c: Choosing, probe: boolean, now: number): Pick {
+    c.tried.add(account.name);
+    c.attempts++;
+    st.inFlight++;
+    st.lastChosenAt = now;
+    const m = this.deps.metrics;
+    if (m) {
+      const l = this.labels(account.name);
+      (l.inFlight ??= m.accountInFlight.series(l.account)).inc();
+    }
+    return { ok: true, lease: this.lease(account, st, release, c, probe) };
   }
 
   /** The store-held limits of an account: its slot (no queue) and its RPM count. */

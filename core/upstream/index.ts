@@ -62,7 +62,8 @@ export async function runModelCall(ctx: RequestContext, hooks: ChainHooks, deps:
     const choose = pool.chooser(ctx, cand.model);
     let attempt: Attempt | undefined;
     for (;;) {
-      const pick = await choose();
+      const chosen = choose();
+      const pick = chosen instanceof Promise ? await chosen : chosen; // at once unless the store was asked
       if (!pick.ok) {
         if (pick.error?.status === 499) throw pick.error;
         if (!attempt) noAccount = pick.error;
