@@ -30,10 +30,9 @@ export function keyWindows(key: KeyConfig): readonly Window[] {
 }
 
 /** The requested model and the served fallback models: any of them may answer. */
-export async function candidateModels(ctx: RequestContext): Promise<ModelConfig[]> {
-  await ctx.body();
-  await ctx.model();
-  return candidateModelsNow(ctx)!;
+export function candidateModels(ctx: RequestContext): Promise<ModelConfig[]> {
+  // The model is resolved once the body is read: one promise to wait for.
+  return ctx.model().then(() => candidateModelsNow(ctx)!);
 }
 
 /**
