@@ -176,14 +176,21 @@ export class Persistence implements Recorder, AccountRecorder {
   private writeNow(): void {
     const fd = this.journal;
     if (fd === undefined || this.compacting || this.pending.length === 0) return;
-    const chunk = Buffer.from(this.pending.join(''), 'utf8');
+    // Written as a string: Node encodes it into memory it frees at once, where a Buffer made here
+    // would be garbage for the collector. A regular file takes all of it unless the disk is full or
+    // a signal interrupts; the rest then goes as bytes.
+    const text = this.pending.join('');
+    const size = Buffer.byteLength(text, 'utf8');
     this.pending = [];
     try {
-      let off = 0;
-      while (off < chunk.length) off += writeSync(fd, chunk, off, chunk.length - off);
+      let off = writeSync(fd, text);
+      if (off < size) {
+        const rest = Buffer.from(text, 'utf8');
+        while (off < size) off += writeSync(fd, rest, off, size - off);
+      }
     } catch (e) {
       // Put it back for the next attempt; cut off a partial write so lines stay whole.
-      this.pending.unshift(chunk.toString('utf8'));
+      this.pending.unshift(text);
       try {
         ftruncateSync(fd, this.journalBytes);
       } catch {
@@ -192,7 +199,7 @@ export class Persistence implements Recorder, AccountRecorder {
       this.log.error('store journal write failed', { error: e as Error });
       return;
     }
-    this.journalBytes += chunk.length;
+    this.journalBytes += size;
     this.unsynced = true;
     this.writeLedger();
     if (this.journalBytes >= this.compactBytes && !this.ledger?.waiting)
