@@ -94,28 +94,21 @@ export class Admission {
     if (this.committed) return undefined;
     this.committed = true;
     if (this.claims.length === 0) return undefined;
-    const req = { requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery(), slot };
-    if (this.store.admitNow === undefined) {
-      let p;
-      try {
-        p = this.store.admit(req);
-      } catch (e) {
-        throw new GatewayError('BILLING_SERVICE', { cause: e });
-      }
-      return p.then(
-        (result) => this.accepted(result),
-        (e: unknown) => {
-          throw new GatewayError('BILLING_SERVICE', { cause: e });
-        },
-      );
-    }
-    let result;
+    let answer;
     try {
-      result = this.store.admitNow(req);
+      // The recovery settlement is priced here: a failure to make it is the billing check's too.
+      const req = { requestId: this.requestId, reserve: this.reserve, claims: this.claims, recovery: this.recovery(), slot };
+      answer = this.store.admitNow === undefined ? this.store.admit(req) : this.store.admitNow(req);
     } catch (e) {
       throw new GatewayError('BILLING_SERVICE', { cause: e });
     }
-    return this.accepted(result);
+    if (!(answer instanceof Promise)) return this.accepted(answer);
+    return answer.then(
+      (result) => this.accepted(result),
+      (e: unknown) => {
+        throw new GatewayError('BILLING_SERVICE', { cause: e });
+      },
+    );
   }
 
   /** The store's answer: admitted (with the slot's outcome, if one was asked for), or the first failing claim's error thrown. */
