@@ -13,8 +13,9 @@
  *   model. The upstream body is destroyed (unless it had already ended).
  * Its timers (the preamble hold, the keepalive) are cleared when `run()` settles.
  *
- * The hot path (one upstream chunk: parse, translate, write) makes no closure and no promise beyond
- * the `for await`'s own: `writeNow()` returns a boolean, and only a full client buffer is waited for.
+ * The hot path (one upstream chunk: parse, translate, write) makes no closure and no promise: the
+ * upstream's chunks are read as they are buffered (`BodyChunks`, a promise only to wait for the
+ * next), `writeNow()` returns a boolean, and only a full client buffer is waited for.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { RequestContext } from '../context.js';
@@ -49,6 +50,64 @@ function join(a: Out, b: Out): Out {
     return Buffer.from(a.buffer, a.byteOffset, a.length + b.length);
   }
   return Buffer.concat([typeof a === 'string' ? Buffer.from(a) : a, typeof b === 'string' ? Buffer.from(b) : b]);
+}
+
+/**
+ * The upstream body's chunks as `for await` gave them, without its async generator (a generator
+ * and promises for every chunk): `next()` returns a chunk already buffered at once, null at the
+ * end, and a promise only when it must wait (then it is called again); it throws what `for await`
+ * threw, the body's error or a close before its end. `close()` ends the reading as leaving the
+ * `for await` did: the body is destroyed (nothing happens to one that ended).
+ */
+class BodyChunks {
+  /** Open, ended, or the error that ended it. */
+  private state: 'open' | 'ended' | Error = 'open';
+  private waiting: (() => void) | undefined;
+
+  constructor(private readonly body: IncomingMessage) {
+    body.on('readable', this.wake);
+    body.on('end', this.ended);
+    body.on('error', this.failed);
+    body.on('close', this.closed);
+  }
+
+  next(): Buffer | null | Promise<void> {
+    const chunk = this.body.destroyed ? null : (this.body.read() as Buffer | null);
+    if (chunk !== null) return chunk;
+    if (this.state === 'ended') return null;
+    if (this.state !== 'open') throw this.state;
+    return new Promise<void>((resolve) => (this.waiting = resolve));
+  }
+
+  close(): void {
+    const { body } = this;
+    body.off('readable', this.wake);
+    body.off('end', this.ended);
+    body.off('close', this.closed);
+    // The error listener stays: an error the body emits after this must not throw.
+    body.destroy();
+  }
+
+  private readonly wake = (): void => {
+    const w = this.waiting;
+    this.waiting = undefined;
+    w?.();
+  };
+
+  private readonly ended = (): void => {
+    if (this.state === 'open') this.state = 'ended';
+    this.wake();
+  };
+
+  private readonly failed = (e: Error): void => {
+    if (this.state === 'open') this.state = e;
+    this.wake();
+  };
+
+  private readonly closed = (): void => {
+    if (this.state === 'open') this.state = new Error('the upstream body closed before its end');
+    this.wake();
+  };
 }
 
 /** One streamed attempt's delivery to the client (see the contract above). */
@@ -138,9 +197,16 @@ export class StreamDelivery {
     const { ctx, res, body, translator } = this;
     this.keepaliveTimer = setInterval(StreamDelivery.keepaliveTick, Math.max(10, Math.floor(this.keepaliveMs / 2)), this);
     this.keepaliveTimer.unref();
+    const chunks = new BodyChunks(body);
     try {
-      for await (const chunk of body) {
-        const out = this.handOut(this.parser.feedBytes(chunk as Buffer));
+      for (;;) {
+        const chunk = chunks.next();
+        if (chunk === null) break;
+        if (chunk instanceof Promise) {
+          await chunk;
+          continue;
+        }
+        const out = this.handOut(this.parser.feedBytes(chunk));
         if (this.overflow) return await this.cut(out);
         if (!this.firstSent) {
           this.held = join(this.held, out);
@@ -208,6 +274,7 @@ export class StreamDelivery {
       this.failAfterCommit();
       return true;
     } finally {
+      chunks.close();
       clearTimeout(this.holdTimer);
       clearInterval(this.keepaliveTimer);
     }
