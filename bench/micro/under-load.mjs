@@ -14,9 +14,9 @@ export { freePort };
 
 /**
  * The bench's gateway config for CHECKOUT `root` (built), written with a body file into a new
- * temporary directory; `store` replaces the embedded store.
+ * temporary directory; `store` replaces the embedded store; `stream`: the body asks for a stream.
  */
-export async function gatewaySetup(root, name, store) {
+export async function gatewaySetup(root, name, store, stream = false) {
   const { gatewayConfig, AUTH_CHAT } = await import(path.join(root, 'dist/bench/setup.js'));
   const YAML = (await import(path.join(root, 'node_modules/yaml/dist/index.js'))).default;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${name}-`));
@@ -33,7 +33,10 @@ export async function gatewaySetup(root, name, store) {
   const config = path.join(dir, 'gateway.yaml');
   fs.writeFileSync(config, YAML.stringify(cfg));
   const body = path.join(dir, 'body.json');
-  fs.writeFileSync(body, JSON.stringify({ model: 'bench-chat', max_tokens: 20, messages: [{ role: 'user', content: 'Hello there' }] }));
+  fs.writeFileSync(
+    body,
+    JSON.stringify({ model: 'bench-chat', max_tokens: 20, stream, messages: [{ role: 'user', content: 'Hello there' }] }),
+  );
   return { root, dir, config, body, auth: AUTH_CHAT, mockPort, gwPort, errFile: path.join(dir, 'gateway.err') };
 }
 

@@ -3,7 +3,7 @@
 // of every writeSync/fsyncSync by file (write-timing-preload.mjs), a separate wrk on the other
 // core. Answers "cost or blocking?": blocking shows as a tail (calls over 1 ms, the journal's fsync
 // running beside them), cost as a steady median.
-//   node bench/micro/write-timing.mjs [CHECKOUT] [--seconds N]     (CHECKOUT built; default .)
+//   node bench/micro/write-timing.mjs [CHECKOUT] [--seconds N] [--stream]    (CHECKOUT built; default .)
 // (not a test: a guide, like the rest of bench/micro)
 import fs from 'node:fs';
 import os from 'node:os';
@@ -14,10 +14,12 @@ import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
 const args = process.argv.slice(2);
 const secI = args.indexOf('--seconds');
 const seconds = secI >= 0 ? Number(args.splice(secI, 2)[1]) : 20;
+const streamI = args.indexOf('--stream');
+const stream = streamI >= 0 && args.splice(streamI, 1).length > 0;
 const root = path.resolve(args[0] ?? '.');
 const here = path.dirname(new URL(import.meta.url).pathname);
 
-const s = await gatewaySetup(root, 'write-timing');
+const s = await gatewaySetup(root, 'write-timing', undefined, stream);
 const dir = s.dir;
 const procs = processes(s);
 const statsFile = path.join(dir, 'stats.json');
