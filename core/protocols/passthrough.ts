@@ -24,6 +24,31 @@ import type { OutgoingBody } from '../json/text.js';
 import type { LargeBody } from '../json/parse.js';
 import { wireFor } from './index.js';
 
+/** `needle` occurs in `s`, and only once. */
+function once(s: string, needle: string): boolean {
+  const i = s.indexOf(needle);
+  return i >= 0 && s.indexOf(needle, i + needle.length) < 0;
+}
+
+/**
+ * Whether the edits would leave the body as it is: the client named the upstream's model, sent no
+ * `models`, and a Chat stream already asks for its usage. Decided by searching the text (native
+ * speed) instead of scanning its members, and only for a body whose keys cannot hide: with a `\u`
+ * escape anywhere a key may be spelled another way, and a member written twice may be the one an
+ * upstream reads (the first, for some parsers), so those bodies are spliced, every duplicate
+ * rewritten. Outside strings a quote is a key's or a value's, inside one it is escaped: so one
+ * `"model"` in a body whose `model` is a string is that member.
+ */
+function unchanged(input: RequestInput, chatStream: boolean): boolean {
+  const { text, json } = input;
+  if (json.model !== input.upstreamModel || text.includes('\\u') || text.includes('"models"') || !once(text, '"model"')) return false;
+  if (!chatStream) return true;
+  const so = json.stream_options as { include_usage?: unknown } | undefined;
+  return (
+    so !== null && typeof so === 'object' && so.include_usage === true && once(text, '"stream_options"') && once(text, '"include_usage"')
+  );
+}
+
 export function passthrough(protocol: ProtocolName): Conversion {
   const wire = wireFor(protocol);
   const edits = (input: RequestInput): SpliceOps => {
@@ -39,7 +64,7 @@ export function passthrough(protocol: ProtocolName): Conversion {
     upstream: protocol,
     passthrough: true,
     requestBody(input: RequestInput): string {
-      return spliceJson(input.text, edits(input));
+      return unchanged(input, protocol === 'openai-chat' && input.stream) ? input.text : spliceJson(input.text, edits(input));
     },
     requestParts(input: RequestInput, large: LargeBody): OutgoingBody {
       return spliceLarge(large, edits(input));

@@ -44,3 +44,45 @@ t.test('result is always valid JSON equal to the edited object', async (t) => {
     t.same(JSON.parse(out), expected);
   }
 });
+
+// Passthrough forwards a body its edits would not change without splicing it (a search of the text
+// instead of a scan of its members). It must give exactly what the splice gives, for every body:
+// a duplicate, an escaped key or a nested `model` must not let a second value through unedited.
+t.test('passthrough: a body the edits would not change goes as it is; any other is spliced, every duplicate rewritten', async (t) => {
+  const bodies = [
+    '{"model":"up","messages":[]}',
+    '{ "model" : "up" ,\n "messages": [{"role":"user","content":"say \\"model\\""}] }',
+    '{"model":"a","messages":[]}',
+    '{"model":"cheap","model":"up","messages":[]}',
+    '{"mod\\u0065l":"cheap","model":"up"}',
+    '{"model":"up","mod\\u0065l":"cheap"}',
+    '{"model":"up","models":["x"]}',
+    '{"model":"up","messages":[{"role":"model","content":"hi"}]}',
+    '{"model":"up","tools":[{"parameters":{"properties":{"model":{"type":"string"}}}}]}',
+    '{"model":"up","stream":true}',
+    '{"model":"up","stream":true,"stream_options":{"include_usage":true}}',
+    '{"model":"up","stream":true,"stream_options":{"include_usage":false}}',
+    '{"model":"up","stream":true,"stream_options":{"include_usage":false,"include_usage":true}}',
+    '{"model":"up","stream":true,"stream_options":{"include_usage":false},"stream_options":{"include_usage":true}}',
+    '{"model":"up","stream":true,"stream_options":{"include_usage":true},"note":"C:\\\\users"}',
+  ];
+  const { passthrough } = await import('../../core/protocols/passthrough.js');
+  for (const protocol of ['openai-chat', 'anthropic-messages', 'openai-responses'] as const) {
+    const conv = passthrough(protocol);
+    for (const text of bodies) {
+      const json = JSON.parse(text) as Record<string, unknown>;
+      const stream = json.stream === true;
+      const out = conv.requestBody({ text, json, stream, upstreamModel: 'up', requestId: 'r' });
+      const set: Record<string, unknown> = { model: 'up' };
+      if (protocol === 'openai-chat' && stream) {
+        const so = json.stream_options as Record<string, unknown> | undefined;
+        set.stream_options = { ...(so ?? {}), include_usage: true };
+      }
+      t.equal(out, spliceJson(text, { set, remove: ['models'] }), `${protocol}: ${text}`);
+      // What any upstream parser reads, first or last of duplicates: the upstream's model, and usage asked for.
+      for (const m of out.matchAll(/"mod(?:el|\\u0065l)"\s*:\s*"([^"]*)"/g))
+        t.equal(m[1], 'up', `${protocol}: every model member is the upstream's`);
+      if (protocol === 'openai-chat' && stream) t.notMatch(out, /"include_usage":false/, `${protocol}: no include_usage: false left`);
+    }
+  }
+});
