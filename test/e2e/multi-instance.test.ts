@@ -158,6 +158,11 @@ t.test('200 requests racing one key quota across two instances: bounded overspen
   );
   const charged = ok.reduce((s, r) => s + charge(r), 0);
   const most = Math.max(...ok.map(charge));
+  // A request is settled after its answer is sent: the last settlements may still be on their way.
+  await until(async () => {
+    const r = await records(prefix);
+    return r.reserved === 0 && r.walletReserved === 0;
+  }, 5_000);
   const rec = await records(prefix);
   t.equal(rec.used, charged, 'the key quota used = the sum of what the served requests cost');
   t.equal(rec.actual, charged, 'the usage records add up to the same');
@@ -171,8 +176,14 @@ t.test("an instance's consecutive requests keep their done markers together, 16 
   const prefix = 'mdone:';
   const [a] = await instances(t, prefix, 1, {});
   for (let i = 0; i < 48; i++) t.equal((await chat(a)).status, 200);
-  const hashes = (await keysOf(prefix)).filter((k) => k.includes(':done:'));
-  const markers = (await Promise.all(hashes.map((k) => db.hlen(k)))).reduce((x, y) => x + y, 0);
+  // A request is settled after its answer is sent: the last settlement may still be on its way.
+  let hashes: string[] = [];
+  let markers = 0;
+  await until(async () => {
+    hashes = (await keysOf(prefix)).filter((k) => k.includes(':done:'));
+    markers = (await Promise.all(hashes.map((k) => db.hlen(k)))).reduce((x, y) => x + y, 0);
+    return markers >= 48;
+  }, 5_000);
   t.equal(markers, 48, 'one marker per request');
   // 48 consecutive ledger ids span 3 or 4 hashes of 16; ids shared with the responses' x-request-id
   // would have spread them over twice as many.
