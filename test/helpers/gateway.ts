@@ -2,7 +2,7 @@
  * Test harness: a base config (mock provider, one group of each kind, a user, keys) that tests
  * patch, written to a temp file and started as a real gateway on an ephemeral port.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -88,8 +88,24 @@ export function baseConfig(): Record<string, any> {
   };
 }
 
+/** Folders made by `tmpDir`, removed when the test process exits (the large ledger test's is 600 MB). */
+const made: string[] = [];
+
 export function tmpDir(prefix = 'gw-test-'): string {
-  return mkdtempSync(path.join(tmpdir(), prefix));
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  if (made.length === 0) process.once('exit', removeMade);
+  made.push(dir);
+  return dir;
+}
+
+function removeMade(): void {
+  for (const dir of made) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // A child process still writing into it: left behind, never a failed test.
+    }
+  }
 }
 
 export function writeConfig(config: Record<string, any> | string, dir = tmpDir()): string {
