@@ -730,7 +730,7 @@ export class InstrumentedStore implements Store {
   private timed<T>(op: string, t0: number, p: Promise<T>): Promise<T> {
     return p.then(
       (x) => {
-        (this.latencies[op] ??= this.latency.series(this.l(op))).observe((performance.now() - t0) / 1000);
+        this.observe(op, t0);
         return x;
       },
       (e) => {
@@ -738,6 +738,11 @@ export class InstrumentedStore implements Store {
         throw e;
       },
     );
+  }
+
+  /** Records the latency of an operation started at `t0`. */
+  private observe(op: string, t0: number): void {
+    (this.latencies[op] ??= this.latency.series(this.l(op))).observe((performance.now() - t0) / 1000);
   }
 
   private call<T>(op: string, f: () => Promise<T>): Promise<T> {
@@ -783,7 +788,7 @@ export class InstrumentedStore implements Store {
       this.errors.inc(this.l('admit'));
       throw e;
     }
-    (this.latencies.admit ??= this.latency.series(this.l('admit'))).observe((performance.now() - t0) / 1000);
+    this.observe('admit', t0);
     return r;
   };
 
@@ -795,7 +800,7 @@ export class InstrumentedStore implements Store {
       this.errors.inc(this.l('settle'));
       throw e;
     }
-    (this.latencies.settle ??= this.latency.series(this.l('settle'))).observe((performance.now() - t0) / 1000);
+    this.observe('settle', t0);
   };
 
   settle(requestId: string, s: Settlement): Promise<void> {

@@ -322,9 +322,8 @@ export class Pool {
    * account already recalled, and no account of the provider with a store-held limit.
    */
   private next(ctx: RequestContext, model: ModelConfig, c: Choosing): Pick | Promise<Pick> {
+    if (c.attempts >= Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length)) return { ok: false };
     if (!c.recalled || this.storeLimits) return this.nextWaiting(ctx, model, c);
-    const max = Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length);
-    if (c.attempts >= max) return { ok: false };
     const now = this.deps.clock.now();
     // Nothing is refused without store limits: the accounts tried are the ones to leave out.
     const sel = selectAccount(this.candidates(model.id, now), { now, bound: c.bound?.a, exclude: c.tried, random: this.random() });
@@ -333,9 +332,8 @@ export class Pool {
     return this.chosen(account, this.state(account.name), NO_RELEASE, c, sel.probe, now);
   }
 
+  /** `next()` when the store is asked: the session's account recalled, or the account's limits taken. */
   private async nextWaiting(ctx: RequestContext, model: ModelConfig, c: Choosing): Promise<Pick> {
-    const max = Math.min(this.provider.scheduling.maxAttempts, this.provider.accounts.length);
-    if (c.attempts >= max) return { ok: false };
     if (!c.recalled) await this.recall(ctx, c);
     const exclude = new Set([...c.tried, ...c.refused]);
     // Each pass either returns or takes one account out of the running (refused, or RPM-blocked).

@@ -12,11 +12,23 @@ import { meteringSchema, type MeteringOptions } from './schema.js';
 import type { ModelConfig } from '../../core/config/types.js';
 import type { Settlement } from '../../core/store/types.js';
 import type { Attempt } from '../../core/types.js';
+import type { RequestContext } from '../../core/context.js';
+import type { Logger } from '../../core/log.js';
 
 /** The attempt that answered: the last one of the answering model. */
 function answeringAttempt(attempts: readonly Attempt[], model: ModelConfig): Attempt | undefined {
   for (let i = attempts.length - 1; i >= 0; i--) if (attempts[i].model === model) return attempts[i];
   return undefined;
+}
+
+/** Settled: nothing left to cancel, and the charge for the core's token and cost metrics and the access line. */
+function settled(ctx: RequestContext, charge: { cost: number; actual: number }): void {
+  ctx.admission.markSettled();
+  ctx.billed = { cost: charge.cost, actual: charge.actual };
+}
+
+function failed(log: Logger, ctx: RequestContext, e: unknown): void {
+  log.error('settlement failed', { requestId: ctx.id, error: e as Error });
 }
 
 export default definePlugin<MeteringOptions>({
@@ -62,20 +74,18 @@ export default definePlugin<MeteringOptions>({
             attempts: ctx.attempts.length,
           },
         };
-        const settled = () => {
-          ctx.admission.markSettled();
-          // The core's token and cost metrics and the access log line read it.
-          ctx.billed = { cost: charge.cost, actual: charge.actual };
-        };
-        const failed = (e: unknown) => log.error('settlement failed', { requestId: ctx.id, error: e as Error });
         // A store that answers at once (Store.settleNow) settles in this turn: no promise to wait for.
         const store = ctx.store;
-        if (store.settleNow === undefined) return store.settle(ctx.ledgerId, s).then(settled, failed);
+        if (store.settleNow === undefined)
+          return store.settle(ctx.ledgerId, s).then(
+            () => settled(ctx, charge),
+            (e: unknown) => failed(log, ctx, e),
+          );
         try {
           store.settleNow(ctx.ledgerId, s);
-          settled();
+          settled(ctx, charge);
         } catch (e) {
-          failed(e);
+          failed(log, ctx, e);
         }
       },
     };

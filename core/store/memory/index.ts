@@ -120,9 +120,9 @@ export class MemoryStore implements Store {
     return new MemoryStore(state, book, clock, disk, ledger);
   }
 
+  /** The promise forms of admit and settle are the synchronous ones (`Store.admitNow`), answered as promises. */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    this.assertOpen();
-    return this.state.admit(req);
+    return this.admitNow(req);
   }
 
   admitNow(req: AdmitRequest): AdmitResult {
@@ -135,8 +135,7 @@ export class MemoryStore implements Store {
   }
 
   async settle(requestId: string, s: Settlement): Promise<void> {
-    this.assertOpen();
-    this.state.settle(requestId, s);
+    this.settleNow(requestId, s);
   }
 
   settleNow(requestId: string, s: Settlement): void {
