@@ -4,6 +4,7 @@
  */
 import t from 'tap';
 import { createHash } from 'node:crypto';
+import http from 'node:http';
 import {
   baseConfig,
   bearer,
@@ -100,6 +101,58 @@ t.test('key check errors, flat format', async (t) => {
   flat(t, await chat(bearer(K.noUser)), 401, 'USER_NOT_FOUND');
   flat(t, await chat(bearer(K.inactive)), 401, 'USER_INACTIVE');
   flat(t, await chat(bearer(K.expired)), 403, 'API_KEY_EXPIRED');
+});
+
+t.test('one keep-alive connection: every request is checked with the key it presents', async (t) => {
+  // The digest of a connection's last key is kept on its socket: switching keys on the same
+  // connection must switch who is calling, and a bad key after a good one is still refused.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.teardown(() => agent.destroy());
+  const send = (key: string) =>
+    new Promise<{ status: number; code?: string; reused: boolean }>((resolve, reject) => {
+      const req = http.request(
+        g.url + '/v1/messages',
+        { method: 'POST', agent, headers: { 'x-api-key': key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' } },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => {
+            const body = JSON.parse(text);
+            resolve({ status: res.statusCode ?? 0, code: body.code ?? body.error?.type, reused: req.reusedSocket });
+          });
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify(messagesBody()));
+    });
+  const seen: [string, number, string | undefined][] = [];
+  let reused = 0;
+  for (const [name, key] of [
+    ['messages', KEYS.messages],
+    ['messages again', KEYS.messages],
+    ['chat (its group serves no Messages)', KEYS.chat],
+    ['messages', KEYS.messages],
+    ['unknown', K.unknown],
+    ['disabled', K.disabled],
+    ['inactive user', K.inactive],
+    ['messages', KEYS.messages],
+  ] as const) {
+    const r = await send(key);
+    seen.push([name, r.status, r.status === 200 ? undefined : r.code]);
+    if (r.reused) reused++;
+  }
+  t.equal(reused, 7, 'every request after the first went over the same connection');
+  t.same(seen, [
+    ['messages', 200, undefined],
+    ['messages again', 200, undefined],
+    ['chat (its group serves no Messages)', 404, 'not_found_error'],
+    ['messages', 200, undefined],
+    ['unknown', 401, 'INVALID_API_KEY'],
+    ['disabled', 401, 'API_KEY_DISABLED'],
+    ['inactive user', 401, 'USER_INACTIVE'],
+    ['messages', 200, undefined],
+  ]);
 });
 
 t.test('duplicate credential headers are rejected', async (t) => {
