@@ -30,28 +30,52 @@ function once(s: string, needle: string): boolean {
   return i >= 0 && s.indexOf(needle, i + needle.length) < 0;
 }
 
+/** The member a Chat stream's body gets when it does not ask for usage at all (what the splice adds). */
+const ASK_USAGE = ',"stream_options":{"include_usage":true}';
+
 /**
- * Whether the edits would leave the body as it is: the client named the upstream's model, sent no
- * `models`, and a Chat stream already asks for its usage. Decided by searching the text (native
- * speed) instead of scanning its members, and only for a body whose keys cannot hide: with a `\u`
- * escape anywhere a key may be spelled another way, and a member written twice may be the one an
- * upstream reads (the first, for some parsers), so those bodies are spliced, every duplicate
- * rewritten. Outside strings a quote is a key's or a value's, inside one it is escaped: so one
- * `"model"` in a body whose `model` is a string is that member.
+ * What the edits do to the body, when that can be told without scanning its members: nothing
+ * (`'same'`: the client named the upstream's model, sent no `models`, and a Chat stream already
+ * asks for its usage), or only add `stream_options` after the last member (`'ask-usage'`: a Chat
+ * stream without any). Decided by searching the text (native speed) instead of scanning its
+ * members, and only for a body whose keys cannot hide: with a `\u` escape anywhere a key may be
+ * spelled another way, and a member written twice may be the one an upstream reads (the first,
+ * for some parsers), so those bodies are spliced (`'splice'`), every duplicate rewritten. Outside
+ * strings a quote is a key's or a value's, inside one it is escaped: so one `"model"` in a body
+ * whose `model` is a string is that member, and no `"stream_options"` means no such member.
  */
-function unchanged(input: RequestInput, chatStream: boolean): boolean {
+function edits(input: RequestInput, chatStream: boolean): 'same' | 'ask-usage' | 'splice' {
   const { text, json } = input;
-  if (json.model !== input.upstreamModel || text.includes('\\u') || text.includes('"models"') || !once(text, '"model"')) return false;
-  if (!chatStream) return true;
+  if (json.model !== input.upstreamModel || text.includes('\\u') || text.includes('"models"') || !once(text, '"model"')) return 'splice';
+  if (!chatStream) return 'same';
   const so = json.stream_options as { include_usage?: unknown } | undefined;
-  return (
-    so !== null && typeof so === 'object' && so.include_usage === true && once(text, '"stream_options"') && once(text, '"include_usage"')
-  );
+  if (so === undefined) return text.includes('"stream_options"') ? 'splice' : 'ask-usage';
+  return so !== null &&
+    typeof so === 'object' &&
+    so.include_usage === true &&
+    once(text, '"stream_options"') &&
+    once(text, '"include_usage"')
+    ? 'same'
+    : 'splice';
+}
+
+/**
+ * The body with `ASK_USAGE` after its last member: the text up to the end of the last value (the
+ * root's closing brace is the text's last, and only whitespace stands between it and that value).
+ */
+function askUsage(text: string): string {
+  let end = text.lastIndexOf('}');
+  for (;;) {
+    const c = text.charCodeAt(end - 1);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break;
+    end--;
+  }
+  return text.slice(0, end) + ASK_USAGE + text.slice(end);
 }
 
 export function passthrough(protocol: ProtocolName): Conversion {
   const wire = wireFor(protocol);
-  const edits = (input: RequestInput): SpliceOps => {
+  const ops = (input: RequestInput): SpliceOps => {
     const set: Record<string, unknown> = { model: input.upstreamModel };
     if (protocol === 'openai-chat' && input.stream) {
       const so = input.json.stream_options;
@@ -64,10 +88,17 @@ export function passthrough(protocol: ProtocolName): Conversion {
     upstream: protocol,
     passthrough: true,
     requestBody(input: RequestInput): string {
-      return unchanged(input, protocol === 'openai-chat' && input.stream) ? input.text : spliceJson(input.text, edits(input));
+      switch (edits(input, protocol === 'openai-chat' && input.stream)) {
+        case 'same':
+          return input.text;
+        case 'ask-usage':
+          return askUsage(input.text);
+        default:
+          return spliceJson(input.text, ops(input));
+      }
     },
     requestParts(input: RequestInput, large: LargeBody): OutgoingBody {
-      return spliceLarge(large, edits(input));
+      return spliceLarge(large, ops(input));
     },
     response(text: string) {
       let usage: Usage | undefined;
