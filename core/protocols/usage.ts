@@ -133,18 +133,25 @@ export function stringValueLength(data: string, keys: readonly string[]): number
 export interface TextKeys {
   readonly keys: readonly string[];
   readonly pattern: RegExp;
+  /** The first key alone: what nearly every delta carries, found by a literal search. */
+  readonly first: RegExp;
 }
 
 export function textKeys(keys: readonly string[]): TextKeys {
-  return { keys, pattern: new RegExp(`"(${keys.join('|')})": *"`, 'g') };
+  return { keys, pattern: new RegExp(`"(${keys.join('|')})": *"`, 'g'), first: new RegExp(`"${keys[0]}": *"`, 'g') };
 }
 
 /**
  * `stringValueLength` in one pass: the same answer (the first string value of the first of the
  * keys, in their order, that has one), found by one compiled pattern instead of an `indexOf` per
- * key — the keys a delta does not carry were each a scan of the whole event.
+ * key — the keys a delta does not carry were each a scan of the whole event. The first key is
+ * looked for alone first: a literal pattern scans about three times faster than the alternation,
+ * and when it matches its first match is the answer.
  */
 export function textLength(data: string, keys: TextKeys): number {
+  const first = keys.first;
+  first.lastIndex = 0;
+  if (first.exec(data) !== null) return stringLength(data, first.lastIndex);
   const re = keys.pattern;
   re.lastIndex = 0;
   let best = keys.keys.length;
@@ -154,7 +161,6 @@ export function textLength(data: string, keys: TextKeys): number {
     if (rank < best) {
       best = rank;
       at = re.lastIndex;
-      if (rank === 0) break;
     }
   }
   return at < 0 ? 0 : stringLength(data, at);
