@@ -1,0 +1,113 @@
+// Where a server's CPU goes under load, per request, by symbol: Linux `perf` sampling the whole
+// process (kernel, V8's builtins and collector, Node's C++, JavaScript named through
+// `--perf-basic-prof`) while a separate wrk loads it. V8's own sampler (`bench:instructions
+// -- --cpu-prof`) sees only JavaScript frames and folds native work into whichever frame was on the
+// stack: it put 2.8 µs a request on the key's SHA-256, which costs 0.34 µs. perf names the builtin
+// itself (a Set lookup, a scavenge, a regular expression, the kernel waking a peer).
+// `perf` comes from Debian's linux-perf; on a VM without hardware counters the software clock
+// (`cpu-clock`) is used, which is all this needs.
+//
+//   node bench/micro/perf-profile.mjs record --out FILE [--root CHECKOUT] [--side gateway|proxy|floor]
+//        [--stream] [--seconds N] [--callers]         (CHECKOUT built; default .; FILE.json gets the request count)
+//   node bench/micro/perf-profile.mjs report A [B] [--top N]   µs per request by symbol; with B, B − A, largest first
+// (not a test: a guide, like the rest of bench/micro)
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+
+const HZ = 4999;
+const args = process.argv.slice(2);
+const opt = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args.splice(i, 2)[1] : dflt;
+};
+const flag = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 && args.splice(i, 1).length > 0;
+};
+
+if (args[0] === 'record') {
+  const out = path.resolve(opt('--out', 'perf.data'));
+  const root = path.resolve(opt('--root', '.'));
+  const side = opt('--side', 'gateway');
+  const seconds = Number(opt('--seconds', '8'));
+  const stream = flag('--stream');
+  const callers = flag('--callers');
+  const s = await gatewaySetup(root, 'perf-profile', undefined, stream);
+  const procs = processes(s);
+  try {
+    procs.mock();
+    let pid;
+    if (side === 'gateway') {
+      pid = procs.gateway(['--perf-basic-prof']).pid;
+      await waitUp(s);
+    } else {
+      const mock = `http://127.0.0.1:${s.mockPort}`;
+      const roleArgs = side === 'proxy' ? [mock, mock] : [mock];
+      pid = procs.start(
+        'taskset',
+        ['-c', '0', process.execPath, '--perf-basic-prof', 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs],
+        {
+          stdio: 'ignore',
+        },
+      ).pid;
+      await sleep(1500);
+    }
+    wrk(s, 5, 50); // warm-up: JIT, pools, and the store's structures at their working size
+    const perf = spawn('perf', ['record', ...(callers ? ['-g'] : []), '-e', 'cpu-clock', '-F', String(HZ), '-p', String(pid), '-o', out], {
+      stdio: 'ignore',
+    });
+    await sleep(300);
+    const r = wrk(s, seconds, 50);
+    perf.kill('SIGINT');
+    await new Promise((resolve) => perf.once('exit', resolve));
+    fs.writeFileSync(`${out}.json`, JSON.stringify({ side, stream, root, requests: r.requests, seconds, hz: HZ }));
+    console.log(`${side}${stream ? ' stream' : ''}: ${r.requests} requests in ${seconds} s recorded to ${out}`);
+  } finally {
+    await procs.stopAll();
+  }
+} else if (args[0] === 'report') {
+  const top = Number(opt('--top', '50'));
+  const [a, b] = args.slice(1);
+  /** µs per request by symbol (JavaScript frames without their tier marker and checkout path; the kernel's marked). */
+  const read = (file) => {
+    const meta = JSON.parse(fs.readFileSync(`${file}.json`, 'utf8'));
+    const text = execFileSync('perf', ['report', '-i', file, '--no-children', '--sort', 'sym', '-n', '--stdio'], {
+      maxBuffer: 1 << 28,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).toString();
+    const m = new Map();
+    for (const line of text.split('\n')) {
+      const r = /^\s*[\d.]+%\s+(\d+)\s+\[([.k])\]\s+(.*)$/.exec(line);
+      if (!r) continue;
+      const sym =
+        (r[2] === 'k' ? '[kernel] ' : '') +
+        r[3]
+          .trim()
+          .replace(/file:\/\/\/\S*?\/dist\//, '')
+          .replace(/^JS:[*~^]?/, 'JS:');
+      m.set(sym, (m.get(sym) ?? 0) + (Number(r[1]) * 1e6) / meta.hz / meta.requests);
+    }
+    return m;
+  };
+  const total = (m) => [...m.values()].reduce((x, y) => x + y, 0);
+  const A = read(a);
+  if (!b) {
+    console.log(`total ${total(A).toFixed(1)} µs per request`);
+    for (const [k, v] of [...A].sort((x, y) => y[1] - x[1]).slice(0, top)) console.log(`${v.toFixed(2).padStart(8)}  ${k}`);
+  } else {
+    const B = read(b);
+    console.log(`total µs per request: A ${total(A).toFixed(1)}, B ${total(B).toFixed(1)}`);
+    console.log('   B − A        A        B  symbol');
+    const rows = [...new Set([...A.keys(), ...B.keys()])].map((k) => [k, A.get(k) ?? 0, B.get(k) ?? 0]);
+    rows.sort((x, y) => Math.abs(y[2] - y[1]) - Math.abs(x[2] - x[1]));
+    for (const [k, x, y] of rows.slice(0, top))
+      console.log(`${(y - x).toFixed(2).padStart(8)} ${x.toFixed(2).padStart(8)} ${y.toFixed(2).padStart(8)}  ${k}`);
+  }
+} else {
+  console.error('usage: perf-profile.mjs record --out FILE [--root DIR] [--side gateway|proxy|floor] [--stream] [--seconds N] [--callers]');
+  console.error('       perf-profile.mjs report A [B] [--top N]');
+  process.exit(2);
+}
