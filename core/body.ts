@@ -23,6 +23,7 @@ import { GatewayError } from './errors.js';
 import { closeInStages } from './connection.js';
 import type { RequestContext } from './context.js';
 import type { ParsedBody } from './types.js';
+import type { ClientSignal } from './store/types.js';
 import { wireFor } from './protocols/index.js';
 import { BLOCK, LargeText } from './json/text.js';
 import { IncrementalJsonParser, JsonSyntaxError } from './json/parse.js';
@@ -217,7 +218,18 @@ export interface RawBody {
   release: () => void;
 }
 
-export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory, largeAt = LARGE_BODY): Promise<RawBody> {
+/**
+ * Reads a request's body. `gone`, when given, is aborted when the client's connection closes (the
+ * gateway's one listener per connection does it: no listener on the socket per request); without
+ * it a listener on the socket watches for that, for the read's duration.
+ */
+export function readRaw(
+  req: IncomingMessage,
+  limit: number,
+  memory?: BodyMemory,
+  largeAt = LARGE_BODY,
+  gone?: ClientSignal,
+): Promise<RawBody> {
   const declaredText = req.headers['content-length'];
   const declared = declaredText === undefined ? undefined : Number(declaredText);
   if (declared !== undefined && declared > limit) {
@@ -244,12 +256,15 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
     const finish = (err?: Error) => {
       if (done) return;
       done = true;
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-      req.socket?.off('close', onAborted);
+      if (gone) gone.removeEventListener('abort', onAborted);
+      else req.socket?.off('close', onAborted);
       if (err) {
+        // The rest of the body is discarded: nothing here may see it. (After `end` nothing comes:
+        // the request's own listeners stay, it is dropped with them.)
+        req.off('data', onData);
+        req.off('end', onEnd);
+        req.off('error', onError);
+        req.off('aborted', onAborted);
         release();
         return reject(err);
       }
@@ -346,7 +361,9 @@ export function readRaw(req: IncomingMessage, limit: number, memory?: BodyMemory
       req.on('error', onError);
       req.on('aborted', onAborted);
       // A parse error or a timeout answered by clientError closes the socket without ending `req`.
-      req.socket?.once('close', onAborted);
+      if (!gone) req.socket?.once('close', onAborted);
+      else if (gone.aborted) onAborted();
+      else gone.addEventListener('abort', onAborted);
     };
     if (known && memory) {
       // The declared size is taken up front, waiting for room like any other body.
@@ -478,11 +495,10 @@ function checkOutputCap(obj: Record<string, unknown>): void {
   }
 }
 
-/** Reads and parses a model call's body; its bytes count in `memory` until the response closes. */
+/** Reads and parses a model call's body; its bytes count in `memory` until the request's handling ends. */
 export async function readBody(ctx: RequestContext, memory?: BodyMemory): Promise<ParsedBody> {
-  const { buf, large, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, memory);
-  if (ctx.res.closed) release();
-  else ctx.res.once('close', release);
+  const { buf, large, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, memory, LARGE_BODY, ctx.connectionClosed);
+  ctx.holdBody(release);
   if (large) {
     try {
       return await parseLarge(large, ctx);

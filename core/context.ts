@@ -11,7 +11,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { GatewayError, type ErrorFormat } from './errors.js';
 import type { GatewayConfig, GroupConfig, KeyConfig, ModelConfig, ProtocolName, UserConfig } from './config/types.js';
-import type { AdmitResult, Claim, EstimateReason, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
+import type { AdmitResult, Claim, ClientSignal, EstimateReason, Settlement, SlotRequest, SlotResult, Store } from './store/types.js';
 import { Abort } from './signal.js';
 import type { Usage } from './money.js';
 import type { Logger } from './log.js';
@@ -183,6 +183,9 @@ export class RequestContext {
    */
   rawBody?: Buffer | string;
   rawBodyLength?: number;
+  /** Gives the body's bytes back to the body memory (`holdBody`); undefined once called. */
+  private releaseBody?: () => void;
+  private bodyReleased = false;
   /** The parsed body, once read. */
   parsed?: ParsedBody;
   metrics?: Metrics;
@@ -232,6 +235,19 @@ export class RequestContext {
    * `abort` listeners. Cheaper than `signal` (which follows it), for the core and plugins alike.
    */
   readonly clientGone = new Abort();
+  private closedAbort?: Abort;
+  /**
+   * Aborted when the client's connection closes, whether or not the response was complete (a
+   * body still being read ends then: a 400 for a late body may have answered already). Made on
+   * first use.
+   */
+  get connectionClosed(): ClientSignal {
+    return (this.closedAbort ??= new Abort());
+  }
+  /** The gateway's connection listener: the client's connection closed. */
+  connectionEnded(): void {
+    this.closedAbort?.abort();
+  }
   /**
    * Set when the gateway itself ends the request (`stop()`: shutdown past `server.drain_timeout`):
    * the error the client gets, in-stream once committed.
@@ -295,6 +311,20 @@ export class RequestContext {
         `setResponseHeader('${lower}'): the response has started; set headers in onRequest, onAccess, onAttempt or onResponse`,
       );
     this.res.setHeader(lower, values.length === 1 ? values[0] : values);
+  }
+
+  /** The body's bytes count in the body memory until `releaseHeldBody` (at once if it ran already). */
+  holdBody(release: () => void): void {
+    if (this.bodyReleased) release();
+    else this.releaseBody = release;
+  }
+
+  /** The request's handling ended: its body's bytes leave the body memory. */
+  releaseHeldBody(): void {
+    this.bodyReleased = true;
+    const r = this.releaseBody;
+    this.releaseBody = undefined;
+    r?.();
   }
 
   get<T>(slot: Slot<T>): T | undefined {

@@ -393,6 +393,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       s.on('close', () => {
         this.sockets.delete(s);
         for (const ctx of (s as Conn)[IN_FLIGHT]) {
+          ctx.connectionEnded();
           if (!ctx.res.writableFinished) ctx.clientGone.abort();
         }
       });
@@ -867,6 +868,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
       if (!ctx.committed) this.sendError(ctx, new GatewayError('INTERNAL'));
       else res.end();
     }
+    ctx.releaseHeldBody();
     const outcome: Outcome = {
       status: gone.aborted && !res.writableFinished ? 499 : res.statusCode,
       error,

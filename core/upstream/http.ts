@@ -141,8 +141,9 @@ export function readAll(stream: IncomingMessage, limit: number): Promise<string>
       chunks.push(c);
     });
     stream.on('end', () => resolve((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)).toString('utf8')));
+    // A body cut short ends in `error` (the socket reset) and `close` while incomplete; Node's
+    // `aborted`, emitted on the way, needs no listener of its own.
     stream.on('error', reject);
-    stream.on('aborted', () => reject(new Error('upstream aborted')));
     stream.on('close', () => {
       if (!stream.complete) reject(new Error('upstream closed before the body was complete'));
     });
