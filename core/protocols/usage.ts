@@ -151,7 +151,7 @@ export function textKeys(keys: readonly string[]): TextKeys {
 export function textLength(data: string, keys: TextKeys): number {
   const first = keys.first;
   first.lastIndex = 0;
-  if (first.exec(data) !== null) return stringLength(data, first.lastIndex);
+  if (first.test(data)) return stringLength(data, first.lastIndex); // `test`: no match array made per event
   const re = keys.pattern;
   re.lastIndex = 0;
   let best = keys.keys.length;
