@@ -1,0 +1,23 @@
+// Loaded with `--require` by alloc-profile.mjs: the first SIGUSR2 starts V8's sampling heap
+// profiler counting every allocation (those the collector has since freed included), the second
+// writes the profile to $ALLOC_PROFILE_OUT.
+'use strict';
+const inspector = require('node:inspector');
+const fs = require('node:fs');
+const session = new inspector.Session();
+session.connect();
+let on = false;
+process.on('SIGUSR2', () => {
+  if (!on) {
+    on = true;
+    session.post('HeapProfiler.startSampling', {
+      samplingInterval: Number(process.env.ALLOC_PROFILE_INTERVAL ?? 256),
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true,
+    });
+    return;
+  }
+  session.post('HeapProfiler.stopSampling', (err, r) => {
+    fs.writeFileSync(process.env.ALLOC_PROFILE_OUT, JSON.stringify(err ? { error: String(err) } : r.profile));
+  });
+});

@@ -1,0 +1,89 @@
+// Bytes allocated per request, by function, under load: V8's sampling heap profiler with the
+// objects already collected counted too (what the scavenger has to sweep, not what stays).
+// The gateway runs as the bench runs it; a separate wrk loads it.
+//
+//   node bench/micro/alloc-profile.mjs [--root CHECKOUT] [--side gateway|proxy|floor] [--stream] [--seconds N] [--top N] [--tree]
+// (not a test: a guide, like the rest of bench/micro)
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+
+const args = process.argv.slice(2);
+const opt = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args.splice(i, 2)[1] : dflt;
+};
+const flag = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 && args.splice(i, 1).length > 0;
+};
+const root = path.resolve(opt('--root', '.'));
+const seconds = Number(opt('--seconds', '6'));
+const top = Number(opt('--top', '40'));
+const stream = flag('--stream');
+const tree = flag('--tree');
+const side = opt('--side', 'gateway');
+
+const s = await gatewaySetup(root, 'alloc-profile', undefined, stream);
+const out = path.join(s.dir, 'alloc.json');
+const procs = processes(s);
+let profile;
+let requests;
+try {
+  procs.mock();
+  const preload = path.join(path.dirname(fileURLToPath(import.meta.url)), 'alloc-preload.cjs');
+  const env = { ...process.env, ALLOC_PROFILE_OUT: out };
+  let gw;
+  if (side === 'gateway') {
+    gw = procs.gateway(['--require', preload], env);
+    await waitUp(s);
+  } else {
+    // the bench's bare proxy or floor relay, on the gateway's port
+    const mock = `http://127.0.0.1:${s.mockPort}`;
+    const roleArgs = side === 'proxy' ? [mock, mock] : [mock];
+    const argv = ['-c', '0', process.execPath, '--require', preload, 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs];
+    gw = procs.start('taskset', argv, { stdio: 'ignore', env });
+    await sleep(1500);
+  }
+  wrk(s, 5, 50);
+  gw.kill('SIGUSR2');
+  await sleep(200);
+  requests = wrk(s, seconds, 50).requests;
+  gw.kill('SIGUSR2');
+  for (let i = 0; i < 100 && !fs.existsSync(out); i++) await sleep(100);
+  await sleep(500);
+  profile = JSON.parse(fs.readFileSync(out, 'utf8'));
+} finally {
+  await procs.stopAll();
+}
+if (profile.error) throw new Error(profile.error);
+
+const name = (cf) => `${cf.functionName || '(anonymous)'} ${cf.url.replace(/^.*\/dist\//, '').replace(/^node:/, '')}:${cf.lineNumber + 1}`;
+const self = new Map();
+let total = 0;
+const walk = (node, depth, lines) => {
+  const bytes = node.selfSize;
+  let sub = bytes;
+  const kids = [];
+  for (const c of node.children) {
+    const k = [];
+    const b = walk(c, depth + 1, k);
+    sub += b;
+    kids.push([b, k]);
+  }
+  total += bytes;
+  const key = name(node.callFrame);
+  self.set(key, (self.get(key) ?? 0) + bytes);
+  if (tree && sub / requests >= 40) {
+    lines.push(`${'  '.repeat(depth)}${(sub / requests).toFixed(0).padStart(6)} B  ${key}`);
+    for (const [, k] of kids.sort((a, b) => b[0] - a[0])) lines.push(...k);
+  }
+  return sub;
+};
+const lines = [];
+walk(profile.head, 0, lines);
+console.log(`${requests} requests; ${(total / requests).toFixed(0)} bytes allocated per request (sampled)`);
+for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${(v / requests).toFixed(0).padStart(7)} B  ${k}`);
+if (tree) console.log(lines.join('\n'));
