@@ -68,6 +68,12 @@ export interface Options {
   soakVariants?: string[];
   /** Soaked gateways run with bench/probe.ts (CPU profile per minute, loop utilisation, GC) writing here. */
   soakProfile?: string;
+  /**
+   * The Redis variants: keys shaped as the store's done-marker hashes (16 fields, a day's TTL)
+   * written into the fresh redis-server before the soak, so it starts at a size a Redis in service
+   * holds instead of empty (0: empty, the default).
+   */
+  soakRedisKeys: number;
   /** Pin the server under test, the upstream and the load to separate cores (taskset). */
   pin: boolean;
   /** Results folder; null: print only, write nothing. */
@@ -99,6 +105,7 @@ export const DEFAULTS: Readonly<Options> = Object.freeze({
   probeConcurrency: 8,
   soakMinutes: 5,
   soakSlice: 15,
+  soakRedisKeys: 0,
   pin: true,
   out: 'bench/results',
   help: false,
@@ -132,6 +139,9 @@ export const USAGE = `usage: npm run bench -- [options]
   --soak-minutes M     minutes of unbroken load per side and soak variant, after warm-up (default ${DEFAULTS.soakMinutes}; decimals allowed)
   --soak-slice S       seconds per soak slice (default ${DEFAULTS.soakSlice})
   --soak LIST          variants of the soak scenario (default: all): ${SOAK_VARIANTS.join(', ')}
+  --soak-redis-keys N  the Redis variants start from a redis-server holding N keys shaped as the
+                       store's done-marker hashes (16 fields, a day's TTL), as one in service does,
+                       instead of an empty one (default ${DEFAULTS.soakRedisKeys})
   --soak-profile DIR   soaked servers (gateway and bare proxy) write a CPU profile per minute, loop
                        utilisation and GC per 15 s there (bench/probe.ts), summarised in
                        DIR/<variant>/<side>/summary.md; for explaining a curve, not for the figures
@@ -241,6 +251,9 @@ export function parseArgs(argv: readonly string[]): Options {
       }
       case '--soak-slice':
         o.soakSlice = positiveInt(a, next());
+        break;
+      case '--soak-redis-keys':
+        o.soakRedisKeys = positiveInt(a, next(), 0);
         break;
       case '--no-pin':
         o.pin = false;
@@ -487,6 +500,8 @@ export interface SoakSlice {
    * rises when the vCPU slows, whatever the server does.
    */
   refUs?: number;
+  /** The Redis variants' gateway: redis-server's CPU (INFO cpu, user + system) per request served in the slice, µs. */
+  redisUsPerReq?: number;
 }
 
 /** One side of a soak: its slices, and its memory when the warm-up ended. */
@@ -535,11 +550,13 @@ export function soakTable(c: SoakCurve): string[] {
   ];
   const gw = (side: SoakSide) => side.slices.some((s) => s.heapUsed !== undefined);
   const machine = (side: SoakSide) => side.slices.some((s) => s.refUs !== undefined || s.stealPct !== undefined);
+  const redis = (side: SoakSide) => side.slices.some((s) => s.redisUsPerReq !== undefined);
   const head: string[] = [];
   for (const side of c.sides) {
     for (const col of cols) head.push(`${side.side} ${col.head}`);
     if (gw(side)) head.push(`${side.side} heap MiB`, `${side.side} loop delay p99 ms`);
     if (machine(side)) head.push(`${side.side} steal %`, `${side.side} reference µs`);
+    if (redis(side)) head.push(`${side.side} redis-server CPU µs/req`);
     head.push(`${side.side} load avg`);
   }
   const lines = [`| slice | from s | ${head.join(' | ')} |`, `|---|---|${head.map(() => '---').join('|')}|`];
@@ -553,6 +570,7 @@ export function soakTable(c: SoakCurve): string[] {
       for (const col of cols) cells.push(s ? fmt(col.cell(s)) : '–');
       if (gw(side)) cells.push(fmt(s?.heapUsed !== undefined ? s.heapUsed / MiB : NaN), fmt(s?.lagP99Ms));
       if (machine(side)) cells.push(s?.stealPct !== undefined ? s.stealPct.toFixed(2) : '–', fmt(s?.refUs));
+      if (redis(side)) cells.push(fmt(s?.redisUsPerReq));
       cells.push(s ? s.loadavg1.toFixed(2) : '–');
     }
     lines.push(`| ${i + 1} | ${Number.isFinite(t) ? Math.round(t) : '–'} | ${cells.join(' | ')} |`);

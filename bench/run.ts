@@ -1050,7 +1050,14 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
                 : await startProxy(probeDir);
             try {
               const before = redisUrl && kind === 'gateway' ? redisMemory(redisUrl) : undefined;
-              curve.sides.push(await soakSide({ side: kind, server, auth: AUTH_CHAT, body }, kind === 'gateway', reference));
+              curve.sides.push(
+                await soakSide(
+                  { side: kind, server, auth: AUTH_CHAT, body },
+                  kind === 'gateway',
+                  reference,
+                  kind === 'gateway' ? redisUrl : undefined,
+                ),
+              );
               if (redisUrl && before !== undefined) {
                 const after = redisMemory(redisUrl);
                 res.notes.push(
@@ -1068,7 +1075,12 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
           curve.sides.sort((a, b) => (a.side === 'gateway' ? 1 : 0) - (b.side === 'gateway' ? 1 : 0));
           return curve;
         };
-        const curve = redis ? await withRedis((url) => run(url)) : await run();
+        const curve = redis
+          ? await withRedis((url) => {
+              if (opts.soakRedisKeys > 0) res.notes.push(`${variant}: ${fillRedis(url, opts.soakRedisKeys)}`);
+              return run(url);
+            })
+          : await run();
         res.curves.push(curve);
         soakRows(res, curve);
       }
@@ -1144,6 +1156,18 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
       diff: one((minuteMedian(gw, true, 'heapUsed') - minuteMedian(gw, false, 'heapUsed')) / MiB_),
     },
   );
+  const r0 = minute(gw, false, (x) => x.redisUsPerReq, median);
+  if (Number.isFinite(r0)) {
+    const r1 = minute(gw, true, (x) => x.redisUsPerReq, median);
+    // redis-server shares the load's core: when its own cost per request rises, the gateway waits longer.
+    res.rows.push({
+      metric: `${v}: redis-server CPU per request during the gateway's soak, first minute → last minute (medians of the slices), µs`,
+      unit: 'µs',
+      baseline: one(r0),
+      subject: one(r1),
+      ratio: one(r1 / r0),
+    });
+  }
   // The machine, per side (each soaked in its own minutes): did the vCPU slow between the first and last minute?
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   for (const side of c.sides) {
@@ -1241,7 +1265,7 @@ function probeSummary(dir: string, variant: string): string {
  * each boundary and, for the gateway, its /metrics (heap used; the event loop's delay p99, which
  * prom-client resets at each scrape, so each slice reads its own).
  */
-async function soakSide(t: Target, gateway: boolean, reference: { time: () => Promise<number> }): Promise<SoakSide> {
+async function soakSide(t: Target, gateway: boolean, reference: { time: () => Promise<number> }, redisUrl?: string): Promise<SoakSide> {
   const pid = t.server.child.pid!;
   const sliceS = opts.soakSlice;
   const n = Math.max(1, Math.round((opts.soakMinutes * 60) / sliceS));
@@ -1258,6 +1282,7 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
   let current = wrk(t, sliceS, opts.concurrency);
   let before = usage(pid);
   let coresBefore = coreTicks();
+  let redisBefore = redisUrl ? redisCpuUs(redisUrl) : NaN;
   const warm = await scrape(); // also resets the loop-delay histogram: the first slice reads its own
   const side: SoakSide = { side: t.side, warmRss: before.rss, warmHeapUsed: warm.heapUsed, slices: [] };
   let sliceStart = t0;
@@ -1267,6 +1292,7 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
     if (i + 1 < n) current = wrk(t, sliceS, opts.concurrency);
     const after = usage(pid);
     const coresAfter = coreTicks();
+    const redisAfter = redisUrl ? redisCpuUs(redisUrl) : NaN;
     // The access log would grow by gigabytes over a soak: emptied at each slice (O_APPEND).
     if (gateway) fs.truncateSync(t.server.log, 0);
     const g = await scrape();
@@ -1284,15 +1310,19 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
       loadavg1: loadavg1(),
       stealPct: stealPct(coresBefore, coresAfter),
       refUs,
+      ...(redisUrl ? { redisUsPerReq: (redisAfter - redisBefore) / Math.max(1, ok) } : {}),
     };
     side.slices.push(slice);
     console.error(
       `[soak] ${t.side} slice ${i + 1}/${n}: ${(ok / slice.seconds).toFixed(0)} req/s, ${slice.cpuUsPerReq.toFixed(0)} µs/req, RSS ${(after.rss / MiB).toFixed(0)} MiB` +
         (g.heapUsed !== undefined ? `, heap ${(g.heapUsed / MiB).toFixed(0)} MiB, loop delay p99 ${g.lagP99Ms?.toFixed(1)} ms` : '') +
-        `, steal ${slice.stealPct?.toFixed(2)} %, reference ${refUs} µs, load ${slice.loadavg1.toFixed(2)}`,
+        `, steal ${slice.stealPct?.toFixed(2)} %, reference ${refUs} µs` +
+        (slice.redisUsPerReq !== undefined ? `, redis-server ${slice.redisUsPerReq.toFixed(0)} µs/req` : '') +
+        `, load ${slice.loadavg1.toFixed(2)}`,
     );
     before = after;
     coresBefore = coresAfter;
+    redisBefore = redisAfter;
     sliceStart = nextStart;
   }
   return side;
@@ -1424,6 +1454,30 @@ function redisCalls(url: string): { scripts: number; usec: number; requests: num
 }
 
 /** redis-server's `used_memory`, bytes. */
+/** redis-server's CPU so far (INFO cpu: user + system, its main thread and the others), µs. */
+function redisCpuUs(url: string): number {
+  const info = execFileSync('redis-cli', ['-u', url, 'INFO', 'cpu'], { stdio: 'pipe' }).toString();
+  const f = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN);
+  return (f('used_cpu_user') + f('used_cpu_sys')) * 1e6;
+}
+
+/**
+ * Writes `n` keys shaped as the store's done-marker hashes (core/store/redis/keys.ts `done`: 16
+ * fields, a day's TTL) under a name of their own: the size a Redis in service holds (a day of
+ * markers), which an empty one reaches only as the soak fills it. Returns what it did.
+ */
+function fillRedis(url: string, n: number): string {
+  const t0 = Date.now();
+  const lua =
+    "for i = 1, tonumber(ARGV[2]) do local k = 'bench-fill:' .. ARGV[1] .. ':' .. i " +
+    "for f = 1, 16 do redis.call('HSET', k, string.format('%x', f), '1') end redis.call('PEXPIRE', k, 86400000) end return 1";
+  const batch = 20_000;
+  for (let b = 0; b * batch < n; b++) {
+    execFileSync('redis-cli', ['-u', url, 'EVAL', lua, '0', String(b), String(Math.min(batch, n - b * batch))], { stdio: 'pipe' });
+  }
+  return `redis-server filled with ${n} keys shaped as done-marker hashes (16 fields, a day's TTL) before the soak: ${(redisMemory(url) / MiB).toFixed(1)} MiB used, in ${((Date.now() - t0) / 1000).toFixed(0)} s (--soak-redis-keys)`;
+}
+
 function redisMemory(url: string): number {
   const info = execFileSync('redis-cli', ['-u', url, 'INFO', 'memory'], { stdio: 'pipe' }).toString();
   return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN);

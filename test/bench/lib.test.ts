@@ -77,6 +77,9 @@ t.test('options: defaults, selection, presets, errors', async (t) => {
   t.throws(() => parseArgs(['--soak-minutes', '0']), /--soak-minutes needs a number > 0, got 0/);
   t.throws(() => parseArgs(['--soak', 'disk-json']), /--soak needs a comma-separated list of memory-json/);
   t.ok(parseArgs(['--quick']).soakMinutes < 1, '--quick shortens the soaks too');
+  t.equal(parseArgs([]).soakRedisKeys, 0, 'the Redis soaks start from an empty redis-server by default');
+  t.equal(parseArgs(['--soak-redis-keys', '1000000']).soakRedisKeys, 1_000_000);
+  t.throws(() => parseArgs(['--soak-redis-keys', '-1']), /--soak-redis-keys needs an integer ≥ 0, got -1/);
 });
 
 t.test('statistics: medians of per-round ratios and their spread', async (t) => {
@@ -218,6 +221,14 @@ t.test('soak: first and last minute, the curve', async (t) => {
   t.match(machine[0], /\| gateway steal % \| gateway reference µs \| gateway load avg \|$/, "the machine's columns when a side has them");
   t.equal(machine[2], '| 1 | 0 | 10.0k | 300 | 100 | 0.38 | 3412 | 0.50 |');
   t.equal(machine[3], '| 2 | 15 | 10.0k | 300 | 100 | – | – | 0.50 |');
+
+  const redis = soakTable({
+    variant: 'redis-json',
+    sides: [{ side: 'gateway', warmRss: 0, slices: [slice(0, 150_000, { redisUsPerReq: 81.4 }), slice(1, 150_000)] }],
+  });
+  t.match(redis[0], /\| gateway redis-server CPU µs\/req \| gateway load avg \|$/, "redis-server's cost per request when the side has it");
+  t.equal(redis[2], '| 1 | 0 | 10.0k | 300 | 100 | 81.4 | 0.50 |');
+  t.equal(redis[3], '| 2 | 15 | 10.0k | 300 | 100 | – | 0.50 |');
 
   const scrape =
     '# HELP nodejs_heap_size_used_bytes Process heap size used from Node.js in bytes.\n' +
