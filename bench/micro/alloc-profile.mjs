@@ -6,7 +6,7 @@
 // (not a test: a guide, like the rest of bench/micro)
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
 
@@ -33,17 +33,27 @@ let profile;
 let requests;
 try {
   procs.mock();
-  const preload = path.join(path.dirname(fileURLToPath(import.meta.url)), 'alloc-preload.cjs');
+  const preload = path.join(path.dirname(fileURLToPath(import.meta.url)), 'alloc-preload.mjs');
   const env = { ...process.env, ALLOC_PROFILE_OUT: out };
   let gw;
   if (side === 'gateway') {
-    gw = procs.gateway(['--require', preload], env);
+    gw = procs.gateway(['--import', pathToFileURL(preload).href], env);
     await waitUp(s);
   } else {
     // the bench's bare proxy or floor relay, on the gateway's port
     const mock = `http://127.0.0.1:${s.mockPort}`;
     const roleArgs = side === 'proxy' ? [mock, mock] : [mock];
-    const argv = ['-c', '0', process.execPath, '--require', preload, 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs];
+    const argv = [
+      '-c',
+      '0',
+      process.execPath,
+      '--import',
+      pathToFileURL(preload).href,
+      'dist/bench/roles.js',
+      side,
+      String(s.gwPort),
+      ...roleArgs,
+    ];
     gw = procs.start('taskset', argv, { stdio: 'ignore', env });
     await sleep(1500);
   }

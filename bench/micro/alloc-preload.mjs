@@ -1,9 +1,9 @@
-// Loaded with `--require` by alloc-profile.mjs: the first SIGUSR2 starts V8's sampling heap
+// Loaded with `--import` by alloc-profile.mjs: the first SIGUSR2 starts V8's sampling heap
 // profiler counting every allocation (those the collector has since freed included), the second
 // writes the profile to $ALLOC_PROFILE_OUT.
-'use strict';
-const inspector = require('node:inspector');
-const fs = require('node:fs');
+import fs from 'node:fs';
+import inspector from 'node:inspector';
+
 const session = new inspector.Session();
 session.connect();
 let on = false;
