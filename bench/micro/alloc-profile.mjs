@@ -8,17 +8,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+import { argReader, gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
 
 const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args.splice(i, 2)[1] : dflt;
-};
-const flag = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 && args.splice(i, 1).length > 0;
-};
+const { opt, flag } = argReader(args);
 const root = path.resolve(opt('--root', '.'));
 const seconds = Number(opt('--seconds', '6'));
 const top = Number(opt('--top', '40'));

@@ -15,18 +15,11 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+import { argReader, gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
 
 const HZ = 4999;
 const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args.splice(i, 2)[1] : dflt;
-};
-const flag = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 && args.splice(i, 1).length > 0;
-};
+const { opt, flag } = argReader(args);
 
 if (args[0] === 'record') {
   const out = path.resolve(opt('--out', 'perf.data'));

@@ -13,6 +13,23 @@ import { freePort } from '../../dist/bench/setup.js';
 export { freePort };
 
 /**
+ * The command line's options, taken out of `args` as they are read: `opt(name, default)` for
+ * `--name VALUE`, `flag(name)` for `--name`; what is left stays in `args`.
+ */
+export function argReader(args) {
+  return {
+    opt(name, dflt) {
+      const i = args.indexOf(name);
+      return i >= 0 ? args.splice(i, 2)[1] : dflt;
+    },
+    flag(name) {
+      const i = args.indexOf(name);
+      return i >= 0 && args.splice(i, 1).length > 0;
+    },
+  };
+}
+
+/**
  * The bench's gateway config for CHECKOUT `root` (built), written with a body file into a new
  * temporary directory; `store` replaces the embedded store; `stream`: the body asks for a stream.
  */
