@@ -81,7 +81,13 @@ export async function startGatewayProcess(
         if (!waiters.has(w)) return;
         waiters.delete(w);
         clearTimeout(timer);
-        reject(new Error(`gateway exited (${code ?? signal}) before the log line; stderr: ${stderr.slice(-2000)}`));
+        // Its last JSON lines too: a fatal error (serve's uncaught-exception handler) is logged as one.
+        const last = logs.slice(-5).map((l) => JSON.stringify(l).slice(0, 1000));
+        reject(
+          new Error(
+            `gateway exited (${code ?? signal}) before the log line; stderr: ${stderr.slice(-2000)}; last log lines: ${last.join('\n')}`,
+          ),
+        );
       });
     });
   };
