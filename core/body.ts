@@ -219,16 +219,16 @@ export interface RawBody {
 }
 
 /**
- * Reads a request's body. `gone`, when given, is aborted when the client's connection closes (the
- * gateway's one listener per connection does it: no listener on the socket per request); without
- * it a listener on the socket watches for that, for the read's duration.
+ * Reads a request's body. `closed` is aborted when the client's connection closes (the gateway's
+ * one listener per connection does it, so a read adds no listener to the socket): a parse error
+ * or a timeout answered by clientError closes the socket without ending `req`.
  */
 export function readRaw(
   req: IncomingMessage,
   limit: number,
+  closed: ClientSignal,
   memory?: BodyMemory,
   largeAt = LARGE_BODY,
-  gone?: ClientSignal,
 ): Promise<RawBody> {
   const declaredText = req.headers['content-length'];
   const declared = declaredText === undefined ? undefined : Number(declaredText);
@@ -256,8 +256,7 @@ export function readRaw(
     const finish = (err?: Error) => {
       if (done) return;
       done = true;
-      if (gone) gone.removeEventListener('abort', onAborted);
-      else req.socket?.off('close', onAborted);
+      closed.removeEventListener('abort', onAborted);
       if (err) {
         // The rest of the body is discarded: nothing here may see it. (After `end` nothing comes:
         // the request's own listeners stay, it is dropped with them.)
@@ -360,10 +359,8 @@ export function readRaw(
       req.on('end', onEnd);
       req.on('error', onError);
       req.on('aborted', onAborted);
-      // A parse error or a timeout answered by clientError closes the socket without ending `req`.
-      if (!gone) req.socket?.once('close', onAborted);
-      else if (gone.aborted) onAborted();
-      else gone.addEventListener('abort', onAborted);
+      if (closed.aborted) onAborted();
+      else closed.addEventListener('abort', onAborted);
     };
     if (known && memory) {
       // The declared size is taken up front, waiting for room like any other body.
@@ -497,7 +494,7 @@ function checkOutputCap(obj: Record<string, unknown>): void {
 
 /** Reads and parses a model call's body; its bytes count in `memory` until the request's handling ends. */
 export async function readBody(ctx: RequestContext, memory?: BodyMemory): Promise<ParsedBody> {
-  const { buf, large, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, memory, LARGE_BODY, ctx.connectionClosed);
+  const { buf, large, release } = await readRaw(ctx.req, ctx.config.server.bodyLimit, ctx.connectionClosed, memory);
   ctx.holdBody(release);
   if (large) {
     try {

@@ -1,13 +1,13 @@
 /**
- * `readRaw` given the connection's close signal (what the gateway passes: its one listener per
- * connection aborts it) instead of watching the socket itself: a complete body is read whatever
+ * `readRaw` and the connection's close signal (the gateway's one listener per connection aborts
+ * it; the read watches no socket itself): a complete body is read whatever
  * the signal does after, a signal aborted while the body is still arriving ends the read with the
  * client's error at once, and so does one aborted before the read began. Over a real socket.
  */
 import t from 'tap';
 import http from 'node:http';
 import net from 'node:net';
-import { LARGE_BODY, readRaw, type RawBody } from '../../core/body.js';
+import { readRaw, type RawBody } from '../../core/body.js';
 import { Abort } from '../../core/signal.js';
 
 /** A server whose handler reads each request's body with `gone`; resolves with the first read's outcome. */
@@ -16,7 +16,7 @@ async function readOne(gone: Abort, send: (port: number) => net.Socket, before?:
   const outcome = new Promise<RawBody | Error>((r) => (result = r));
   const server = http.createServer((req, res) => {
     before?.();
-    readRaw(req, 1024 * 1024, undefined, LARGE_BODY, gone).then(result, result);
+    readRaw(req, 1024 * 1024, gone).then(result, result);
     res.on('error', () => undefined);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

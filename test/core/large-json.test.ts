@@ -450,11 +450,12 @@ t.test(
     const { Readable, Writable } = await import('node:stream');
     const { largeWork } = await import('../../core/json/share.js');
     const { readRaw } = await import('../../core/body.js');
+    const { Abort } = await import('../../core/signal.js');
     const { OutgoingBody } = await import('../../core/json/text.js');
     const { writeParts } = await import('../../core/upstream/transport.js');
     const text = JSON.stringify({ model: 'm', data: 'x'.repeat(200) });
     const req = Object.assign(new Readable({ read() {} }), { headers: { 'content-length': String(text.length) } });
-    const raw = readRaw(req as never, 1 << 20, undefined, 16);
+    const raw = readRaw(req as never, 1 << 20, new Abort(), undefined, 16);
     const decoded: number[] = [];
     // eslint-disable-next-line @typescript-eslint/unbound-method -- patched for this test, called with its own receiver
     const write = TextCollector.prototype.write;
