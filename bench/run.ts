@@ -1453,12 +1453,15 @@ function redisCalls(url: string): { scripts: number; usec: number; requests: num
   return { scripts, usec, requests };
 }
 
-/** redis-server's `used_memory`, bytes. */
+/** A numeric field of one section of redis-server's INFO (NaN when absent). */
+function redisInfo(url: string, section: string, field: string): number {
+  const info = execFileSync('redis-cli', ['-u', url, 'INFO', section], { stdio: 'pipe' }).toString();
+  return Number(new RegExp(`^${field}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN);
+}
+
 /** redis-server's CPU so far (INFO cpu: user + system, its main thread and the others), µs. */
 function redisCpuUs(url: string): number {
-  const info = execFileSync('redis-cli', ['-u', url, 'INFO', 'cpu'], { stdio: 'pipe' }).toString();
-  const f = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(info)?.[1] ?? NaN);
-  return (f('used_cpu_user') + f('used_cpu_sys')) * 1e6;
+  return (redisInfo(url, 'cpu', 'used_cpu_user') + redisInfo(url, 'cpu', 'used_cpu_sys')) * 1e6;
 }
 
 /**
@@ -1478,9 +1481,9 @@ function fillRedis(url: string, n: number): string {
   return `redis-server filled with ${n} keys shaped as done-marker hashes (16 fields, a day's TTL) before the soak: ${(redisMemory(url) / MiB).toFixed(1)} MiB used, in ${((Date.now() - t0) / 1000).toFixed(0)} s (--soak-redis-keys)`;
 }
 
+/** redis-server's `used_memory`, bytes. */
 function redisMemory(url: string): number {
-  const info = execFileSync('redis-cli', ['-u', url, 'INFO', 'memory'], { stdio: 'pipe' }).toString();
-  return Number(/^used_memory:(\d+)/m.exec(info)?.[1] ?? NaN);
+  return redisInfo(url, 'memory', 'used_memory');
 }
 
 /** Runs `fn` with a throwaway redis-server (no persistence) on the upstream core. */
