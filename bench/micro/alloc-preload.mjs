@@ -1,6 +1,7 @@
 // Loaded with `--import` by alloc-profile.mjs: the first SIGUSR2 starts V8's sampling heap
-// profiler counting every allocation (those the collector has since freed included), the second
-// writes the profile to $ALLOC_PROFILE_OUT.
+// profiler counting every allocation (those the collector has since freed included; with
+// $ALLOC_PROFILE_LIVE, only those still alive when it stops), the second writes the profile to
+// $ALLOC_PROFILE_OUT.
 import fs from 'node:fs';
 import inspector from 'node:inspector';
 
@@ -12,12 +13,16 @@ process.on('SIGUSR2', () => {
     on = true;
     session.post('HeapProfiler.startSampling', {
       samplingInterval: Number(process.env.ALLOC_PROFILE_INTERVAL ?? 256),
-      includeObjectsCollectedByMajorGC: true,
-      includeObjectsCollectedByMinorGC: true,
+      includeObjectsCollectedByMajorGC: !process.env.ALLOC_PROFILE_LIVE,
+      includeObjectsCollectedByMinorGC: !process.env.ALLOC_PROFILE_LIVE,
     });
     return;
   }
-  session.post('HeapProfiler.stopSampling', (err, r) => {
-    fs.writeFileSync(process.env.ALLOC_PROFILE_OUT, JSON.stringify(err ? { error: String(err) } : r.profile));
-  });
+  const stop = () =>
+    session.post('HeapProfiler.stopSampling', (err, r) => {
+      fs.writeFileSync(process.env.ALLOC_PROFILE_OUT, JSON.stringify(err ? { error: String(err) } : r.profile));
+    });
+  // alive means alive: a full collection first (what was promoted and died since is not counted)
+  if (process.env.ALLOC_PROFILE_LIVE) session.post('HeapProfiler.collectGarbage', stop);
+  else stop();
 });

@@ -3,12 +3,14 @@
 // The gateway runs as the bench runs it; a separate wrk loads it.
 //
 //   node bench/micro/alloc-profile.mjs [--root CHECKOUT] [--side gateway|proxy|floor] [--stream] [--seconds N] [--top N] [--tree]
+//        [--live]   (what was allocated in the window and is still alive when it ends, the load still running: what the
+//                    collector keeps, in bytes, not per request)
 // (not a test: a guide, like the rest of bench/micro)
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { argReader, gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+import { argReader, gatewaySetup, processes, waitUp, wrk, wrkAsync } from './under-load.mjs';
 
 const args = process.argv.slice(2);
 const { opt, flag } = argReader(args);
@@ -18,6 +20,7 @@ const top = Number(opt('--top', '40'));
 const stream = flag('--stream');
 const tree = flag('--tree');
 const side = opt('--side', 'gateway');
+const live = flag('--live');
 
 const s = await gatewaySetup(root, 'alloc-profile', undefined, stream);
 const out = path.join(s.dir, 'alloc.json');
@@ -27,7 +30,7 @@ let requests;
 try {
   procs.mock();
   const preload = path.join(path.dirname(fileURLToPath(import.meta.url)), 'alloc-preload.mjs');
-  const env = { ...process.env, ALLOC_PROFILE_OUT: out };
+  const env = { ...process.env, ALLOC_PROFILE_OUT: out, ...(live ? { ALLOC_PROFILE_LIVE: '1' } : {}) };
   let gw;
   if (side === 'gateway') {
     gw = procs.gateway(['--import', pathToFileURL(preload).href], env);
@@ -35,7 +38,7 @@ try {
   } else {
     // the bench's bare proxy or floor relay, on the gateway's port
     const mock = `http://127.0.0.1:${s.mockPort}`;
-    const roleArgs = side === 'proxy' ? [mock, mock] : [mock];
+    const roleArgs = side === 'proxy' ? [mock, mock] : side === 'floor-records' ? [mock, path.join(s.dir, 'floor-data')] : [mock];
     const argv = [
       '-c',
       '0',
@@ -53,8 +56,16 @@ try {
   wrk(s, 5, 50);
   gw.kill('SIGUSR2');
   await sleep(200);
-  requests = wrk(s, seconds, 50).requests;
-  gw.kill('SIGUSR2');
+  if (live) {
+    // stopped while the load runs: the requests in flight are in it
+    const load = wrkAsync(s, seconds + 2, 50);
+    await sleep(seconds * 1000);
+    gw.kill('SIGUSR2');
+    requests = (await load).requests;
+  } else {
+    requests = wrk(s, seconds, 50).requests;
+    gw.kill('SIGUSR2');
+  }
   for (let i = 0; i < 100 && !fs.existsSync(out); i++) await sleep(100);
   await sleep(500);
   profile = JSON.parse(fs.readFileSync(out, 'utf8'));
@@ -79,14 +90,16 @@ const walk = (node, depth, lines) => {
   total += bytes;
   const key = name(node.callFrame);
   self.set(key, (self.get(key) ?? 0) + bytes);
-  if (tree && sub / requests >= 40) {
-    lines.push(`${'  '.repeat(depth)}${(sub / requests).toFixed(0).padStart(6)} B  ${key}`);
+  if (tree && sub / (live ? 1 : requests) >= 40) {
+    lines.push(`${'  '.repeat(depth)}${(sub / (live ? 1 : requests)).toFixed(0).padStart(6)} B  ${key}`);
     for (const [, k] of kids.sort((a, b) => b[0] - a[0])) lines.push(...k);
   }
   return sub;
 };
 const lines = [];
 walk(profile.head, 0, lines);
-console.log(`${requests} requests; ${(total / requests).toFixed(0)} bytes allocated per request (sampled)`);
-for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${(v / requests).toFixed(0).padStart(7)} B  ${k}`);
+if (live) console.log(`${requests} requests; ${(total / 1024).toFixed(0)} KB allocated since the start and alive at the stop (sampled)`);
+else console.log(`${requests} requests; ${(total / requests).toFixed(0)} bytes allocated per request (sampled)`);
+const per = live ? 1 : requests; // alive: bytes in all, not per request
+for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${(v / per).toFixed(0).padStart(7)} B  ${k}`);
 if (tree) console.log(lines.join('\n'));

@@ -7,7 +7,7 @@
 // `perf` comes from Debian's linux-perf; on a VM without hardware counters the software clock
 // (`cpu-clock`) is used, which is all this needs.
 //
-//   node bench/micro/perf-profile.mjs record --out FILE [--root CHECKOUT] [--side gateway|proxy|floor]
+//   node bench/micro/perf-profile.mjs record --out FILE [--root CHECKOUT] [--side gateway|proxy|floor|floor-records]
 //        [--stream] [--seconds N] [--callers]         (CHECKOUT built; default .; FILE.json gets the request count)
 //   node bench/micro/perf-profile.mjs report A [B] [--top N]   µs per request by symbol; with B, B − A, largest first
 // (not a test: a guide, like the rest of bench/micro)
@@ -38,7 +38,7 @@ if (args[0] === 'record') {
       await waitUp(s);
     } else {
       const mock = `http://127.0.0.1:${s.mockPort}`;
-      const roleArgs = side === 'proxy' ? [mock, mock] : [mock];
+      const roleArgs = side === 'proxy' ? [mock, mock] : side === 'floor-records' ? [mock, path.join(s.dir, 'floor-data')] : [mock];
       pid = procs.start(
         'taskset',
         ['-c', '0', process.execPath, '--perf-basic-prof', 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs],
@@ -100,7 +100,9 @@ if (args[0] === 'record') {
       console.log(`${(y - x).toFixed(2).padStart(8)} ${x.toFixed(2).padStart(8)} ${y.toFixed(2).padStart(8)}  ${k}`);
   }
 } else {
-  console.error('usage: perf-profile.mjs record --out FILE [--root DIR] [--side gateway|proxy|floor] [--stream] [--seconds N] [--callers]');
+  console.error(
+    'usage: perf-profile.mjs record --out FILE [--root DIR] [--side gateway|proxy|floor|floor-records] [--stream] [--seconds N] [--callers]',
+  );
   console.error('       perf-profile.mjs report A [B] [--top N]');
   process.exit(2);
 }

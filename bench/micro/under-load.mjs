@@ -100,22 +100,24 @@ export async function waitUp(s) {
   }
 }
 
+const wrkArgs = (s, seconds, connections) => [
+  ['-c', '1', 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', 'bench/wrk.lua', `http://127.0.0.1:${s.gwPort}/v1/chat/completions`],
+  { cwd: s.root, env: { ...process.env, BENCH_BODY_FILE: s.body, BENCH_AUTH: s.auth } },
+];
+const wrkSummary = (out) => JSON.parse(/BENCH_JSON (.*)/.exec(out)[1]);
+
 /** wrk on core 1 for `seconds` with `connections`: its summary (bench/wrk.lua's JSON line). */
 export function wrk(s, seconds, connections) {
-  const out = execFileSync(
-    'taskset',
-    [
-      '-c',
-      '1',
-      'wrk',
-      '-t1',
-      `-c${connections}`,
-      `-d${seconds}s`,
-      '-s',
-      'bench/wrk.lua',
-      `http://127.0.0.1:${s.gwPort}/v1/chat/completions`,
-    ],
-    { cwd: s.root, env: { ...process.env, BENCH_BODY_FILE: s.body, BENCH_AUTH: s.auth } },
-  ).toString();
-  return JSON.parse(/BENCH_JSON (.*)/.exec(out)[1]);
+  return wrkSummary(execFileSync('taskset', ...wrkArgs(s, seconds, connections)).toString());
+}
+
+/** `wrk`, not waited for: the summary when it ends. */
+export function wrkAsync(s, seconds, connections) {
+  return new Promise((resolve, reject) => {
+    const p = spawn('taskset', ...wrkArgs(s, seconds, connections));
+    let out = '';
+    p.stdout.on('data', (c) => (out += c));
+    p.on('error', reject);
+    p.on('exit', (code) => (code === 0 ? resolve(wrkSummary(out)) : reject(new Error(`wrk exited with ${code}`))));
+  });
 }
