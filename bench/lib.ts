@@ -18,6 +18,7 @@ export const SCENARIOS = [
   'ledger',
   'noise',
   'floor',
+  'records',
   'soak',
 ] as const;
 export type Scenario = (typeof SCENARIOS)[number];
@@ -36,6 +37,8 @@ export const SCENARIO_TITLES: Record<Scenario, string> = {
   noise: 'Noise floor: two identical gateways (ledger on), compared the way `ledger` compares its two (wrk)',
   floor:
     'The floor: a relay that only reads the body and the answer (what routing by model and billing by usage require), against the bare proxy (wrk)',
+  records:
+    'The floor with records: the floor relay plus what the product writes for each billed request (key check, two journal lines, a ledger record, an access line), against the bare proxy (wrk)',
   soak: 'Soak: unbroken load for minutes, measured per slice (wrk)',
 };
 

@@ -1,15 +1,22 @@
 /**
  * Server processes of the benchmark besides the gateway (which runs as shipped, `bin/gateway.js
  * start`): `mock PORT` — the project's mock upstream; `sink PORT` — the upstream of the large-body
- * scenario; `proxy PORT MOCK_URL SINK_URL` — the baseline, a bare http-proxy-3 reverse proxy over the
- * same upstreams; `floor PORT MOCK_URL` — the least any gateway that routes by model and bills by
- * usage must do, and nothing else (the `floor` scenario); `reference` — a fixed piece of work timed
- * on request (the soak's measure of the machine's own speed). bench/run.ts starts each pinned to its core and waits until the port answers.
+ * scenario; `proxy PORT MOCK_URL SINK_URL` — the baseline, a bare http-proxy-3 reverse proxy over
+ * the same upstreams; `floor PORT MOCK_URL` — the least any gateway that routes by model and bills
+ * by usage must do, and nothing else (the `floor` scenario); `floor-records PORT MOCK_URL DIR` —
+ * the floor plus the records every billed request leaves, written into DIR (the `records`
+ * scenario); `reference` — a fixed piece of work timed on request (the soak's measure of the
+ * machine's own speed). bench/run.ts starts each pinned to its core and waits until the port
+ * answers.
  */
+import { createHash } from 'node:crypto';
 import dc from 'node:diagnostics_channel';
+import fs from 'node:fs';
 import http from 'node:http';
+import path from 'node:path';
 import httpProxy from 'http-proxy-3';
 import { startMockServer } from '../mock/server.js';
+import { KEY_CHAT } from './setup.js';
 
 const [role, port, target, sink] = process.argv.slice(2);
 
@@ -22,6 +29,80 @@ const SINK_REPLY = JSON.stringify({
   choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
   usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
 });
+
+/**
+ * What `floor-records` adds to the floor: what the product requires per billed request beyond
+ * routing and reading usage, written as lean as Node allows — the key's SHA-256 looked up in a Map,
+ * an admission line and a settlement line in a journal, a ledger record and an access line, all
+ * three files written once per event-loop turn with `writeSync` (the gateway's own rule: a line is
+ * on its way to the disk before the turn that made it ends), and a few counters. Lines the size and
+ * shape of the gateway's. No limits, store, plugin chain or metrics registry.
+ */
+function floorRecords(dir: string) {
+  fs.mkdirSync(dir, { recursive: true });
+  const files = ['journal.jsonl', 'ledger.jsonl', 'access.jsonl'].map((f) => fs.openSync(path.join(dir, f), 'a'));
+  const pending: string[][] = [[], [], []];
+  const keys = new Map([[createHash('sha256').update(KEY_CHAT).digest('hex'), { name: 'bench-chat', user: 'bench', group: 'chat' }]]);
+  const counters = { requests: 0, input: 0, output: 0, micros: 0 };
+  let seq = 0;
+  let n = 0;
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    for (let f = 0; f < 3; f++) {
+      if (pending[f].length === 0) continue;
+      fs.writeSync(files[f], pending[f].join(''));
+      pending[f] = [];
+    }
+  };
+  const push = (f: number, line: string) => {
+    pending[f].push(line);
+    if (!scheduled) {
+      scheduled = true;
+      setImmediate(flush);
+    }
+  };
+  const who = new Map<string, { name: string; user: string; group: string }>();
+  return {
+    /** The request's id, or null for a key that is not known. */
+    admit(req: http.IncomingMessage, model: string): string | null {
+      const auth = req.headers.authorization ?? '';
+      const k = keys.get(createHash('sha256').update(auth.slice(7)).digest('hex'));
+      if (!k) return null;
+      const id = `req_${(++n).toString(16).padStart(24, '0')}`;
+      who.set(id, k);
+      const t = Date.now();
+      push(
+        0,
+        `[2,${++seq},${t},"${id}","${k.name}","${k.user}","${k.group}",${JSON.stringify(model)},"balance",20,20,0,0,40,0,0,"5h,1d,7d",2]\n`,
+      );
+      return id;
+    },
+    settle(id: string, model: string, stream: boolean, input: number, output: number, began: number, status: number): void {
+      const k = who.get(id)!;
+      who.delete(id);
+      const t = Date.now();
+      const micros = input + output;
+      counters.requests++;
+      counters.input += input;
+      counters.output += output;
+      counters.micros += micros;
+      const m = JSON.stringify(model);
+      push(
+        0,
+        `[1,${++seq},${t},"${id}","${k.name}","${k.user}","${k.group}",${m},"balance",${input},${output},0,0,${micros},${micros},${t - began},"5h,1d,7d",0]\n`,
+      );
+      push(
+        1,
+        `{"seq":${seq},"id":"${id}","type":"request","ts":${t},"user":"${k.user}","key":"${k.name}","group":"${k.group}","model_requested":${m},"model":${m},"provider":"bench-openai","account":"bench-openai/default","protocol_in":"openai-chat","protocol_out":"openai-chat","stream":${stream},"status":${status},"billing":"balance","input_tokens":${input},"output_tokens":${output},"cache_read_tokens":0,"cache_write_tokens":0,"reasoning_tokens":null,"usage_source":"reported","estimate_reason":null,"list_micros":${micros},"rate_ppm":1000000,"charged_micros":${micros},"duration_ms":${t - began},"ttft_ms":null,"attempts":1,"reference":null,"actor":null}\n`,
+      );
+      push(
+        2,
+        `{"level":"info","time":"${new Date(t).toISOString()}","requestId":"${id}","route":"openai-chat","method":"POST","clientIp":"127.0.0.1","path":"/v1/chat/completions","status":${status},"durationMs":${t - began},"key":"${k.name}","user":"${k.user}","group":"${k.group}","model":${m},"provider":"bench-openai","account":"bench-openai/default","attempts":1,"tokens":{"input":${input},"output":${output},"cacheRead":0,"cacheWrite":0},"costMicroUsd":${micros},"listCostMicroUsd":${micros},"msg":"request"}\n`,
+      );
+    },
+  };
+}
 
 async function main(): Promise<void> {
   if (role === 'mock') {
@@ -88,7 +169,7 @@ async function main(): Promise<void> {
     server.listen(Number(port), '127.0.0.1');
     return;
   }
-  if (role === 'floor') {
+  if (role === 'floor' || role === 'floor-records') {
     // What a gateway cannot skip, written as lean as Node allows: the whole request body read and
     // parsed (the model routes it; a body that is not JSON gets a 400), the upstream request sent
     // with the body's bytes on a keep-alive agent, and the answer's usage read (billing): the whole
@@ -99,6 +180,7 @@ async function main(): Promise<void> {
     const USAGE = Buffer.from('"usage":{');
     const INCLUDE_USAGE = Buffer.from('{"stream_options":{"include_usage":true},');
     let billed = 0; // output tokens read from answers (GET / shows them)
+    const rec = role === 'floor-records' ? floorRecords(sink) : undefined;
     const server = http.createServer((req, res) => {
       if (req.method !== 'POST') {
         req.resume();
@@ -121,6 +203,12 @@ async function main(): Promise<void> {
           return;
         }
         const stream = body.stream === true;
+        const id = rec?.admit(req, body.model);
+        if (id === null) {
+          res.writeHead(401, { 'content-type': 'application/json' }).end('{"error":{"message":"invalid key"}}');
+          return;
+        }
+        const began = Date.now();
         // A stream's usage comes only when asked for (as the gateway asks): spliced in, not re-serialised.
         const out = stream && raw[0] === 0x7b ? Buffer.concat([INCLUDE_USAGE, raw.subarray(1)]) : raw;
         const ureq = http.request(
@@ -146,7 +234,12 @@ async function main(): Promise<void> {
                   const end = tail.indexOf('\n', at);
                   if (end === -1) return;
                   try {
-                    billed += (JSON.parse(tail.slice(start + 6, end)) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+                    const usage = (
+                      JSON.parse(tail.slice(start + 6, end)) as { usage: { prompt_tokens: number; completion_tokens: number } }
+                    ).usage;
+                    billed += usage.completion_tokens;
+                    if (id !== undefined)
+                      rec?.settle(id, body.model as string, true, usage.prompt_tokens, usage.completion_tokens, began, 200);
                   } catch {
                     /* not the event's whole line */
                   }
@@ -160,7 +253,19 @@ async function main(): Promise<void> {
               ures.on('end', () => {
                 const answer = parts.length === 1 ? parts[0] : Buffer.concat(parts);
                 try {
-                  billed += (JSON.parse(answer.toString('utf8')) as { usage: { completion_tokens: number } }).usage.completion_tokens;
+                  const usage = (JSON.parse(answer.toString('utf8')) as { usage: { prompt_tokens: number; completion_tokens: number } })
+                    .usage;
+                  billed += usage.completion_tokens;
+                  if (id !== undefined)
+                    rec?.settle(
+                      id,
+                      body.model as string,
+                      false,
+                      usage.prompt_tokens,
+                      usage.completion_tokens,
+                      began,
+                      ures.statusCode ?? 502,
+                    );
                 } catch {
                   /* an answer without usage bills nothing here */
                 }

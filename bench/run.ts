@@ -222,6 +222,9 @@ function startProxy(probeDir?: string): Promise<Server> {
 /** The `floor` relay (bench/roles.ts): what any billing gateway must do per request, and nothing else. */
 const startFloor = (): Promise<Server> => startRole('floor', [upstreams.mock], pinning?.server);
 
+/** The `floor-records` relay: the floor plus the records the product writes per billed request, into `dir`. */
+const startFloorRecords = (dir: string): Promise<Server> => startRole('floor-records', [upstreams.mock, dir], pinning?.server);
+
 /**
  * The soak's measure of the machine: bench/roles.ts `reference` on the server's core, asked for
  * at each slice's end for the median of its timings during the slice (CPU µs of a fixed piece of
@@ -425,7 +428,7 @@ async function measure(t: Target, seconds: number, connections: number): Promise
     'CPU µs/req': ((after.ticks - before.ticks) * (1e6 / clkTck)) / Math.max(1, ok),
     errors: wrkErrors(r),
   };
-  if (t.server.name !== 'bare proxy' && t.server.name !== 'floor')
+  if (t.server.name !== 'bare proxy' && !t.server.name.startsWith('floor'))
     figures['log B/req'] = fs.statSync(t.server.log).size / Math.max(1, r.requests);
   return figures;
 }
@@ -622,6 +625,28 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       return res;
     } finally {
       await floor.close();
+    }
+  },
+
+  // Not a goal either: the floor plus the durable records and the access line every billed
+  // request leaves (bench/roles.ts `floorRecords`), written the gateway's way (once per event-loop
+  // turn). What the product's records cost beyond the floor; the rest of the gateway's figure is
+  // its key check, limits, plugin chain and the structure around them.
+  records: async (s) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-records-'));
+    const floor = await startFloorRecords(dir);
+    try {
+      const res = await jsonAndStream(result('records', ['bare proxy', 'floor with records']), (stream) => [
+        { side: 'bare proxy', server: s.proxy, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+        { side: 'floor with records', server: floor, auth: AUTH_CHAT, body: chatBody('bench-chat', stream) },
+      ]);
+      res.notes.push(
+        "the floor with records (bench/roles.ts `floor-records`): the floor, plus the API key's SHA-256 looked up in a Map (401 when unknown), an admission and a settlement line in a journal, a ledger record and an access line the size and shape of the gateway's, each file written once per event-loop turn with `writeSync`. No limits, store, plugin chain or metrics registry",
+      );
+      return res;
+    } finally {
+      await floor.close();
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   },
 
