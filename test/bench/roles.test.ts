@@ -1,15 +1,19 @@
 /**
  * The benchmark's own servers (bench/roles.ts) that its figures rest on: the `floor` relay must do
  * what it claims (parse the body, relay the answer, read the usage of a JSON answer and of a
- * stream), or the budget the bench README derives from it is wrong; the `reference` must answer
- * with a timing. No load, no timing asserted.
+ * stream), or the budget the bench README derives from it is wrong; `floor-records` must also check
+ * the key and write the records it claims to; the `reference` must answer with a timing. No load,
+ * no timing asserted.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t, { type Test } from 'tap';
+import { AUTH_CHAT } from '../../bench/setup.js';
 
 const roles = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../bench/roles.js');
 
@@ -82,6 +86,72 @@ t.test('the floor relay: parses, relays, reads the usage of answers and streams'
   t.equal(bad.status, 400, 'a body that is not JSON is refused');
   const noModel = await post('{"messages": []}');
   t.equal(noModel.status, 400, 'a body without a model is refused');
+});
+
+t.test('the floor with records: checks the key, writes two journal lines, a ledger record and an access line per request', async (t) => {
+  const [mockPort, port] = [await freePort(), await freePort()];
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'floor-records-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  await role(t, ['mock', String(mockPort)]);
+  await listening(mockPort);
+  await role(t, ['floor-records', String(port), `http://127.0.0.1:${mockPort}`, dir]);
+  const url = `http://127.0.0.1:${port}`;
+  t.equal(await up(url + '/'), 'ok 0', 'up');
+
+  const post = (body: unknown, auth?: string) =>
+    fetch(url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) },
+      body: JSON.stringify(body),
+    });
+  const refused = await post({ model: 'm', messages: [] }, 'Bearer sk-not-a-key');
+  t.equal(refused.status, 401, 'an unknown key is refused');
+  const json = await post({ model: 'm', messages: [{ role: 'user', content: 'hi [[mock: words=7]]' }] }, AUTH_CHAT);
+  t.equal(json.status, 200);
+  await json.text();
+  const stream = await post({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi [[mock: words=5]]' }] }, AUTH_CHAT);
+  t.equal(stream.status, 200);
+  await stream.text();
+  t.equal(await up(url + '/'), 'ok 12', 'both answers billed');
+
+  const lines = (f: string) =>
+    fs.existsSync(path.join(dir, f))
+      ? fs
+          .readFileSync(path.join(dir, f), 'utf8')
+          .split('\n')
+          .filter((l) => l !== '')
+          .map((l) => JSON.parse(l) as unknown)
+      : [];
+  for (let i = 0; i < 50 && lines('access.jsonl').length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+  const journal = lines('journal.jsonl') as unknown[][];
+  t.same(
+    journal.map((l) => l[0]),
+    [2, 1, 2, 1],
+    'an admission line, then a settlement line, for each request (none for the refused one)',
+  );
+  t.same(
+    journal.filter((l) => l[0] === 1).map((l) => l[10]),
+    [7, 5],
+    'the settlements carry the output tokens',
+  );
+  const ledger = lines('ledger.jsonl') as { output_tokens: number; stream: boolean; status: number }[];
+  t.same(
+    ledger.map((r) => [r.output_tokens, r.stream, r.status]),
+    [
+      [7, false, 200],
+      [5, true, 200],
+    ],
+    'a ledger record per billed request',
+  );
+  const access = lines('access.jsonl') as { status: number; msg: string }[];
+  t.same(
+    access.map((r) => [r.status, r.msg]),
+    [
+      [200, 'request'],
+      [200, 'request'],
+    ],
+    'an access line per billed request',
+  );
 });
 
 t.test('the reference work answers with a CPU time', async (t) => {
