@@ -2,7 +2,7 @@
 // objects already collected counted too (what the scavenger has to sweep, not what stays).
 // The gateway runs as the bench runs it; a separate wrk loads it.
 //
-//   node bench/micro/alloc-profile.mjs [--root CHECKOUT] [--side gateway|proxy|floor] [--stream] [--seconds N] [--top N] [--tree]
+//   node bench/micro/alloc-profile.mjs [--root CHECKOUT] [--side gateway|proxy|floor|floor-records] [--stream] [--seconds N] [--top N] [--tree]
 //        [--live]   (what was allocated in the window and is still alive when it ends, the load still running: what the
 //                    collector keeps, in bytes, not per request)
 // (not a test: a guide, like the rest of bench/micro)
@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { argReader, gatewaySetup, processes, waitUp, wrk, wrkAsync } from './under-load.mjs';
+import { argReader, gatewaySetup, processes, roleArgs, waitUp, wrk, wrkAsync } from './under-load.mjs';
 
 const args = process.argv.slice(2);
 const { opt, flag } = argReader(args);
@@ -36,9 +36,7 @@ try {
     gw = procs.gateway(['--import', pathToFileURL(preload).href], env);
     await waitUp(s);
   } else {
-    // the bench's bare proxy or floor relay, on the gateway's port
-    const mock = `http://127.0.0.1:${s.mockPort}`;
-    const roleArgs = side === 'proxy' ? [mock, mock] : side === 'floor-records' ? [mock, path.join(s.dir, 'floor-data')] : [mock];
+    // the bench's bare proxy or a floor relay, on the gateway's port
     const argv = [
       '-c',
       '0',
@@ -48,7 +46,7 @@ try {
       'dist/bench/roles.js',
       side,
       String(s.gwPort),
-      ...roleArgs,
+      ...roleArgs(s, side),
     ];
     gw = procs.start('taskset', argv, { stdio: 'ignore', env });
     await sleep(1500);
@@ -74,6 +72,8 @@ try {
 }
 if (profile.error) throw new Error(profile.error);
 
+/** Alive (--live): bytes in all; otherwise per request. */
+const per = live ? 1 : requests;
 const name = (cf) => `${cf.functionName || '(anonymous)'} ${cf.url.replace(/^.*\/dist\//, '').replace(/^node:/, '')}:${cf.lineNumber + 1}`;
 const self = new Map();
 let total = 0;
@@ -90,8 +90,8 @@ const walk = (node, depth, lines) => {
   total += bytes;
   const key = name(node.callFrame);
   self.set(key, (self.get(key) ?? 0) + bytes);
-  if (tree && sub / (live ? 1 : requests) >= 40) {
-    lines.push(`${'  '.repeat(depth)}${(sub / (live ? 1 : requests)).toFixed(0).padStart(6)} B  ${key}`);
+  if (tree && sub / per >= 40) {
+    lines.push(`${'  '.repeat(depth)}${(sub / per).toFixed(0).padStart(6)} B  ${key}`);
     for (const [, k] of kids.sort((a, b) => b[0] - a[0])) lines.push(...k);
   }
   return sub;
@@ -100,6 +100,5 @@ const lines = [];
 walk(profile.head, 0, lines);
 if (live) console.log(`${requests} requests; ${(total / 1024).toFixed(0)} KB allocated since the start and alive at the stop (sampled)`);
 else console.log(`${requests} requests; ${(total / requests).toFixed(0)} bytes allocated per request (sampled)`);
-const per = live ? 1 : requests; // alive: bytes in all, not per request
 for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`${(v / per).toFixed(0).padStart(7)} B  ${k}`);
 if (tree) console.log(lines.join('\n'));

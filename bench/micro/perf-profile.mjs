@@ -15,7 +15,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { argReader, gatewaySetup, processes, waitUp, wrk } from './under-load.mjs';
+import { argReader, gatewaySetup, processes, roleArgs, waitUp, wrk } from './under-load.mjs';
 
 const HZ = 4999;
 const args = process.argv.slice(2);
@@ -37,11 +37,9 @@ if (args[0] === 'record') {
       pid = procs.gateway(['--perf-basic-prof']).pid;
       await waitUp(s);
     } else {
-      const mock = `http://127.0.0.1:${s.mockPort}`;
-      const roleArgs = side === 'proxy' ? [mock, mock] : side === 'floor-records' ? [mock, path.join(s.dir, 'floor-data')] : [mock];
       pid = procs.start(
         'taskset',
-        ['-c', '0', process.execPath, '--perf-basic-prof', 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs],
+        ['-c', '0', process.execPath, '--perf-basic-prof', 'dist/bench/roles.js', side, String(s.gwPort), ...roleArgs(s, side)],
         {
           stdio: 'ignore',
         },

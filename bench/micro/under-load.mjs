@@ -86,6 +86,14 @@ export function processes(s) {
   };
 }
 
+/** The arguments of bench/roles.ts `side` (proxy, floor, floor-records) after its port, on the setup's mock. */
+export function roleArgs(s, side) {
+  const mock = `http://127.0.0.1:${s.mockPort}`;
+  if (side === 'proxy') return [mock, mock];
+  if (side === 'floor-records') return [mock, path.join(s.dir, 'floor-data')];
+  return [mock];
+}
+
 export async function waitUp(s) {
   for (let i = 0; ; i++) {
     if (i > 600) throw new Error(`the gateway did not start:\n${fs.readFileSync(s.errFile, 'utf8')}`);
