@@ -91,8 +91,10 @@ function Wallet({ admin, u, version, onChange }: { admin: Admin; u: User; versio
 
 /**
  * A top-up sends an Idempotency-Key made when the form is filled in: a second submission of the
- * same form (a double click, a retry after a lost answer) credits once. Editing a field, or a
- * top-up that went through, makes a new one.
+ * same form (a double click, a retry after a lost answer) credits once. Editing a field makes a new
+ * one. A top-up that went through keeps its form and key: emptying the form there turned the second
+ * click of a double click, when it landed after the answer, into an empty submission whose error
+ * replaced the "Credited" line.
  */
 function TopupForm({ admin, user, balance, onDone }: { admin: Admin; user: string; balance: number; onDone: () => void }) {
   const [amount, setAmount] = useState('');
@@ -115,11 +117,6 @@ function TopupForm({ admin, user, balance, onDone }: { admin: Admin; user: strin
           .run(() => admin.topup(user, { amount_usd: amount.trim(), reference }, key))
           .then((r) => {
             if (!r) return;
-            if (idem.current === key) {
-              fresh();
-              setAmount('');
-              setReference('');
-            }
             const t = r.value.data;
             setDone(
               `${r.value.headers.get('idempotent-replayed') === 'true' ? 'Already credited (sent twice, credited once)' : 'Credited'}: ${usd(t.amount_usd)} (${t.reference}). Balance ${usd(t.wallet.balance_usd)}.`,
