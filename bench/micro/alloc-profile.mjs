@@ -5,12 +5,13 @@
 //   node bench/micro/alloc-profile.mjs [--root CHECKOUT] [--side gateway|proxy|floor|floor-records] [--stream] [--seconds N] [--top N] [--tree]
 //        [--live]   (what was allocated in the window and is still alive when it ends, the load still running: what the
 //                    collector keeps, in bytes, not per request)
+//        [--store redis]  (the gateway on the Redis store: a redis-server of its own on the load's core, no persistence)
 // (not a test: a guide, like the rest of bench/micro)
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { argReader, gatewaySetup, processes, roleArgs, waitUp, wrk, wrkAsync } from './under-load.mjs';
+import { argReader, freePort, gatewaySetup, processes, roleArgs, waitUp, wrk, wrkAsync } from './under-load.mjs';
 
 const args = process.argv.slice(2);
 const { opt, flag } = argReader(args);
@@ -21,13 +22,25 @@ const stream = flag('--stream');
 const tree = flag('--tree');
 const side = opt('--side', 'gateway');
 const live = flag('--live');
+const store = opt('--store', 'memory');
+if (store !== 'memory' && store !== 'redis') throw new Error(`--store memory|redis, not ${store}`);
+const redisPort = store === 'redis' ? await freePort() : 0;
 
-const s = await gatewaySetup(root, 'alloc-profile', undefined, stream);
+const s = await gatewaySetup(
+  root,
+  'alloc-profile',
+  store === 'redis' ? { kind: 'redis', url: `redis://127.0.0.1:${redisPort}/0`, prefix: 'gw:' } : undefined,
+  stream,
+);
 const out = path.join(s.dir, 'alloc.json');
 const procs = processes(s);
 let profile;
 let requests;
 try {
+  if (store === 'redis')
+    procs.start('taskset', ['-c', '1', 'redis-server', '--port', String(redisPort), '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
   procs.mock();
   const preload = path.join(path.dirname(fileURLToPath(import.meta.url)), 'alloc-preload.mjs');
   const env = { ...process.env, ALLOC_PROFILE_OUT: out, ...(live ? { ALLOC_PROFILE_LIVE: '1' } : {}) };
