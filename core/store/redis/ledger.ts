@@ -178,15 +178,16 @@ export class LedgerStreams {
       else if (fields[i] === LEDGER_FIELD) r = fields[i + 1];
     }
     const got: TakenRecord[] = [];
-    for (let from = 0; r !== undefined && t !== undefined && from < r.length;) {
-      let to = r.indexOf('\n', from);
-      if (to < 0) to = r.length;
-      const rec = ledgerJson(t, r.slice(from, to));
+    let ok = r !== undefined && t !== undefined;
+    for (let from = 0; ok;) {
+      const to = r!.indexOf('\n', from);
+      const rec = ledgerJson(t!, r!.slice(from, to < 0 ? r!.length : to));
+      if (!rec) ok = false;
+      else got.push(redelivered ? { ...rec, redelivered } : rec);
+      if (to < 0) break;
       from = to + 1;
-      if (!rec) break;
-      got.push(redelivered ? { ...rec, redelivered } : rec);
     }
-    if (r === undefined || t === undefined || got.length !== r.split('\n').length) {
+    if (!ok) {
       if (!this.unreadable.has(id)) {
         if (this.unreadable.size >= 10_000) this.unreadable.clear();
         this.unreadable.add(id);

@@ -194,26 +194,36 @@ export function creditLedgerText(c: Pick<CreditRecord, 'user' | 'amount' | 'refe
   return packFields(creditRecord({ ...c, id: '', at: 0, credit: 0, spent: 0 }));
 }
 
+/** What precedes each packed value in the record's JSON: `,"<field>":`, in PACKED order. */
+const PREFIX = PACKED.map((f) => `,"${f}":`);
+/** The packed value `ts` is written before (FIELDS: `id`, `type`, `ts`, …). */
+const TS_BEFORE = FIELDS.filter((f) => f !== 'id').indexOf('ts');
+
 /**
  * A packed record (`text`) stored with its time (`t`) as the record's JSON, fields in FIELDS order,
- * and its id; undefined when the text is not one.
+ * and its id; undefined when the text is not one. Read in place (the separators found one by one,
+ * each value appended after its constant prefix): the drain runs this for every record.
  */
 export function ledgerJson(t: string, text: string): { id: string; ts: number; json: string } | undefined {
   const ts = Number(t);
-  const v = text.split(SEP);
-  if (!Number.isSafeInteger(ts) || v.length !== PACKED.length + 1 || v[TYPE_AT] === '') return undefined;
-  const inner = v[PACKED.length];
+  const last = text.lastIndexOf(SEP);
+  if (!Number.isSafeInteger(ts) || last < 0) return undefined;
+  const inner = text.slice(last + 1);
   let id: string;
   try {
     id = inner.includes('\\') || inner.includes('"') ? (JSON.parse(`"${inner}"`) as string) : inner;
   } catch {
     return undefined;
   }
-  let json = `{"id":"${inner}"`;
-  for (let i = 0, j = 0; i < FIELDS.length; i++) {
-    const f = FIELDS[i];
-    if (f === 'id') continue;
-    json += f === 'ts' ? `,"ts":${ts}` : `,"${f}":${v[j++] || 'null'}`;
+  let json = '{"id":"' + inner + '"';
+  let from = 0;
+  for (let i = 0; i < PACKED.length; i++) {
+    const to = text.indexOf(SEP, from);
+    if (to < 0 || (to === from && i === TYPE_AT)) return undefined;
+    if (i === TS_BEFORE) json += ',"ts":' + ts;
+    json += PREFIX[i] + (to === from ? 'null' : text.slice(from, to));
+    from = to + 1;
   }
-  return { id, ts, json: json + '}' };
+  // Every separator read, the last one ends the packed values: no field more, none fewer.
+  return from === last + 1 ? { id, ts, json: json + '}' } : undefined;
 }
