@@ -41,6 +41,24 @@ const settlements: [string, string, Settlement][] = [
   ['a request with every detail', 'req_0001', base],
   ['no detail (a settlement older than the ledger)', 'req_0002', { ...base, detail: undefined }],
   ['an estimate', 'req_0003', { ...base, estimated: true, detail: { ...base.detail!, estimateReason: 'client_disconnect' } }],
+  [
+    'a detail without its optional members, an estimate without its reason',
+    'req_0007',
+    {
+      ...base,
+      estimated: true,
+      detail: {
+        requestedModel: 'm',
+        provider: 'up',
+        protocolIn: 'openai-responses',
+        protocolOut: 'openai-chat',
+        stream: false,
+        status: 499,
+        ratePpm: 1_000_000,
+        attempts: 1,
+      },
+    },
+  ],
   ['crash recovery', 'req_0004', { ...base, recovered: true }],
   ['a late correction', 'req_0005:late', { ...base, late: true }],
   [

@@ -13,7 +13,8 @@
 import type { Clock } from '../../clock.js';
 import { WINDOW_MS, type Window } from '../../config/types.js';
 import type { Claim, CreditRecord, Settlement } from '../types.js';
-import { creditRecord, FIELDS, requestRecord, type LedgerRecord } from '../../ledger/record.js';
+import { creditRecord, FIELDS, type LedgerRecord } from '../../ledger/record.js';
+import { quoted } from '../../json/quote.js';
 import type { Keys } from './keys.js';
 
 const DAY = 86_400_000;
@@ -184,9 +185,78 @@ function packFields(r: LedgerRecord): string {
   return out;
 }
 
-/** A settlement's ledger record as settle.lua stores it. */
+/**
+ * A settlement's ledger record as settle.lua stores it: exactly `packFields(requestRecord(id, 0, s))`
+ * and the id, written out without the record object, names through json/quote's cache (as the
+ * memory store's `requestFileLine`): this runs once per billed request. test/store/redis-pack.test.ts
+ * holds it to the memory store's line through `ledgerJson`.
+ */
 export function ledgerText(id: string, s: Settlement): string {
-  return packFields(requestRecord(id, 0, s)) + JSON.stringify(id).slice(1, -1);
+  const d = s.detail;
+  const u = s.usage;
+  const estimated = s.estimated === true || s.recovered === true;
+  return (
+    '"request"' +
+    SEP +
+    quoted(s.user) +
+    SEP +
+    quoted(s.keyId) +
+    SEP +
+    quoted(s.group) +
+    SEP +
+    orNothing(d?.requestedModel) +
+    SEP +
+    quoted(s.model) +
+    SEP +
+    orNothing(d?.provider) +
+    SEP +
+    orNothing(d?.account) +
+    SEP +
+    orNothing(d?.protocolIn) +
+    SEP +
+    orNothing(d?.protocolOut) +
+    SEP +
+    (d ? (d.stream ? 'true' : 'false') : '') +
+    SEP +
+    (d ? '' + d.status : '') +
+    SEP +
+    quoted(s.billing) +
+    SEP +
+    u.input +
+    SEP +
+    u.output +
+    SEP +
+    u.cacheRead +
+    SEP +
+    u.cacheWrite +
+    SEP +
+    (d?.reasoning ?? '') +
+    SEP +
+    (s.late ? '"late"' : estimated ? '"estimated"' : '"reported"') +
+    SEP +
+    (s.recovered ? '"crash_recovery"' : estimated ? quoted(d?.estimateReason ?? 'no_usage_reported') : '') +
+    SEP +
+    s.cost +
+    SEP +
+    (d?.ratePpm ?? '') +
+    SEP +
+    s.actual +
+    SEP +
+    s.durationMs +
+    SEP +
+    (d?.ttftMs ?? '') +
+    SEP +
+    (d?.attempts ?? '') +
+    SEP +
+    SEP + // reference, actor: a credit's
+    SEP +
+    JSON.stringify(id).slice(1, -1)
+  );
+}
+
+/** A packed optional name: its JSON text, or nothing (null). */
+function orNothing(v: string | undefined): string {
+  return v === undefined ? '' : quoted(v);
 }
 
 /** A credit's ledger record but its id (`credit:<credit id>`, which the script appends). */
