@@ -9,79 +9,17 @@
 import t from 'tap';
 import { creditLedgerText, ledgerJson, ledgerText, SEP } from '../../core/store/redis/pack.js';
 import { creditRecord, recordLine, requestRecord } from '../../core/ledger/record.js';
-import type { Settlement } from '../../core/store/types.js';
-
-const base: Settlement = {
-  keyId: 'k1',
-  user: 'alice',
-  group: 'g',
-  model: 'm',
-  billing: 'balance',
-  usage: { input: 12, output: 34, cacheRead: 5, cacheWrite: 6 },
-  cost: 1234,
-  actual: 987,
-  durationMs: 42,
-  windows: ['5h', '1d'],
-  detail: {
-    requestedModel: 'm-alias',
-    provider: 'up',
-    account: 'up/a1',
-    protocolIn: 'openai-chat',
-    protocolOut: 'anthropic-messages',
-    stream: true,
-    status: 200,
-    reasoning: 7,
-    ratePpm: 1_500_000,
-    ttftMs: 9,
-    attempts: 2,
-  },
-};
-
-const settlements: [string, string, Settlement][] = [
-  ['a request with every detail', 'req_0001', base],
-  ['no detail (a settlement older than the ledger)', 'req_0002', { ...base, detail: undefined }],
-  ['an estimate', 'req_0003', { ...base, estimated: true, detail: { ...base.detail!, estimateReason: 'client_disconnect' } }],
-  [
-    'a detail without its optional members, an estimate without its reason',
-    'req_0007',
-    {
-      ...base,
-      estimated: true,
-      detail: {
-        requestedModel: 'm',
-        provider: 'up',
-        protocolIn: 'openai-responses',
-        protocolOut: 'openai-chat',
-        stream: false,
-        status: 499,
-        ratePpm: 1_000_000,
-        attempts: 1,
-      },
-    },
-  ],
-  ['crash recovery', 'req_0004', { ...base, recovered: true }],
-  ['a late correction', 'req_0005:late', { ...base, late: true }],
-  [
-    'plan billing, zero usage',
-    'req_0006',
-    { ...base, billing: 'plan', usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, cost: 0, actual: 0 },
-  ],
-  [
-    'names with quotes, backslashes, unicode and control characters',
-    'req_"q"\\é',
-    { ...base, keyId: 'key "one"', user: 'zoë\\x', group: 'g\u2028h', model: 'm\t"1"', detail: { ...base.detail!, account: 'up/ä"b' } },
-  ],
-];
+import { ledgerCases } from '../ledger/settlements.js';
 
 t.test('a settlement’s record comes back as the memory store’s line', async (t) => {
-  for (const [what, id, s] of settlements) {
-    const at = 1_764_300_000_123;
-    const got = ledgerJson(String(at), ledgerText(id, s));
-    t.ok(got, `${what}: read`);
-    t.equal(got!.json, recordLine(requestRecord(id, at, s)), `${what}: the same JSON`);
-    t.equal(got!.id, id, `${what}: its id`);
-    t.equal(got!.ts, at, `${what}: its time`);
-    t.same(JSON.parse(got!.json), JSON.parse(recordLine(requestRecord(id, at, s))), `${what}: the same record`);
+  for (const [what, s] of ledgerCases) {
+    for (const id of ['req_0001', 'req_"odd"\\id\u00e9', 'req_0002:late']) {
+      const at = 1_764_300_000_123;
+      const got = ledgerJson(String(at), ledgerText(id, s));
+      t.equal(got?.json, recordLine(requestRecord(id, at, s)), `${what} (${id}): the same JSON`);
+      t.equal(got?.id, id, `${what} (${id}): its id`);
+      t.equal(got?.ts, at, `${what} (${id}): its time`);
+    }
   }
 });
 
@@ -99,7 +37,7 @@ t.test('a credit’s record (the script appends its id) comes back as the memory
 });
 
 t.test('a text that is not a record of this version is refused', async (t) => {
-  const text = ledgerText('req_1', base);
+  const text = ledgerText('req_1', ledgerCases[0][1]);
   const fields = text.split(SEP);
   t.equal(ledgerJson('not a time', text), undefined, 'a time that is not a number');
   t.equal(ledgerJson('1.5', text), undefined, 'a time that is not an integer');

@@ -187,76 +187,60 @@ function packFields(r: LedgerRecord): string {
 
 /**
  * A settlement's ledger record as settle.lua stores it: exactly `packFields(requestRecord(id, 0, s))`
- * and the id, written out without the record object, names through json/quote's cache (as the
- * memory store's `requestFileLine`): this runs once per billed request. test/store/redis-pack.test.ts
+ * and the id, the values listed without the record object, names through json/quote's cache (as
+ * the memory store's `requestFileLine`), joined into one flat string (what ioredis writes): this
+ * runs once per billed request. test/store/redis-pack.test.ts
  * holds it to the memory store's line through `ledgerJson`.
  */
 export function ledgerText(id: string, s: Settlement): string {
   const d = s.detail;
   const u = s.usage;
   const estimated = s.estimated === true || s.recovered === true;
-  return (
-    '"request"' +
-    SEP +
-    quoted(s.user) +
-    SEP +
-    quoted(s.keyId) +
-    SEP +
-    quoted(s.group) +
-    SEP +
-    orNothing(d?.requestedModel) +
-    SEP +
-    quoted(s.model) +
-    SEP +
-    orNothing(d?.provider) +
-    SEP +
-    orNothing(d?.account) +
-    SEP +
-    orNothing(d?.protocolIn) +
-    SEP +
-    orNothing(d?.protocolOut) +
-    SEP +
-    (d ? (d.stream ? 'true' : 'false') : '') +
-    SEP +
-    (d ? '' + d.status : '') +
-    SEP +
-    quoted(s.billing) +
-    SEP +
-    u.input +
-    SEP +
-    u.output +
-    SEP +
-    u.cacheRead +
-    SEP +
-    u.cacheWrite +
-    SEP +
-    (d?.reasoning ?? '') +
-    SEP +
-    (s.late ? '"late"' : estimated ? '"estimated"' : '"reported"') +
-    SEP +
-    (s.recovered ? '"crash_recovery"' : estimated ? quoted(d?.estimateReason ?? 'no_usage_reported') : '') +
-    SEP +
-    s.cost +
-    SEP +
-    (d?.ratePpm ?? '') +
-    SEP +
-    s.actual +
-    SEP +
-    s.durationMs +
-    SEP +
-    (d?.ttftMs ?? '') +
-    SEP +
-    (d?.attempts ?? '') +
-    SEP +
-    SEP + // reference, actor: a credit's
-    SEP +
-    JSON.stringify(id).slice(1, -1)
-  );
+  return [
+    '"request"',
+    quoted(s.user),
+    quoted(s.keyId),
+    quoted(s.group),
+    orNothing(d?.requestedModel),
+    quoted(s.model),
+    orNothing(d?.provider),
+    orNothing(d?.account),
+    orNothing(d?.protocolIn),
+    orNothing(d?.protocolOut),
+    d ? (d.stream ? 'true' : 'false') : '',
+    d ? num(d.status) : '',
+    quoted(s.billing),
+    num(u.input),
+    num(u.output),
+    num(u.cacheRead),
+    num(u.cacheWrite),
+    optNum(d?.reasoning),
+    s.late ? '"late"' : estimated ? '"estimated"' : '"reported"',
+    s.recovered ? '"crash_recovery"' : estimated ? quoted(d?.estimateReason ?? 'no_usage_reported') : '',
+    num(s.cost),
+    optNum(d?.ratePpm),
+    num(s.actual),
+    num(s.durationMs),
+    optNum(d?.ttftMs),
+    optNum(d?.attempts),
+    '', // reference and actor: a credit's
+    '',
+    JSON.stringify(id).slice(1, -1),
+  ].join(SEP);
 }
 
 /** A packed optional name: its JSON text, or nothing (null). */
 function orNothing(v: string | undefined): string {
   return v === undefined ? '' : quoted(v);
+}
+
+/** A packed number: its JSON text, or nothing (null) where JSON has none (as `JSON.stringify`). */
+function num(v: number): string {
+  return Number.isFinite(v) ? '' + v : '';
+}
+
+function optNum(v: number | undefined): string {
+  return v === undefined ? '' : num(v);
 }
 
 /** A credit's ledger record but its id (`credit:<credit id>`, which the script appends). */
