@@ -11,13 +11,11 @@
 //        [--stream] [--seconds N] [--callers]         (CHECKOUT built; default .; FILE.json gets the request count)
 //   node bench/micro/perf-profile.mjs report A [B] [--top N]   µs per request by symbol; with B, B − A, largest first
 // (not a test: a guide, like the rest of bench/micro)
-import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { argReader, gatewaySetup, processes, roleArgs, waitUp, wrk } from './under-load.mjs';
+import { argReader, gatewaySetup, PERF_HZ, perfRecord, perfSymbols, processes, roleArgs, waitUp, wrk } from './under-load.mjs';
 
-const HZ = 4999;
 const args = process.argv.slice(2);
 const { opt, flag } = argReader(args);
 
@@ -47,14 +45,10 @@ if (args[0] === 'record') {
       await sleep(1500);
     }
     wrk(s, 5, 50); // warm-up: JIT, pools, and the store's structures at their working size
-    const perf = spawn('perf', ['record', ...(callers ? ['-g'] : []), '-e', 'cpu-clock', '-F', String(HZ), '-p', String(pid), '-o', out], {
-      stdio: 'ignore',
-    });
-    await sleep(300);
+    const stop = await perfRecord(pid, out, callers);
     const r = wrk(s, seconds, 50);
-    perf.kill('SIGINT');
-    await new Promise((resolve) => perf.once('exit', resolve));
-    fs.writeFileSync(`${out}.json`, JSON.stringify({ side, stream, root, requests: r.requests, seconds, hz: HZ }));
+    await stop();
+    fs.writeFileSync(`${out}.json`, JSON.stringify({ side, stream, root, requests: r.requests, seconds, hz: PERF_HZ }));
     console.log(`${side}${stream ? ' stream' : ''}: ${r.requests} requests in ${seconds} s recorded to ${out}`);
   } finally {
     await procs.stopAll();
@@ -62,26 +56,9 @@ if (args[0] === 'record') {
 } else if (args[0] === 'report') {
   const top = Number(opt('--top', '50'));
   const [a, b] = args.slice(1);
-  /** µs per request by symbol (JavaScript frames without their tier marker and checkout path; the kernel's marked). */
   const read = (file) => {
     const meta = JSON.parse(fs.readFileSync(`${file}.json`, 'utf8'));
-    const text = execFileSync('perf', ['report', '-i', file, '--no-children', '--sort', 'sym', '-n', '--stdio'], {
-      maxBuffer: 1 << 28,
-      stdio: ['ignore', 'pipe', 'ignore'],
-    }).toString();
-    const m = new Map();
-    for (const line of text.split('\n')) {
-      const r = /^\s*[\d.]+%\s+(\d+)\s+\[([.k])\]\s+(.*)$/.exec(line);
-      if (!r) continue;
-      const sym =
-        (r[2] === 'k' ? '[kernel] ' : '') +
-        r[3]
-          .trim()
-          .replace(/file:\/\/\/\S*?\/dist\//, '')
-          .replace(/^JS:[*~^]?/, 'JS:');
-      m.set(sym, (m.get(sym) ?? 0) + (Number(r[1]) * 1e6) / meta.hz / meta.requests);
-    }
-    return m;
+    return perfSymbols(file, meta.hz, meta.requests);
   };
   const total = (m) => [...m.values()].reduce((x, y) => x + y, 0);
   const A = read(a);

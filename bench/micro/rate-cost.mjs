@@ -12,11 +12,8 @@
 // (not a test: a guide, like the rest of bench/micro; needs perf: Debian's linux-perf)
 import http from 'node:http';
 import path from 'node:path';
-import { spawn, execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-
-const HZ = 4999;
 
 if (process.argv[2] === '--serve') {
   // The proxy itself: PORT TARGET SPIN ROOT
@@ -36,7 +33,7 @@ if (process.argv[2] === '--serve') {
   server.keepAliveTimeout = 5_000;
   server.listen(Number(port), '127.0.0.1');
 } else {
-  const { argReader, gatewaySetup, processes, wrk } = await import('./under-load.mjs');
+  const { argReader, gatewaySetup, PERF_HZ, perfRecord, perfSymbols, processes, wrk } = await import('./under-load.mjs');
   const args = process.argv.slice(2);
   const { opt } = argReader(args);
   const root = path.resolve(opt('--root', '.'));
@@ -56,25 +53,13 @@ if (process.argv[2] === '--serve') {
       await sleep(1200);
       wrk(s, 4, 50); // warm-up
       const out = path.join(s.dir, 'perf.data');
-      const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', String(HZ), '-p', String(p.pid), '-o', out], { stdio: 'ignore' });
-      await sleep(300);
+      const stop = await perfRecord(p.pid, out);
       const r = wrk(s, seconds, 50);
-      perf.kill('SIGINT');
-      await new Promise((resolve) => perf.once('exit', resolve));
-      const text = execFileSync('perf', ['report', '-i', out, '--no-children', '--sort', 'sym', '-n', '--stdio'], {
-        maxBuffer: 1 << 28,
-        stdio: ['ignore', 'pipe', 'ignore'],
-      }).toString();
-      let total = 0;
-      let wake = 0;
-      for (const line of text.split('\n')) {
-        const m = /^\s+[\d.]+%\s+(\d+)\s+\[.\]\s+(.*)$/.exec(line);
-        if (!m) continue;
-        total += Number(m[1]);
-        if (m[2].trim() === '_raw_spin_unlock_irqrestore') wake += Number(m[1]);
-      }
-      const us = (n) => ((n / HZ) * 1e6) / r.requests;
-      console.log(`| ${i + 1} | ${spin} | ${(r.requests / seconds).toFixed(0)} | ${us(total).toFixed(1)} | ${us(wake).toFixed(1)} |`);
+      await stop();
+      const us = perfSymbols(out, PERF_HZ, r.requests);
+      const total = [...us.values()].reduce((x, y) => x + y, 0);
+      const wake = us.get('[kernel] _raw_spin_unlock_irqrestore') ?? 0;
+      console.log(`| ${i + 1} | ${spin} | ${(r.requests / seconds).toFixed(0)} | ${total.toFixed(1)} | ${wake.toFixed(1)} |`);
     } finally {
       await procs.stopAll();
     }

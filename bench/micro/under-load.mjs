@@ -129,3 +129,46 @@ export function wrkAsync(s, seconds, connections) {
     p.on('exit', (code) => (code === 0 ? resolve(wrkSummary(out)) : reject(new Error(`wrk exited with ${code}`))));
   });
 }
+
+/** `perf`'s sampling rate (Hz) for the scripts that profile a server (`cpu-clock`: a VM has no hardware counters). */
+export const PERF_HZ = 4999;
+
+/** Starts `perf record` of process `pid` into `out` (`callers`: with call graphs); resolves to `stop()`. */
+export async function perfRecord(pid, out, callers = false) {
+  const perf = spawn(
+    'perf',
+    ['record', ...(callers ? ['-g'] : []), '-e', 'cpu-clock', '-F', String(PERF_HZ), '-p', String(pid), '-o', out],
+    {
+      stdio: 'ignore',
+    },
+  );
+  await sleep(300);
+  return async () => {
+    perf.kill('SIGINT');
+    await new Promise((resolve) => perf.once('exit', resolve));
+  };
+}
+
+/**
+ * µs per request by symbol in a `perf record` file of `requests` requests at `hz` (JavaScript frames
+ * without their tier marker and checkout path; the kernel's marked `[kernel]`).
+ */
+export function perfSymbols(file, hz, requests) {
+  const text = execFileSync('perf', ['report', '-i', file, '--no-children', '--sort', 'sym', '-n', '--stdio'], {
+    maxBuffer: 1 << 28,
+    stdio: ['ignore', 'pipe', 'ignore'],
+  }).toString();
+  const m = new Map();
+  for (const line of text.split('\n')) {
+    const r = /^\s*[\d.]+%\s+(\d+)\s+\[([.k])\]\s+(.*)$/.exec(line);
+    if (!r) continue;
+    const sym =
+      (r[2] === 'k' ? '[kernel] ' : '') +
+      r[3]
+        .trim()
+        .replace(/file:\/\/\/\S*?\/dist\//, '')
+        .replace(/^JS:[*~^]?/, 'JS:');
+    m.set(sym, (m.get(sym) ?? 0) + (Number(r[1]) * 1e6) / hz / requests);
+  }
+  return m;
+}

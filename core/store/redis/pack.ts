@@ -175,8 +175,16 @@ export const LEDGER_FIELD = 'r';
 const PACKED = FIELDS.filter((f) => f !== 'id' && f !== 'ts');
 const TYPE_AT = PACKED.indexOf('type');
 
-function packValue(v: string | number | boolean | null): string {
-  return v === null ? '' : typeof v === 'number' ? String(v) : typeof v === 'boolean' ? (v ? 'true' : 'false') : JSON.stringify(v);
+/** A packed value: its JSON text, or nothing for null (absent, or a number JSON has no text for). */
+function packValue(v: string | number | boolean | null | undefined): string {
+  if (v === null || v === undefined) return '';
+  if (typeof v === 'number') return Number.isFinite(v) ? '' + v : '';
+  return typeof v === 'boolean' ? (v ? 'true' : 'false') : JSON.stringify(v);
+}
+
+/** A packed name (config names, repeated on every record): through json/quote's cache. */
+function packName(v: string | undefined): string {
+  return v === undefined ? '' : quoted(v);
 }
 
 function packFields(r: LedgerRecord): string {
@@ -187,10 +195,9 @@ function packFields(r: LedgerRecord): string {
 
 /**
  * A settlement's ledger record as settle.lua stores it: exactly `packFields(requestRecord(id, 0, s))`
- * and the id, the values listed without the record object, names through json/quote's cache (as
- * the memory store's `requestFileLine`), joined into one flat string (what ioredis writes): this
- * runs once per billed request. test/store/redis-pack.test.ts
- * holds it to the memory store's line through `ledgerJson`.
+ * and the id, without the record object, names through json/quote's cache (as the memory store's
+ * `requestFileLine`), joined into one flat string (what ioredis writes): this runs once per billed
+ * request. test/store/redis-pack.test.ts holds it to the memory store's line through `ledgerJson`.
  */
 export function ledgerText(id: string, s: Settlement): string {
   const d = s.detail;
@@ -198,49 +205,35 @@ export function ledgerText(id: string, s: Settlement): string {
   const estimated = s.estimated === true || s.recovered === true;
   return [
     '"request"',
-    quoted(s.user),
-    quoted(s.keyId),
-    quoted(s.group),
-    orNothing(d?.requestedModel),
-    quoted(s.model),
-    orNothing(d?.provider),
-    orNothing(d?.account),
-    orNothing(d?.protocolIn),
-    orNothing(d?.protocolOut),
-    d ? (d.stream ? 'true' : 'false') : '',
-    d ? num(d.status) : '',
-    quoted(s.billing),
-    num(u.input),
-    num(u.output),
-    num(u.cacheRead),
-    num(u.cacheWrite),
-    optNum(d?.reasoning),
+    packName(s.user),
+    packName(s.keyId),
+    packName(s.group),
+    packName(d?.requestedModel),
+    packName(s.model),
+    packName(d?.provider),
+    packName(d?.account),
+    packName(d?.protocolIn),
+    packName(d?.protocolOut),
+    packValue(d?.stream),
+    packValue(d?.status),
+    packName(s.billing),
+    packValue(u.input),
+    packValue(u.output),
+    packValue(u.cacheRead),
+    packValue(u.cacheWrite),
+    packValue(d?.reasoning),
     s.late ? '"late"' : estimated ? '"estimated"' : '"reported"',
-    s.recovered ? '"crash_recovery"' : estimated ? quoted(d?.estimateReason ?? 'no_usage_reported') : '',
-    num(s.cost),
-    optNum(d?.ratePpm),
-    num(s.actual),
-    num(s.durationMs),
-    optNum(d?.ttftMs),
-    optNum(d?.attempts),
+    s.recovered ? '"crash_recovery"' : estimated ? packName(d?.estimateReason ?? 'no_usage_reported') : '',
+    packValue(s.cost),
+    packValue(d?.ratePpm),
+    packValue(s.actual),
+    packValue(s.durationMs),
+    packValue(d?.ttftMs),
+    packValue(d?.attempts),
     '', // reference and actor: a credit's
     '',
     JSON.stringify(id).slice(1, -1),
   ].join(SEP);
-}
-
-/** A packed optional name: its JSON text, or nothing (null). */
-function orNothing(v: string | undefined): string {
-  return v === undefined ? '' : quoted(v);
-}
-
-/** A packed number: its JSON text, or nothing (null) where JSON has none (as `JSON.stringify`). */
-function num(v: number): string {
-  return Number.isFinite(v) ? '' + v : '';
-}
-
-function optNum(v: number | undefined): string {
-  return v === undefined ? '' : num(v);
 }
 
 /** A credit's ledger record but its id (`credit:<credit id>`, which the script appends). */
