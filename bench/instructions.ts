@@ -42,8 +42,9 @@ const USAGE = `npm run bench:instructions -- [options]
   --concurrency N   requests in flight at once (default 10)
   --words N         words per reply (default 20)
   --only LIST       scenarios: json, stream, convert (default json,stream)
-  --sides LIST      proxy, floor, gateway (default proxy,gateway; floor: the relay that only reads
-                    the body and the answer, bench/roles.ts)
+  --sides LIST      proxy, floor, floor-records, gateway (default proxy,gateway; floor: the relay
+                    that only reads the body and the answer, floor-records: it plus the records every
+                    billed request leaves, bench/roles.ts)
   --out DIR         keep the callgrind files there (default: a temporary folder)
   --gateway-root DIR  run the gateway of another checkout (built), to compare two versions
   --cpu-prof        V8's sampling profiler instead of callgrind: CPU microseconds per request by
@@ -52,7 +53,33 @@ const USAGE = `npm run bench:instructions -- [options]
                     (default 5), so the machine's drift falls on every side alike
   --store KIND      the gateway's store: memory (default) or redis (a throwaway redis-server,
                     started here, on another core than the gateway where taskset is available)
-  --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped)`;
+  --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped)
+  --without LIST    the gateway with parts of the product turned off, to see what each costs:
+                    ledger (no ledger records), log (GATEWAY_LOG_LEVEL=warn: no access line), journal
+                    (store.path "": no journal, snapshot or ledger files), limits (the model-call
+                    chain reduced to auth, converter and metering, the user's and keys' limits
+                    removed: the balance alone is checked)`;
+
+/** What `--without` can turn off. */
+const WITHOUT = ['ledger', 'log', 'journal', 'limits'];
+
+/** The bench's gateway config with the `--without` parts turned off. */
+function without(c: Record<string, any>, parts: string[]): Record<string, any> {
+  if (parts.includes('ledger')) c.ledger = { enabled: false };
+  if (parts.includes('journal')) c.store = { ...c.store, path: '' };
+  if (parts.includes('limits')) {
+    c.chains = { ...c.chains, 'model-call': ['auth', 'converter', 'metering'] };
+    for (const g of Object.values<Record<string, unknown>>(c.groups)) delete g.rpm;
+    for (const u of Object.values<Record<string, unknown>>(c.users)) {
+      for (const k of ['rpm', 'concurrency', 'queue', 'spend_caps']) delete u[k];
+    }
+    for (const k of c.keys as Record<string, unknown>[]) {
+      delete k.quota;
+      delete k.windows;
+    }
+  }
+  return c;
+}
 
 interface Opts {
   requests: number;
@@ -68,6 +95,8 @@ interface Opts {
   rounds: number;
   store: 'memory' | 'redis';
   ledger: boolean;
+  /** --without: the parts turned off. */
+  without: string[];
   /** Set once the redis-server runs (`--store redis`). */
   redisUrl?: string;
 }
@@ -85,6 +114,7 @@ function parse(argv: string[]): Opts {
     rounds: 5,
     store: 'memory',
     ledger: true,
+    without: [],
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -100,8 +130,8 @@ function parse(argv: string[]): Opts {
     else if (a === '--only') o.only = v().split(',');
     else if (a === '--sides') {
       o.sides = v().split(',');
-      const unknown = o.sides.filter((x) => !['proxy', 'floor', 'gateway'].includes(x));
-      if (unknown.length) throw new Error(`--sides takes proxy, floor, gateway (not ${unknown.join(', ')})\n${USAGE}`);
+      const unknown = o.sides.filter((x) => !['proxy', 'floor', 'floor-records', 'gateway'].includes(x));
+      if (unknown.length) throw new Error(`--sides takes proxy, floor, floor-records, gateway (not ${unknown.join(', ')})\n${USAGE}`);
     } else if (a === '--out') o.out = v();
     else if (a === '--gateway-root') o.gatewayRoot = path.resolve(v());
     else if (a === '--cpu-prof') o.cpuProf = true;
@@ -116,6 +146,11 @@ function parse(argv: string[]): Opts {
       const k = v();
       if (k !== 'on' && k !== 'off') throw new Error(`--ledger takes on or off\n${USAGE}`);
       o.ledger = k === 'on';
+    } else if (a === '--without') {
+      o.without = v().split(',');
+      const unknown = o.without.filter((x) => !WITHOUT.includes(x));
+      if (unknown.length) throw new Error(`--without takes ${WITHOUT.join(', ')} (not ${unknown.join(', ')})\n${USAGE}`);
+      if (o.without.includes('ledger')) o.ledger = false;
     } else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
@@ -270,20 +305,29 @@ function serverCommand(
     fs.writeFileSync(
       cfg,
       YAML.stringify(
-        gatewayConfig({
-          root: o.gatewayRoot,
-          port,
-          dataDir,
-          upstreams: { mock: mockUrl, sink: mockUrl },
-          concurrency: 10_000,
-          store,
-          overrides: o.ledger ? undefined : { ledger: { enabled: false } },
-        }),
+        without(
+          gatewayConfig({
+            root: o.gatewayRoot,
+            port,
+            dataDir,
+            upstreams: { mock: mockUrl, sink: mockUrl },
+            concurrency: 10_000,
+            store,
+            overrides: o.ledger ? undefined : { ledger: { enabled: false } },
+          }),
+          o.without,
+        ),
       ),
     );
-    return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env: gatewayEnv() };
+    const env = gatewayEnv();
+    if (o.without.includes('log')) env.GATEWAY_LOG_LEVEL = 'warn';
+    return { cmd, args: [...pre, path.join(o.gatewayRoot, 'bin/gateway.js'), 'start', '--config', cfg], env };
   }
   if (side === 'floor') return { cmd, args: [...pre, path.join(here, 'roles.js'), 'floor', String(port), mockUrl], env: process.env };
+  if (side === 'floor-records') {
+    const dir = path.join(work, `floor-data-${port}`);
+    return { cmd, args: [...pre, path.join(here, 'roles.js'), 'floor-records', String(port), mockUrl, dir], env: process.env };
+  }
   return { cmd, args: [...pre, path.join(here, 'roles.js'), 'proxy', String(port), mockUrl, mockUrl], env: process.env };
 }
 
