@@ -5,9 +5,10 @@
  * folder) nor in any log line; strangers' refusals are sampled, not written one file each.
  */
 import t from 'tap';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { baseConfig, startGateway, tmpDir } from '../helpers/gateway.js';
+import YAML from 'yaml';
+import { baseConfig, KEYS, startGateway, tmpDir } from '../helpers/gateway.js';
 import { createLogger } from '../../core/log.js';
 import { UNKEYED_PER_MINUTE } from '../../core/failed-requests.js';
 
@@ -62,6 +63,10 @@ t.test('the canary keys appear in no file and no log line after mixed traffic', 
       chat(`my key is ${CANARY} and the provider's ${PROVIDER} [[mock: status=400]]`),
     ),
   );
+  for (let i = 0; i < 2; i++) {
+    await go(post('/v1/chat/completions', { ...auth, 'user-agent': `agent/1.0 (${CANARY})` }, chat('agent')));
+    await go(post('/v1/chat/completions', { ...auth, 'user-agent': `agent/1.0 ${PROVIDER}` }, chat('agent')));
+  }
   await go(post('/v1/chat/completions', auth, `{"model":"chat-model","api_key":"${CANARY}", broken`));
   await go(post('/v1/chat/completions', auth, `{"model":"chat-model","x":"${encodeURIComponent(CANARY)}\\n${CANARY}", broken`));
   await go(post('/v1/chat/completions', auth, chat('stream fail [[mock: stream_error=2]]', { stream: true, key: CANARY })));
@@ -105,4 +110,29 @@ t.test('the canary keys appear in no file and no log line after mixed traffic', 
     { api_key: '[removed]', key: '[removed]', authorization: '[removed]', nested: { Access_Token: '[removed]' } },
     'credential body fields removed at any depth',
   );
+});
+
+t.test('a user agent holding a secret that a reload added is redacted from then on', async (t) => {
+  const lines: string[] = [];
+  const cfg = baseConfig();
+  const agent = `agent/2.0 ${PROVIDER}`;
+  const g = await startGateway(cfg, { log: createLogger('info', (l) => lines.push(l)) });
+  t.teardown(() => g.close());
+  const send = async () => {
+    const r = await fetch(g.url + '/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEYS.chat}`, 'user-agent': agent },
+      body: JSON.stringify({ model: 'chat-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    await r.text();
+    const id = r.headers.get('x-request-id');
+    const line = lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'request' && l.requestId === id);
+    return { status: r.status, userAgent: line?.userAgent };
+  };
+  t.same(await send(), { status: 200, userAgent: agent }, 'not a secret yet: logged as sent');
+  t.same(await send(), { status: 200, userAgent: agent }, 'the same again');
+  cfg.providers.mock.api_key = PROVIDER;
+  writeFileSync(g.file, YAML.stringify(cfg));
+  t.equal(await g.gw.reload(), undefined, 'reloaded');
+  t.same(await send(), { status: 200, userAgent: 'agent/2.0 [removed]' }, 'a provider key now: removed');
 });
