@@ -13,7 +13,8 @@ import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import type { RequestContext } from '../../core/context.js';
 import { allFree, candidateModels, candidateModelsNow, chargeRate, isModelCall, worstCaseCharge } from '../../core/billing.js';
-import type { GroupConfig, ModelConfig, UserConfig } from '../../core/config/types.js';
+import type { GroupConfig, KeyConfig, ModelConfig, UserConfig } from '../../core/config/types.js';
+import type { Claim } from '../../core/store/types.js';
 import { quotaSchema, type QuotaOptions } from './schema.js';
 
 function checkSubscription(ctx: RequestContext): void {
@@ -30,12 +31,31 @@ async function eligible(ctx: RequestContext, user: UserConfig, group: GroupConfi
   if (user.balance + wallet.credit - wallet.spent <= 0) throw new GatewayError('INSUFFICIENT_BALANCE');
 }
 
+const balanceError = () =>
+  new GatewayError('BILLING_ERROR', { message: 'Insufficient balance: top up to use this model, or use a model priced at $0' });
+const freeRpmError = (ms?: number) =>
+  new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms });
+const quotaError = () => new GatewayError('API_KEY_QUOTA_EXHAUSTED');
+
 export default definePlugin<QuotaOptions>({
   name: 'quota',
   description: 'Billing eligibility (balance or plan), key quota, and the admission reservation',
   schema: quotaSchema,
   requires: ['auth'],
   create(_options, { config }) {
+    // A claim is data of the config: made once per user or key object (a reload, or an admin
+    // change to a user or key, makes new objects), not on every request.
+    const balanceClaims = new WeakMap<UserConfig, readonly [paid: Claim, free: Claim]>();
+    const quotaClaims = new WeakMap<KeyConfig, Claim>();
+    const balanceClaim = (user: UserConfig, free: boolean): Claim => {
+      let c = balanceClaims.get(user);
+      if (!c) {
+        const freeRpm = config.limits.freeRpmAtZeroBalance;
+        const of = (free: boolean): Claim => Object.freeze({ kind: 'balance', user: user.name, credit: user.balance, free, freeRpm });
+        balanceClaims.set(user, (c = [of(false), of(true)]));
+      }
+      return c[free ? 1 : 0];
+    };
     /** The reservation and the money claims of a model call, once its candidate models are known. */
     const claim = (ctx: RequestContext, user: UserConfig, group: GroupConfig, models: ModelConfig[]): void => {
       const key = ctx.key!;
@@ -45,18 +65,12 @@ export default definePlugin<QuotaOptions>({
         checkSubscription(ctx);
       } else {
         const free = allFree(models);
-        ctx.admission.add(
-          { kind: 'balance', user: user.name, credit: user.balance, free, freeRpm: config.limits.freeRpmAtZeroBalance },
-          (ms) =>
-            free
-              ? new GatewayError('FREE_RPM_EXCEEDED', { retryAfter: Math.ceil((ms ?? 60_000) / 1000), retryAfterMs: ms })
-              : new GatewayError('BILLING_ERROR', {
-                  message: 'Insufficient balance: top up to use this model, or use a model priced at $0',
-                }),
-        );
+        ctx.admission.add(balanceClaim(user, free), free ? freeRpmError : balanceError);
       }
       if (key.quota > 0) {
-        ctx.admission.add({ kind: 'key-quota', key: key.id, limit: key.quota }, () => new GatewayError('API_KEY_QUOTA_EXHAUSTED'));
+        let c = quotaClaims.get(key);
+        if (!c) quotaClaims.set(key, (c = Object.freeze({ kind: 'key-quota', key: key.id, limit: key.quota })));
+        ctx.admission.add(c, quotaError);
       }
     };
     return {

@@ -7,6 +7,8 @@
 import { definePlugin } from '../../core/plugin.js';
 import { GatewayError } from '../../core/errors.js';
 import { isModelCall } from '../../core/billing.js';
+import type { GroupConfig, UserConfig } from '../../core/config/types.js';
+import type { Claim } from '../../core/store/types.js';
 import { rpmSchema, type RpmOptions } from './schema.js';
 
 const rpmError = (scope: string) => (ms?: number) =>
@@ -16,18 +18,33 @@ const rpmError = (scope: string) => (ms?: number) =>
     retryAfterMs: ms,
   });
 
+const groupError = rpmError('group');
+const userError = rpmError('user');
+
 export default definePlugin<RpmOptions>({
   name: 'rpm',
   description: 'Requests per minute per group and per user',
   schema: rpmSchema,
   requires: ['auth'],
   create() {
+    // Claims are data of the config: made once per group or user object (a reload, or an admin
+    // change, makes new objects), not on every request.
+    const groupClaims = new WeakMap<GroupConfig, Claim>();
+    const userClaims = new WeakMap<UserConfig, Claim>();
     return {
       onAccess(ctx) {
         const { user, group } = ctx;
         if (!user || !group || !isModelCall(ctx)) return;
-        if (group.rpm > 0) ctx.admission.add({ kind: 'rpm', scope: 'group', id: group.name, limit: group.rpm }, rpmError('group'));
-        if (user.rpm > 0) ctx.admission.add({ kind: 'rpm', scope: 'user', id: user.name, limit: user.rpm }, rpmError('user'));
+        if (group.rpm > 0) {
+          let c = groupClaims.get(group);
+          if (!c) groupClaims.set(group, (c = Object.freeze({ kind: 'rpm', scope: 'group', id: group.name, limit: group.rpm })));
+          ctx.admission.add(c, groupError);
+        }
+        if (user.rpm > 0) {
+          let c = userClaims.get(user);
+          if (!c) userClaims.set(user, (c = Object.freeze({ kind: 'rpm', scope: 'user', id: user.name, limit: user.rpm })));
+          ctx.admission.add(c, userError);
+        }
       },
     };
   },

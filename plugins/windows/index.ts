@@ -16,7 +16,9 @@ import { GatewayError, WINDOW_MESSAGES } from '../../core/errors.js';
 import { WINDOWS } from '../../core/config/types.js';
 import { allFree, candidateModels, candidateModelsNow, isModelCall } from '../../core/billing.js';
 import type { RequestContext } from '../../core/context.js';
-import type { ModelConfig, UserConfig } from '../../core/config/types.js';
+import type { KeyConfig, ModelConfig, UserConfig, Window } from '../../core/config/types.js';
+import type { Claim, Store } from '../../core/store/types.js';
+import type { Clock } from '../../core/clock.js';
 import { nextMonthStart } from '../../core/store/types.js';
 import { windowsSchema, type WindowsOptions } from './schema.js';
 
@@ -25,21 +27,22 @@ export default definePlugin<WindowsOptions>({
   description: 'Key spend windows, plan allowances and account spend caps',
   schema: windowsSchema,
   requires: ['auth'],
-  create() {
+  create(_options, { store, clock }) {
+    // Claims are data of the config: made once per key or user object (a reload, or an admin
+    // change, makes new objects), not on every request.
+    const windowClaims = new WeakMap<KeyConfig, readonly Claim[]>();
+    const capClaims = new WeakMap<UserConfig, readonly CapClaim[]>();
     return {
       // A promise only while the candidate models are not known yet (quota, earlier in the
       // shipped chain, resolves them): an await costs a turn of the microtask queue.
       onAccess(ctx) {
         const { key, user, group } = ctx;
         if (!key || !user || !group || !isModelCall(ctx)) return;
-        for (const w of WINDOWS) {
-          const limit = key.windows[w];
-          if (limit > 0) {
-            ctx.admission.add(
-              { kind: 'key-window', key: key.id, window: w, limit },
-              () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] }),
-            );
-          }
+        let windows = windowClaims.get(key);
+        if (!windows) windowClaims.set(key, (windows = keyWindowClaims(key)));
+        for (let i = 0; i < windows.length; i++) {
+          const c = windows[i] as Extract<Claim, { kind: 'key-window' }>;
+          ctx.admission.add(c, WINDOW_ERRORS[c.window]);
         }
         if (group.billing === 'plan') {
           const p = group.plan;
@@ -53,34 +56,68 @@ export default definePlugin<WindowsOptions>({
         }
         const caps = user.spendCaps;
         if (caps.weekly <= 0 && caps.monthly <= 0) return;
+        let claims = capClaims.get(user);
+        if (!claims) capClaims.set(user, (claims = spendCapClaims(user, store, clock)));
         const models = candidateModelsNow(ctx);
-        if (models) return capClaims(ctx, user, models);
-        return candidateModels(ctx).then((m) => capClaims(ctx, user, m));
+        if (models) return addCaps(ctx, claims, models);
+        const these = claims;
+        return candidateModels(ctx).then((m) => addCaps(ctx, these, m));
       },
     };
   },
 });
 
-/** The account spend-cap claims of a balance request, unless every candidate model is free. */
-function capClaims(ctx: RequestContext, user: UserConfig, models: ModelConfig[]): void {
+/** The refusal of each key window, one function each (they need nothing of the request). */
+const WINDOW_ERRORS = Object.fromEntries(
+  WINDOWS.map((w) => [w, () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] })]),
+) as Record<Window, () => GatewayError>;
+
+/** A key's window claims, in the spec's order (5h, 1d, 7d), those with a limit. */
+function keyWindowClaims(key: KeyConfig): readonly Claim[] {
+  const out: Claim[] = [];
+  for (const window of WINDOWS) {
+    const limit = key.windows[window];
+    if (limit > 0) out.push(Object.freeze({ kind: 'key-window', key: key.id, window, limit }));
+  }
+  return out;
+}
+
+/** A spend-cap claim and the refusal it brings. */
+interface CapClaim {
+  claim: Claim;
+  onFail: (ms?: number) => Promise<GatewayError>;
+}
+
+/** A user's spend-cap claims (weekly, then monthly), those with a limit. */
+function spendCapClaims(user: UserConfig, store: Store, clock: Clock): readonly CapClaim[] {
   const caps = user.spendCaps;
-  if (allFree(models)) return;
+  const out: CapClaim[] = [];
   for (const period of ['weekly', 'monthly'] as const) {
     const limit = caps[period];
     if (limit <= 0) continue;
-    ctx.admission.add({ kind: 'spend-cap', user: user.name, period, limit }, async (ms) => {
-      let wait = ms ?? 0;
-      // A refused weekly cap names the later reset when the monthly one is reached too
-      // (read only on refusal: the common path stays one store call).
-      const both = period === 'weekly' && caps.monthly > 0 ? await ctx.store.spendCapUsage(user.name) : undefined;
-      if (period === 'weekly' && both && both.monthly >= caps.monthly) {
-        const now = ctx.clock.now();
-        wait = Math.max(wait, nextMonthStart(now) - now);
-      }
-      return new GatewayError('SPEND_CAP_REACHED', {
-        message: `Account ${period} spend cap reached`,
-        retryAfter: Math.max(1, Math.ceil(wait / 1000)),
-      });
+    out.push({
+      claim: Object.freeze({ kind: 'spend-cap', user: user.name, period, limit }),
+      onFail: async (ms) => {
+        let wait = ms ?? 0;
+        // A refused weekly cap names the later reset when the monthly one is reached too
+        // (read only on refusal: the common path stays one store call).
+        const both = period === 'weekly' && caps.monthly > 0 ? await store.spendCapUsage(user.name) : undefined;
+        if (period === 'weekly' && both && both.monthly >= caps.monthly) {
+          const now = clock.now();
+          wait = Math.max(wait, nextMonthStart(now) - now);
+        }
+        return new GatewayError('SPEND_CAP_REACHED', {
+          message: `Account ${period} spend cap reached`,
+          retryAfter: Math.max(1, Math.ceil(wait / 1000)),
+        });
+      },
     });
   }
+  return out;
+}
+
+/** The account spend-cap claims of a balance request, unless every candidate model is free. */
+function addCaps(ctx: RequestContext, claims: readonly CapClaim[], models: ModelConfig[]): void {
+  if (allFree(models)) return;
+  for (let i = 0; i < claims.length; i++) ctx.admission.add(claims[i].claim, claims[i].onFail);
 }

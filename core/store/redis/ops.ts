@@ -13,7 +13,7 @@ import type { AdmitRequest, Claim, Settlement, SlotRequest } from '../types.js';
 import { check, type RedisClient } from './client.js';
 import type { Keys } from './keys.js';
 import type { LedgerStreams } from './ledger.js';
-import { claimSpec, int, ledgerText, LIST, now, RECORD_TTL_MS } from './pack.js';
+import { claimText, int, ledgerText, LIST, now, RECORD_TTL_MS, SEP } from './pack.js';
 
 /** The concurrency slot an admission takes in the same script (AdmitRequest.slot) and its lease id. */
 export interface PartSlot {
@@ -25,6 +25,13 @@ export class Ops {
   private readonly cluster: boolean;
   /** This instance's index of admissions (single Redis: written by admit.lua). */
   private readonly ownIndex: string;
+
+  /**
+   * The admission text of each frozen claim (pack.ts `claimText`): the bundled plugins make theirs
+   * once per key, user or group object, and freeze them. A claim not frozen may be changed by its
+   * maker between requests, so its text is made every time.
+   */
+  private readonly claimTexts = new WeakMap<Claim, string>();
 
   constructor(
     private readonly redis: RedisClient,
@@ -53,10 +60,18 @@ export class Ops {
     let spec = '';
     for (let i = 0; i < claims.length; i++) {
       const c = claims[i];
-      spec += (i > 0 ? LIST : '') + ('claim' in c ? claimSpec(this.keys, c.index, c.claim) : claimSpec(this.keys, i, c));
+      const claim = 'claim' in c ? c.claim : c;
+      spec += (i > 0 ? LIST : '') + ('claim' in c ? c.index : i) + SEP + this.claimText(claim);
     }
     args.push(spec);
     return (await this.redis.op('a', 'admit', keys, args)) as number[];
+  }
+
+  private claimText(c: Claim): string {
+    if (!Object.isFrozen(c)) return claimText(this.keys, c);
+    let t = this.claimTexts.get(c);
+    if (t === undefined) this.claimTexts.set(c, (t = claimText(this.keys, c)));
+    return t;
   }
 
   /** The parts a cancel acts on. */

@@ -7,7 +7,8 @@
  *   Names do not hold them: keys.ts escapes them in hash tags, `field` refuses them in the names
  *   packed as fields.
  * - Numbers travel as decimal integers (`int`); a settlement as one argument (`packSettlement`,
- *   read by position by settle.lua); a claim as one LIST item of admit.lua's claims (`claimSpec`).
+ *   read by position by settle.lua); a claim as one LIST item of admit.lua's claims (its index,
+ *   then `claimText`).
  * - The durations of records and markers are given to the scripts as constants (scripts.ts).
  */
 import type { Clock } from '../../clock.js';
@@ -130,23 +131,26 @@ export function tagOf(k: Keys, c: Claim): string {
   }
 }
 
-/** One claim for admit.lua: index, kind, hash tag, parameters. */
-export function claimSpec(k: Keys, index: number, c: Claim): string {
+/**
+ * One claim for admit.lua, after its index in the request (`<index>SEP<this>`): kind, hash tag,
+ * parameters. The same for every request that brings this claim (ops.ts keeps it per frozen claim).
+ */
+export function claimText(k: Keys, c: Claim): string {
   switch (c.kind) {
     case 'balance':
-      return `${index}${SEP}b${SEP}${k.user(c.user)}${SEP}${int(c.credit)}${SEP}${c.free ? '1' : '0'}${SEP}${int(c.freeRpm)}`;
+      return `b${SEP}${k.user(c.user)}${SEP}${int(c.credit)}${SEP}${c.free ? '1' : '0'}${SEP}${int(c.freeRpm)}`;
     case 'plan': {
       const l = c.limits;
-      return `${index}${SEP}p${SEP}${k.user(c.user)}${SEP}${field(c.group)}${SEP}${int(l.daily)}${SEP}${int(l.weekly)}${SEP}${int(l.monthly)}`;
+      return `p${SEP}${k.user(c.user)}${SEP}${field(c.group)}${SEP}${int(l.daily)}${SEP}${int(l.weekly)}${SEP}${int(l.monthly)}`;
     }
     case 'key-quota':
-      return `${index}${SEP}q${SEP}${k.apiKey(c.key)}${SEP}${int(c.limit)}`;
+      return `q${SEP}${k.apiKey(c.key)}${SEP}${int(c.limit)}`;
     case 'key-window':
-      return `${index}${SEP}w${SEP}${k.apiKey(c.key)}${SEP}${c.window}${SEP}${int(c.limit)}${SEP}${int(WINDOW_MS[c.window])}`;
+      return `w${SEP}${k.apiKey(c.key)}${SEP}${c.window}${SEP}${int(c.limit)}${SEP}${int(WINDOW_MS[c.window])}`;
     case 'spend-cap':
-      return `${index}${SEP}c${SEP}${k.user(c.user)}${SEP}${c.period === 'weekly' ? 'w' : 'm'}${SEP}${int(c.limit)}`;
+      return `c${SEP}${k.user(c.user)}${SEP}${c.period === 'weekly' ? 'w' : 'm'}${SEP}${int(c.limit)}`;
     case 'rpm':
-      return `${index}${SEP}r${SEP}${tagOf(k, c)}${SEP}${int(c.limit)}`;
+      return `r${SEP}${tagOf(k, c)}${SEP}${int(c.limit)}`;
   }
 }
 
