@@ -443,6 +443,12 @@ export function stealPct(a: CoreTicks, b: CoreTicks): number {
   return total > 0 ? (100 * (b.steal - a.steal)) / total : NaN;
 }
 
+/** Busy time as a share of all the cores' ticks between two readings, in %. */
+export function busyPct(a: CoreTicks, b: CoreTicks): number {
+  const total = b.busy - a.busy + (b.idle - a.idle) + (b.steal - a.steal);
+  return total > 0 ? (100 * (b.busy - a.busy)) / total : NaN;
+}
+
 /** A cpu list as /proc/self/status `Cpus_allowed_list` or taskset print it: "0-3,6,8-9". */
 export function parseCpuList(text: string): number[] {
   const out: number[] = [];
@@ -505,6 +511,13 @@ export interface SoakSlice {
   refUs?: number;
   /** The Redis variants' gateway: redis-server's CPU (INFO cpu, user + system) per request served in the slice, µs. */
   redisUsPerReq?: number;
+  /**
+   * The same reference work timed on the load's core (wrk and the mock upstream, and redis-server
+   * for the Redis variants): whether that core slowed, when the server's did not.
+   */
+  loadRefUs?: number;
+  /** The load's core: its busy ticks over the slice, % of its ticks (near 100: the load may be what limits). */
+  loadBusyPct?: number;
 }
 
 /** One side of a soak: its slices, and its memory when the warm-up ended. */
@@ -554,12 +567,14 @@ export function soakTable(c: SoakCurve): string[] {
   const gw = (side: SoakSide) => side.slices.some((s) => s.heapUsed !== undefined);
   const machine = (side: SoakSide) => side.slices.some((s) => s.refUs !== undefined || s.stealPct !== undefined);
   const redis = (side: SoakSide) => side.slices.some((s) => s.redisUsPerReq !== undefined);
+  const loadCore = (side: SoakSide) => side.slices.some((s) => s.loadRefUs !== undefined);
   const head: string[] = [];
   for (const side of c.sides) {
     for (const col of cols) head.push(`${side.side} ${col.head}`);
     if (gw(side)) head.push(`${side.side} heap MiB`, `${side.side} loop delay p99 ms`);
     if (machine(side)) head.push(`${side.side} steal %`, `${side.side} reference µs`);
     if (redis(side)) head.push(`${side.side} redis-server CPU µs/req`);
+    if (loadCore(side)) head.push(`${side.side} load core reference µs`, `${side.side} load core busy %`);
     head.push(`${side.side} load avg`);
   }
   const lines = [`| slice | from s | ${head.join(' | ')} |`, `|---|---|${head.map(() => '---').join('|')}|`];
@@ -574,6 +589,7 @@ export function soakTable(c: SoakCurve): string[] {
       if (gw(side)) cells.push(fmt(s?.heapUsed !== undefined ? s.heapUsed / MiB : NaN), fmt(s?.lagP99Ms));
       if (machine(side)) cells.push(s?.stealPct !== undefined ? s.stealPct.toFixed(2) : '–', fmt(s?.refUs));
       if (redis(side)) cells.push(fmt(s?.redisUsPerReq));
+      if (loadCore(side)) cells.push(fmt(s?.loadRefUs), fmt(s?.loadBusyPct));
       cells.push(s ? s.loadavg1.toFixed(2) : '–');
     }
     lines.push(`| ${i + 1} | ${Number.isFinite(t) ? Math.round(t) : '–'} | ${cells.join(' | ')} |`);

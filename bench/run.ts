@@ -24,6 +24,7 @@ import YAML from 'yaml';
 import {
   parseArgs,
   parseCoreTicks,
+  busyPct,
   parseCpuList,
   parseGauges,
   parseProcStat,
@@ -226,12 +227,15 @@ const startFloor = (): Promise<Server> => startRole('floor', [upstreams.mock], p
 const startFloorRecords = (dir: string): Promise<Server> => startRole('floor-records', [upstreams.mock, dir], pinning?.server);
 
 /**
- * The soak's measure of the machine: bench/roles.ts `reference` on the server's core, asked for
- * at each slice's end for the median of its timings during the slice (CPU µs of a fixed piece of
- * work, sampled every 2 s).
+ * The soak's measure of the machine: bench/roles.ts `reference` on the given cores (the server's,
+ * and the load's), asked for at each slice's end for the median of its timings during the slice
+ * (CPU µs of a fixed piece of work, sampled every 2 s).
  */
-async function startReference(): Promise<{ time: () => Promise<number>; close: () => Promise<void> }> {
-  const { child, log } = launch(pinning?.server, process.execPath, [path.join(here, 'roles.js'), 'reference'], 'reference.log', true);
+async function startReference(
+  cores: number[] | undefined,
+  logName: string,
+): Promise<{ time: () => Promise<number>; close: () => Promise<void> }> {
+  const { child, log } = launch(cores, process.execPath, [path.join(here, 'roles.js'), 'reference'], logName, true);
   await new Promise<void>((resolve, reject) => {
     child.once('message', () => resolve());
     child.once('exit', (code) => reject(new Error(`the reference process exited (${code}): ${tail(log)}`)));
@@ -245,6 +249,11 @@ async function startReference(): Promise<{ time: () => Promise<number>; close: (
 /** The server's cores' ticks (every core's when unpinned). */
 function coreTicks(): CoreTicks {
   return parseCoreTicks(fs.readFileSync('/proc/stat', 'utf8'), pinning?.server ?? []);
+}
+
+/** The load's cores' ticks (undefined when unpinned: then they are every core, the server's too). */
+function loadTicks(): CoreTicks | undefined {
+  return pinning?.load ? parseCoreTicks(fs.readFileSync('/proc/stat', 'utf8'), pinning.load) : undefined;
 }
 
 let gatewayCount = 0;
@@ -1047,7 +1056,9 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
     res.curves = [];
     const variants = SOAK_VARIANTS.filter((v) => !opts.soakVariants || opts.soakVariants.includes(v));
     const redisSkip = variants.some((v) => v.startsWith('redis')) ? await redisUnavailable() : null;
-    const reference = await startReference();
+    const reference = await startReference(pinning?.server, 'reference.log');
+    // The load's core too (wrk, the mock, redis-server): a soak's slide may be that core's.
+    const loadReference = pinning?.load ? await startReference(pinning.load, 'reference-load.log') : undefined;
     try {
       for (const [i, variant] of variants.entries()) {
         const redis = variant.startsWith('redis');
@@ -1079,7 +1090,7 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
                 await soakSide(
                   { side: kind, server, auth: AUTH_CHAT, body },
                   kind === 'gateway',
-                  reference,
+                  { server: reference, load: loadReference },
                   kind === 'gateway' ? redisUrl : undefined,
                 ),
               );
@@ -1111,9 +1122,10 @@ const scenarios: Record<Scenario, (s: Servers) => Promise<ScenarioResult>> = {
       }
     } finally {
       await reference.close();
+      await loadReference?.close();
     }
     res.notes.push(
-      `each side: a fresh server, ${Math.min(WARMUP_S, opts.soakSlice)} s of warm-up, then ${opts.soakMinutes} min of unbroken load in ${opts.soakSlice} s slices (wrk, ${opts.concurrency} connections; the next slice starts milliseconds after the last ends); the first and last minute are the first and last ${Math.min(Math.max(1, Math.round((opts.soakMinutes * 60) / opts.soakSlice)), Math.max(1, Math.round(60 / opts.soakSlice)))} slices; CPU per request from /proc, heap used and the event loop's delay p99 (over each slice) from the gateway's /metrics; the machine itself per slice: the steal time of the server's core (/proc/stat) and the reference work's CPU µs (a fixed piece of work timed in CPU time on the server's core every 2 s, the slice's median; it rises when the vCPU slows, whatever the server does)`,
+      `each side: a fresh server, ${Math.min(WARMUP_S, opts.soakSlice)} s of warm-up, then ${opts.soakMinutes} min of unbroken load in ${opts.soakSlice} s slices (wrk, ${opts.concurrency} connections; the next slice starts milliseconds after the last ends); the first and last minute are the first and last ${Math.min(Math.max(1, Math.round((opts.soakMinutes * 60) / opts.soakSlice)), Math.max(1, Math.round(60 / opts.soakSlice)))} slices; CPU per request from /proc, heap used and the event loop's delay p99 (over each slice) from the gateway's /metrics; the machine itself per slice: the steal time of the server's core (/proc/stat) and the reference work's CPU µs (a fixed piece of work timed in CPU time on the server's core every 2 s, the slice's median; it rises when the vCPU slows, whatever the server does); the load's core (wrk, the mock, redis-server) the same way, with its busy share`,
     );
     return res;
   },
@@ -1224,6 +1236,28 @@ function soakRows(res: ScenarioResult, c: SoakCurve): void {
         diff: one(s1 - s0),
       },
     );
+    const l0 = minute(side, false, (x) => x.loadRefUs, median);
+    if (Number.isFinite(l0)) {
+      const l1 = minute(side, true, (x) => x.loadRefUs, median);
+      const b0 = minute(side, false, (x) => x.loadBusyPct, mean);
+      const b1 = minute(side, true, (x) => x.loadBusyPct, mean);
+      res.rows.push(
+        {
+          metric: `${v}, during the ${side.side}'s soak: the reference work's CPU µs on the load's core (wrk, the mock${v.startsWith('redis') ? ', redis-server' : ''}), first minute → last minute`,
+          unit: 'µs',
+          baseline: one(l0),
+          subject: one(l1),
+          ratio: one(l1 / l0),
+        },
+        {
+          metric: `${v}, during the ${side.side}'s soak: the load's core busy, first minute → last minute, %`,
+          unit: '%',
+          baseline: one(b0),
+          subject: one(b1),
+          diff: one(b1 - b0),
+        },
+      );
+    }
   }
   for (const side of c.sides) {
     const failed = side.slices.reduce((a, x) => a + x.errors, 0);
@@ -1290,7 +1324,12 @@ function probeSummary(dir: string, variant: string): string {
  * each boundary and, for the gateway, its /metrics (heap used; the event loop's delay p99, which
  * prom-client resets at each scrape, so each slice reads its own).
  */
-async function soakSide(t: Target, gateway: boolean, reference: { time: () => Promise<number> }, redisUrl?: string): Promise<SoakSide> {
+async function soakSide(
+  t: Target,
+  gateway: boolean,
+  reference: { server: { time: () => Promise<number> }; load?: { time: () => Promise<number> } },
+  redisUrl?: string,
+): Promise<SoakSide> {
   const pid = t.server.child.pid!;
   const sliceS = opts.soakSlice;
   const n = Math.max(1, Math.round((opts.soakMinutes * 60) / sliceS));
@@ -1307,6 +1346,7 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
   let current = wrk(t, sliceS, opts.concurrency);
   let before = usage(pid);
   let coresBefore = coreTicks();
+  let loadBefore = loadTicks();
   let redisBefore = redisUrl ? redisCpuUs(redisUrl) : NaN;
   const warm = await scrape(); // also resets the loop-delay histogram: the first slice reads its own
   const side: SoakSide = { side: t.side, warmRss: before.rss, warmHeapUsed: warm.heapUsed, slices: [] };
@@ -1317,11 +1357,13 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
     if (i + 1 < n) current = wrk(t, sliceS, opts.concurrency);
     const after = usage(pid);
     const coresAfter = coreTicks();
+    const loadAfter = loadTicks();
     const redisAfter = redisUrl ? redisCpuUs(redisUrl) : NaN;
     // The access log would grow by gigabytes over a soak: emptied at each slice (O_APPEND).
     if (gateway) fs.truncateSync(t.server.log, 0);
     const g = await scrape();
-    const refUs = await reference.time();
+    const refUs = await reference.server.time();
+    const loadRefUs = reference.load ? await reference.load.time() : undefined;
     const ok = r.requests - r.errors.status;
     const slice: SoakSlice = {
       t: (sliceStart - t0) / 1000,
@@ -1336,6 +1378,7 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
       stealPct: stealPct(coresBefore, coresAfter),
       refUs,
       ...(redisUrl ? { redisUsPerReq: (redisAfter - redisBefore) / Math.max(1, ok) } : {}),
+      ...(loadBefore && loadAfter ? { loadRefUs, loadBusyPct: busyPct(loadBefore, loadAfter) } : {}),
     };
     side.slices.push(slice);
     console.error(
@@ -1343,10 +1386,12 @@ async function soakSide(t: Target, gateway: boolean, reference: { time: () => Pr
         (g.heapUsed !== undefined ? `, heap ${(g.heapUsed / MiB).toFixed(0)} MiB, loop delay p99 ${g.lagP99Ms?.toFixed(1)} ms` : '') +
         `, steal ${slice.stealPct?.toFixed(2)} %, reference ${refUs} µs` +
         (slice.redisUsPerReq !== undefined ? `, redis-server ${slice.redisUsPerReq.toFixed(0)} µs/req` : '') +
+        (slice.loadRefUs !== undefined ? `, load core: reference ${slice.loadRefUs} µs, busy ${slice.loadBusyPct?.toFixed(0)} %` : '') +
         `, load ${slice.loadavg1.toFixed(2)}`,
     );
     before = after;
     coresBefore = coresAfter;
+    loadBefore = loadAfter;
     redisBefore = redisAfter;
     sliceStart = nextStart;
   }

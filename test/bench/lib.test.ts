@@ -28,6 +28,7 @@ import {
   soakTable,
   spread,
   stealPct,
+  busyPct,
   wrkErrors,
   wrkRps,
   type Report,
@@ -167,6 +168,9 @@ t.test("/proc/stat: a core's steal between two readings", async (t) => {
   t.equal(stealPct(parseCoreTicks(a, [0]), parseCoreTicks(b, [0])), 10, '100 stolen of 1,000 ticks on core 0');
   t.equal(stealPct(parseCoreTicks(a, [1]), parseCoreTicks(b, [1])), (100 * 100) / 1000, 'core 1: 100 of 1,000');
   t.ok(Number.isNaN(stealPct(parseCoreTicks(a, [0]), parseCoreTicks(a, [0]))), 'no ticks between: no figure');
+  t.equal(busyPct(parseCoreTicks(a, [0]), parseCoreTicks(b, [0])), 90, 'core 0 busy 900 of 1,000 ticks');
+  t.equal(busyPct(parseCoreTicks(a, [1]), parseCoreTicks(b, [1])), 10, 'core 1 busy 100 of 1,000 (800 idle, 100 stolen)');
+  t.ok(Number.isNaN(busyPct(parseCoreTicks(a, [1]), parseCoreTicks(a, [1]))), 'no ticks between: no figure');
   t.throws(() => parseCoreTicks(a, [2]), /no line for cpu2/, 'a core the machine lacks is an error, not a zero');
 });
 
@@ -229,6 +233,18 @@ t.test('soak: first and last minute, the curve', async (t) => {
   t.match(redis[0], /\| gateway redis-server CPU µs\/req \| gateway load avg \|$/, "redis-server's cost per request when the side has it");
   t.equal(redis[2], '| 1 | 0 | 10.0k | 300 | 100 | 81.4 | 0.50 |');
   t.equal(redis[3], '| 2 | 15 | 10.0k | 300 | 100 | – | 0.50 |');
+
+  const loadCore = soakTable({
+    variant: 'memory-stream',
+    sides: [{ side: 'gateway', warmRss: 0, slices: [slice(0, 150_000, { loadRefUs: 571, loadBusyPct: 97.4 }), slice(1, 150_000)] }],
+  });
+  t.match(
+    loadCore[0],
+    /\| gateway load core reference µs \| gateway load core busy % \| gateway load avg \|$/,
+    "the load core's columns when the side has them",
+  );
+  t.equal(loadCore[2], '| 1 | 0 | 10.0k | 300 | 100 | 571 | 97.4 | 0.50 |');
+  t.equal(loadCore[3], '| 2 | 15 | 10.0k | 300 | 100 | – | – | 0.50 |');
 
   const scrape =
     '# HELP nodejs_heap_size_used_bytes Process heap size used from Node.js in bytes.\n' +
