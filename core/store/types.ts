@@ -15,7 +15,11 @@
 import type { Usage } from '../money.js';
 import type { PlanLimits, ProtocolName, Window } from '../config/types.js';
 
-/** One limit a request must pass. Claims are checked in the order given; the first failure wins. */
+/**
+ * One limit a request must pass. Claims are checked in the order given; the first failure wins.
+ * A frozen claim may be handed to many requests, and a store may keep what it derives from it (the
+ * Redis store's admission text); one not frozen is read afresh on every admission.
+ */
 export type Claim =
   /**
    * Wallet: priced requests need `credit + stored credit - spent - reserved > 0`; free requests at
