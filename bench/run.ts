@@ -422,13 +422,18 @@ async function wrk(t: Target, seconds: number, connections: number): Promise<Ret
   return parseWrk(out);
 }
 
-/** One wrk run against one side, with the server's CPU time and (for the gateway) log bytes around it. */
+/**
+ * One wrk run against one side, with the server's CPU time, the load's core's busy share (when
+ * pinned) and (for the gateway) log bytes around it.
+ */
 async function measure(t: Target, seconds: number, connections: number): Promise<Record<string, number>> {
   const pid = t.server.child.pid!;
   if (t.server.name !== 'bare proxy') fs.truncateSync(t.server.log, 0);
   const before = usage(pid);
+  const loadBefore = loadTicks();
   const r = await wrk(t, seconds, connections);
   const after = usage(pid);
+  const loadAfter = loadTicks();
   const ok = r.requests - r.errors.status;
   const figures: Record<string, number> = {
     'req/s': wrkRps(r),
@@ -437,6 +442,8 @@ async function measure(t: Target, seconds: number, connections: number): Promise
     'CPU µs/req': ((after.ticks - before.ticks) * (1e6 / clkTck)) / Math.max(1, ok),
     errors: wrkErrors(r),
   };
+  // Near 100 %, the load side (wrk and the mock share that core) may be what limits the side's rate.
+  if (loadBefore && loadAfter) figures['load core busy %'] = busyPct(loadBefore, loadAfter);
   if (t.server.name !== 'bare proxy' && !t.server.name.startsWith('floor'))
     figures['log B/req'] = fs.statSync(t.server.log).size / Math.max(1, r.requests);
   return figures;
