@@ -53,7 +53,8 @@ const USAGE = `npm run bench:instructions -- [options]
                     (default 5), so the machine's drift falls on every side alike
   --store KIND      the gateway's store: memory (default) or redis (a throwaway redis-server,
                     started here, on another core than the gateway where taskset is available)
-  --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped)
+  --ledger off      the gateway with \`ledger.enabled: false\` (default: on, as shipped; the same as
+                    --without ledger)
   --without LIST    the gateway with parts of the product turned off, to see what each costs:
                     ledger (no ledger records), log (GATEWAY_LOG_LEVEL=warn: no access line), journal
                     (store.path "": no journal, snapshot or ledger files), limits (the model-call
@@ -94,8 +95,7 @@ interface Opts {
   /** --cpu-prof: slices of the counted requests, the sides taking turns. */
   rounds: number;
   store: 'memory' | 'redis';
-  ledger: boolean;
-  /** --without: the parts turned off. */
+  /** --without (and --ledger off): the parts turned off. */
   without: string[];
   /** Set once the redis-server runs (`--store redis`). */
   redisUrl?: string;
@@ -113,7 +113,6 @@ function parse(argv: string[]): Opts {
     cpuProf: false,
     rounds: 5,
     store: 'memory',
-    ledger: true,
     without: [],
   };
   for (let i = 0; i < argv.length; i++) {
@@ -145,12 +144,13 @@ function parse(argv: string[]): Opts {
     } else if (a === '--ledger') {
       const k = v();
       if (k !== 'on' && k !== 'off') throw new Error(`--ledger takes on or off\n${USAGE}`);
-      o.ledger = k === 'on';
+      o.without = o.without.filter((x) => x !== 'ledger');
+      if (k === 'off') o.without.push('ledger');
     } else if (a === '--without') {
-      o.without = v().split(',');
-      const unknown = o.without.filter((x) => !WITHOUT.includes(x));
+      const parts = v().split(',');
+      const unknown = parts.filter((x) => !WITHOUT.includes(x));
       if (unknown.length) throw new Error(`--without takes ${WITHOUT.join(', ')} (not ${unknown.join(', ')})\n${USAGE}`);
-      if (o.without.includes('ledger')) o.ledger = false;
+      o.without = [...new Set([...o.without, ...parts])];
     } else if (a === '--help' || a === '-h') throw new Error(USAGE);
     else throw new Error(`unknown option ${a}\n${USAGE}`);
   }
@@ -313,7 +313,6 @@ function serverCommand(
             upstreams: { mock: mockUrl, sink: mockUrl },
             concurrency: 10_000,
             store,
-            overrides: o.ledger ? undefined : { ledger: { enabled: false } },
           }),
           o.without,
         ),

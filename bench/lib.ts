@@ -437,17 +437,17 @@ export function parseCoreTicks(text: string, cores: readonly number[]): CoreTick
   return out;
 }
 
-/** Steal as a share of all the cores' ticks between two readings, in %. */
-export function stealPct(a: CoreTicks, b: CoreTicks): number {
+/** One kind of tick as a share of all the cores' ticks between two readings, in %. */
+function tickPct(a: CoreTicks, b: CoreTicks, kind: keyof CoreTicks): number {
   const total = b.busy - a.busy + (b.idle - a.idle) + (b.steal - a.steal);
-  return total > 0 ? (100 * (b.steal - a.steal)) / total : NaN;
+  return total > 0 ? (100 * (b[kind] - a[kind])) / total : NaN;
 }
 
+/** Steal as a share of all the cores' ticks between two readings, in %. */
+export const stealPct = (a: CoreTicks, b: CoreTicks): number => tickPct(a, b, 'steal');
+
 /** Busy time as a share of all the cores' ticks between two readings, in %. */
-export function busyPct(a: CoreTicks, b: CoreTicks): number {
-  const total = b.busy - a.busy + (b.idle - a.idle) + (b.steal - a.steal);
-  return total > 0 ? (100 * (b.busy - a.busy)) / total : NaN;
-}
+export const busyPct = (a: CoreTicks, b: CoreTicks): number => tickPct(a, b, 'busy');
 
 /** A cpu list as /proc/self/status `Cpus_allowed_list` or taskset print it: "0-3,6,8-9". */
 export function parseCpuList(text: string): number[] {

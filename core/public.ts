@@ -12,6 +12,7 @@ export type { PluginDefinition, PluginInstance, PluginDeps, PluginRegistry } fro
 export { GatewayError, isGatewayError, CATALOGUE, WINDOW_MESSAGES } from './errors.js';
 export type { CatalogueEntry, ErrorFormat, ErrorId, GatewayErrorOptions } from './errors.js';
 export { createSlot } from './context.js';
+export { perObject } from './memo.js';
 export type { Admission, RequestContext } from './context.js';
 export type { Attempt, Outcome, ParsedBody, ResolvedModel, RouteInfo, Slot, StreamFrame } from './types.js';
 export type {

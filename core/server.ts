@@ -49,6 +49,7 @@ import { clientAddress, normaliseIp, trustedProxies } from './client-ip.js';
 import { AccountPools } from './pool/index.js';
 import { AccountDirectory } from './accounts/directory.js';
 import { loadTracing, type Tracing } from './telemetry/index.js';
+import { perObject } from './memo.js';
 
 const HANDLERS: Record<RouteHandler, Handler> = {
   models: modelsHandler,
@@ -566,8 +567,7 @@ export class Gateway<U extends LocalUpstream = LocalUpstream> implements Upstrea
   private loggable(text: string): string {
     const secrets = this.secrets();
     if (text.length > 512) return redactSecrets(`${text.slice(0, 512)}…`, secrets);
-    let seen = redactedOf.get(secrets);
-    if (!seen) redactedOf.set(secrets, (seen = new Map()));
+    const seen = redactedOf(secrets);
     let out = seen.get(text);
     if (out === undefined) {
       out = redactSecrets(text, secrets);
@@ -1187,7 +1187,7 @@ interface RequestOrigin {
 /** Clients' secrets by config: collected once per loaded config. */
 const secretsOf = new WeakMap<GatewayConfig, Secrets>();
 /** Client texts redacted against a set of secrets (`Gateway.loggable`): at most REDACTED_MAX each. */
-const redactedOf = new WeakMap<Secrets, Map<string, string>>();
+const redactedOf = perObject((_: Secrets) => new Map<string, string>());
 const REDACTED_MAX = 1024;
 
 /** An error as a metric label: its catalogue id in lower case (`rpm_exceeded`, `no_accounts`). */

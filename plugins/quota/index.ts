@@ -15,6 +15,7 @@ import type { RequestContext } from '../../core/context.js';
 import { allFree, candidateModels, candidateModelsNow, chargeRate, isModelCall, worstCaseCharge } from '../../core/billing.js';
 import type { GroupConfig, KeyConfig, ModelConfig, UserConfig } from '../../core/config/types.js';
 import type { Claim } from '../../core/store/types.js';
+import { perObject } from '../../core/memo.js';
 import { quotaSchema, type QuotaOptions } from './schema.js';
 
 function checkSubscription(ctx: RequestContext): void {
@@ -45,17 +46,12 @@ export default definePlugin<QuotaOptions>({
   create(_options, { config }) {
     // A claim is data of the config: made once per user or key object (a reload, or an admin
     // change to a user or key, makes new objects), not on every request.
-    const balanceClaims = new WeakMap<UserConfig, readonly [paid: Claim, free: Claim]>();
-    const quotaClaims = new WeakMap<KeyConfig, Claim>();
-    const balanceClaim = (user: UserConfig, free: boolean): Claim => {
-      let c = balanceClaims.get(user);
-      if (!c) {
-        const freeRpm = config.limits.freeRpmAtZeroBalance;
-        const of = (free: boolean): Claim => Object.freeze({ kind: 'balance', user: user.name, credit: user.balance, free, freeRpm });
-        balanceClaims.set(user, (c = [of(false), of(true)]));
-      }
-      return c[free ? 1 : 0];
-    };
+    const balanceClaims = perObject((user: UserConfig): readonly [paid: Claim, free: Claim] => {
+      const freeRpm = config.limits.freeRpmAtZeroBalance;
+      const of = (free: boolean): Claim => Object.freeze({ kind: 'balance', user: user.name, credit: user.balance, free, freeRpm });
+      return [of(false), of(true)];
+    });
+    const quotaClaim = perObject((key: KeyConfig): Claim => Object.freeze({ kind: 'key-quota', key: key.id, limit: key.quota }));
     /** The reservation and the money claims of a model call, once its candidate models are known. */
     const claim = (ctx: RequestContext, user: UserConfig, group: GroupConfig, models: ModelConfig[]): void => {
       const key = ctx.key!;
@@ -65,13 +61,9 @@ export default definePlugin<QuotaOptions>({
         checkSubscription(ctx);
       } else {
         const free = allFree(models);
-        ctx.admission.add(balanceClaim(user, free), free ? freeRpmError : balanceError);
+        ctx.admission.add(balanceClaims(user)[free ? 1 : 0], free ? freeRpmError : balanceError);
       }
-      if (key.quota > 0) {
-        let c = quotaClaims.get(key);
-        if (!c) quotaClaims.set(key, (c = Object.freeze({ kind: 'key-quota', key: key.id, limit: key.quota })));
-        ctx.admission.add(c, quotaError);
-      }
+      if (key.quota > 0) ctx.admission.add(quotaClaim(key), quotaError);
     };
     return {
       // Synchronous once the body and model are resolved; until then it waits for them (a

@@ -9,6 +9,7 @@ import { GatewayError } from '../../core/errors.js';
 import { isModelCall } from '../../core/billing.js';
 import type { GroupConfig, UserConfig } from '../../core/config/types.js';
 import type { Claim } from '../../core/store/types.js';
+import { perObject } from '../../core/memo.js';
 import { rpmSchema, type RpmOptions } from './schema.js';
 
 const rpmError = (scope: string) => (ms?: number) =>
@@ -29,22 +30,14 @@ export default definePlugin<RpmOptions>({
   create() {
     // Claims are data of the config: made once per group or user object (a reload, or an admin
     // change, makes new objects), not on every request.
-    const groupClaims = new WeakMap<GroupConfig, Claim>();
-    const userClaims = new WeakMap<UserConfig, Claim>();
+    const groupClaim = perObject((g: GroupConfig): Claim => Object.freeze({ kind: 'rpm', scope: 'group', id: g.name, limit: g.rpm }));
+    const userClaim = perObject((u: UserConfig): Claim => Object.freeze({ kind: 'rpm', scope: 'user', id: u.name, limit: u.rpm }));
     return {
       onAccess(ctx) {
         const { user, group } = ctx;
         if (!user || !group || !isModelCall(ctx)) return;
-        if (group.rpm > 0) {
-          let c = groupClaims.get(group);
-          if (!c) groupClaims.set(group, (c = Object.freeze({ kind: 'rpm', scope: 'group', id: group.name, limit: group.rpm })));
-          ctx.admission.add(c, groupError);
-        }
-        if (user.rpm > 0) {
-          let c = userClaims.get(user);
-          if (!c) userClaims.set(user, (c = Object.freeze({ kind: 'rpm', scope: 'user', id: user.name, limit: user.rpm })));
-          ctx.admission.add(c, userError);
-        }
+        if (group.rpm > 0) ctx.admission.add(groupClaim(group), groupError);
+        if (user.rpm > 0) ctx.admission.add(userClaim(user), userError);
       },
     };
   },

@@ -19,6 +19,7 @@ import type { RequestContext } from '../../core/context.js';
 import type { KeyConfig, ModelConfig, UserConfig, Window } from '../../core/config/types.js';
 import type { Claim, Store } from '../../core/store/types.js';
 import type { Clock } from '../../core/clock.js';
+import { perObject } from '../../core/memo.js';
 import { nextMonthStart } from '../../core/store/types.js';
 import { windowsSchema, type WindowsOptions } from './schema.js';
 
@@ -30,20 +31,16 @@ export default definePlugin<WindowsOptions>({
   create(_options, { store, clock }) {
     // Claims are data of the config: made once per key or user object (a reload, or an admin
     // change, makes new objects), not on every request.
-    const windowClaims = new WeakMap<KeyConfig, readonly Claim[]>();
-    const capClaims = new WeakMap<UserConfig, readonly CapClaim[]>();
+    const windowClaims = perObject(keyWindowClaims);
+    const capClaims = perObject((user: UserConfig) => spendCapClaims(user, store, clock));
     return {
       // A promise only while the candidate models are not known yet (quota, earlier in the
       // shipped chain, resolves them): an await costs a turn of the microtask queue.
       onAccess(ctx) {
         const { key, user, group } = ctx;
         if (!key || !user || !group || !isModelCall(ctx)) return;
-        let windows = windowClaims.get(key);
-        if (!windows) windowClaims.set(key, (windows = keyWindowClaims(key)));
-        for (let i = 0; i < windows.length; i++) {
-          const c = windows[i] as Extract<Claim, { kind: 'key-window' }>;
-          ctx.admission.add(c, WINDOW_ERRORS[c.window]);
-        }
+        const windows = windowClaims(key);
+        for (let i = 0; i < windows.length; i++) ctx.admission.add(windows[i], WINDOW_ERRORS[windows[i].window]);
         if (group.billing === 'plan') {
           const p = group.plan;
           if (p.daily > 0 || p.weekly > 0 || p.monthly > 0) {
@@ -56,12 +53,10 @@ export default definePlugin<WindowsOptions>({
         }
         const caps = user.spendCaps;
         if (caps.weekly <= 0 && caps.monthly <= 0) return;
-        let claims = capClaims.get(user);
-        if (!claims) capClaims.set(user, (claims = spendCapClaims(user, store, clock)));
+        const claims = capClaims(user);
         const models = candidateModelsNow(ctx);
         if (models) return addCaps(ctx, claims, models);
-        const these = claims;
-        return candidateModels(ctx).then((m) => addCaps(ctx, these, m));
+        return candidateModels(ctx).then((m) => addCaps(ctx, claims, m));
       },
     };
   },
@@ -72,9 +67,11 @@ const WINDOW_ERRORS = Object.fromEntries(
   WINDOWS.map((w) => [w, () => new GatewayError('WINDOW_EXHAUSTED', { message: WINDOW_MESSAGES[w] })]),
 ) as Record<Window, () => GatewayError>;
 
+type WindowClaim = Extract<Claim, { kind: 'key-window' }>;
+
 /** A key's window claims, in the spec's order (5h, 1d, 7d), those with a limit. */
-function keyWindowClaims(key: KeyConfig): readonly Claim[] {
-  const out: Claim[] = [];
+function keyWindowClaims(key: KeyConfig): readonly WindowClaim[] {
+  const out: WindowClaim[] = [];
   for (const window of WINDOWS) {
     const limit = key.windows[window];
     if (limit > 0) out.push(Object.freeze({ kind: 'key-window', key: key.id, window, limit }));

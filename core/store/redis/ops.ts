@@ -14,6 +14,7 @@ import { check, type RedisClient } from './client.js';
 import type { Keys } from './keys.js';
 import type { LedgerStreams } from './ledger.js';
 import { claimText, int, ledgerText, LIST, now, RECORD_TTL_MS, SEP } from './pack.js';
+import { perObject } from '../../memo.js';
 
 /** The concurrency slot an admission takes in the same script (AdmitRequest.slot) and its lease id. */
 export interface PartSlot {
@@ -31,7 +32,7 @@ export class Ops {
    * once per key, user or group object, and freeze them. A claim not frozen may be changed by its
    * maker between requests, so its text is made every time.
    */
-  private readonly claimTexts = new WeakMap<Claim, string>();
+  private readonly frozenText = perObject((c: Claim) => claimText(this.keys, c));
 
   constructor(
     private readonly redis: RedisClient,
@@ -60,18 +61,16 @@ export class Ops {
     let spec = '';
     for (let i = 0; i < claims.length; i++) {
       const c = claims[i];
-      const claim = 'claim' in c ? c.claim : c;
-      spec += (i > 0 ? LIST : '') + ('claim' in c ? c.index : i) + SEP + this.claimText(claim);
+      let index = i;
+      let claim: Claim;
+      if ('claim' in c) {
+        index = c.index;
+        claim = c.claim;
+      } else claim = c;
+      spec += (i > 0 ? LIST : '') + index + SEP + (Object.isFrozen(claim) ? this.frozenText(claim) : claimText(this.keys, claim));
     }
     args.push(spec);
     return (await this.redis.op('a', 'admit', keys, args)) as number[];
-  }
-
-  private claimText(c: Claim): string {
-    if (!Object.isFrozen(c)) return claimText(this.keys, c);
-    let t = this.claimTexts.get(c);
-    if (t === undefined) this.claimTexts.set(c, (t = claimText(this.keys, c)));
-    return t;
   }
 
   /** The parts a cancel acts on. */
