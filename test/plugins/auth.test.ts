@@ -73,6 +73,7 @@ t.test('the three credential headers and their precedence', async (t) => {
   t.equal((await chat(bearer(KEYS.chat))).status, 200, 'Authorization: Bearer');
   t.equal((await chat({ authorization: `bearer ${KEYS.chat}` })).status, 200, 'scheme is case-insensitive');
   t.equal((await chat({ authorization: `BEARER   ${KEYS.chat}` })).status, 200);
+  t.equal((await chat({ authorization: `Bearer \t  ${KEYS.chat}` })).status, 200, 'any whitespace after the scheme');
   t.equal((await chat({ 'x-api-key': KEYS.chat })).status, 200, 'x-api-key');
   t.equal((await chat({ 'x-goog-api-key': KEYS.chat })).status, 200, 'x-goog-api-key');
   t.equal((await chat({ 'x-alt-api-key': KEYS.chat })).status, 200, 'the neutral spelling too');
