@@ -21,6 +21,19 @@ export function quoted(v: string): string {
 }
 
 /**
+ * `JSON.stringify(v)` of a string that is not kept (a request's id): printable ASCII without a
+ * quote or a backslash (what ids are) is quoted as it is; anything else goes to `JSON.stringify`,
+ * a call into V8's runtime (about 0.9 µs in place, twice per request in the store's journal).
+ */
+export function quotedOnce(v: string): string {
+  for (let i = 0; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return JSON.stringify(v);
+  }
+  return '"' + v + '"';
+}
+
+/**
  * `JSON.stringify(v)` of a property's value (strings through `quoted`), or undefined where
  * `JSON.stringify` of the object leaves the property out (undefined, functions, symbols).
  */

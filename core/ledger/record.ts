@@ -11,7 +11,7 @@
  * (JSON Lines); money is integer micro-USD (`*_micros`), times epoch ms and ISO.
  */
 import type { ProtocolName } from '../config/types.js';
-import { member } from '../json/quote.js';
+import { member, quotedOnce } from '../json/quote.js';
 import type { CreditRecord, EstimateReason, Settlement } from '../store/types.js';
 
 export type { EstimateReason, SettlementDetail } from '../store/types.js';
@@ -116,7 +116,7 @@ export function requestFileLine(seq: number, id: string, t: number, s: Settlemen
     '{"seq":' +
     seq +
     ',"id":' +
-    JSON.stringify(id) + // unique: not through json/quote's cache of repeated names
+    quotedOnce(id) + // unique: not through json/quote's cache of repeated names
     ',"type":"request"' +
     member(',"ts":', t) +
     member(',"user":', s.user) +

@@ -11,7 +11,7 @@
  *   ever: an upgrade replays an old journal).
  */
 import type { Window } from '../../config/types.js';
-import { member, quoted } from '../../json/quote.js';
+import { member, quoted, quotedOnce } from '../../json/quote.js';
 import type { AccountKind, AuditEntry, CreditRecord, KeyRecord, Settlement, SettlementDetail, Stored, UserRecord } from '../types.js';
 
 export type JournalEntry =
@@ -106,7 +106,7 @@ export function settlementLine(op: number, seq: number, t: number, id: string, s
     ',' +
     n(t) +
     ',' +
-    JSON.stringify(id) +
+    quotedOnce(id) +
     ',' +
     q(s.keyId) +
     ',' +
