@@ -1112,26 +1112,14 @@ function idSource(): () => string {
 const newRequestId = idSource();
 const newLedgerId = idSource();
 
-/**
- * A path of letters, digits, `_`, `-` and `/`, starting with a single `/`, is its own normalised
- * form. Checked by hand: as a regular expression (`^\/(?!\/)[A-Za-z0-9_/-]*$`) it ran through V8's
- * runtime for the parser's target string, 1.4 µs a request in the gateway's profile.
- */
-export function plainPath(path: string): boolean {
-  if (path.charCodeAt(0) !== 0x2f || path.charCodeAt(1) === 0x2f) return false;
-  for (let i = 1; i < path.length; i++) {
-    const c = path.charCodeAt(i);
-    const l = c | 0x20; // a letter in lower case
-    if (!((l >= 0x61 && l <= 0x7a) || (c >= 0x2f && c <= 0x39) || c === 0x2d || c === 0x5f)) return false;
-  }
-  return true;
-}
+/** A path of letters, digits, `_`, `-` and single leading `/` is its own normalised form. */
+const PLAIN_PATH = /^\/(?!\/)[A-Za-z0-9_/-]*$/;
 
 /** The path of a request target as WHATWG URL normalises it; plain paths (API paths are) without a parse. */
 function pathOf(url: string): string {
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);
-  if (plainPath(path)) return path;
+  if (PLAIN_PATH.test(path)) return path;
   try {
     return new URL(url, 'http://gateway').pathname;
   } catch {

@@ -62,21 +62,6 @@ function splitValues(values: string[]): string[] {
   return out;
 }
 
-/**
- * The last key each connection presented, with its digest: a client sends the same key on every
- * request of a keep-alive connection, and the SHA-256 (through Node's binding) was half of this
- * hook's time. Only the digest function is remembered, for as long as the connection lives (which
- * holds the key's bytes anyway); the key itself is looked up by its digest on every request.
- */
-const lastDigest = new WeakMap<object, { key: string; digest: string }>();
-function digestOf(conn: object, key: string): string {
-  const last = lastDigest.get(conn);
-  if (last !== undefined && last.key === key) return last.digest;
-  const digest = sha256Hex(key);
-  lastDigest.set(conn, { key, digest });
-  return digest;
-}
-
 /** A `key` or `api_key` query parameter (a URL is parsed only when there is a query string). */
 function keyInQuery(target: string): boolean {
   if (!target.includes('?')) return false;
@@ -101,8 +86,7 @@ export default definePlugin<AuthOptions>({
         const values = cred.values.length === 1 && !cred.values[0].includes(',') ? cred.values : splitValues(cred.values);
         const first = values[0];
         if (!KEY_FORMAT.test(first)) throw new GatewayError('INVALID_API_KEY');
-        const conn = ctx.req.socket as object | null;
-        const digest = conn ? digestOf(conn, first) : sha256Hex(first);
+        const digest = sha256Hex(first);
         const found = accounts.keyByDigest(digest);
         if (!found) throw new GatewayError('INVALID_API_KEY');
         if (values.length > 1) throw new GatewayError('INVALID_API_KEY', { message: 'More than one API key was sent' });
