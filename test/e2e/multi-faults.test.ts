@@ -16,6 +16,7 @@ import { baseConfig, tmpDir } from '../helpers/gateway.js';
 import { RedisServer } from '../helpers/redis.js';
 import { request, startGatewayProcess, type Answer, type GatewayProcess } from '../helpers/process.js';
 import { until as poll } from '../helpers/upstream.js';
+import { roomInMinute } from '../helpers/minute.js';
 
 t.setTimeout(900_000);
 
@@ -132,11 +133,10 @@ function streamed(gw: GatewayProcess, body: unknown, onContent: () => void): Pro
   });
 }
 
-/** Leaves at least `need` ms in the current clock minute of Redis, so what follows stays in one minute. */
-async function roomInMinute(need: number): Promise<void> {
+/** Redis's clock (epoch ms): the shared RPM counters count its minutes. */
+async function redisNow(): Promise<number> {
   const [s, us] = await db.time();
-  const into = (Number(s) * 1000 + Math.floor(Number(us) / 1000)) % 60_000;
-  if (60_000 - into < need) await new Promise((r) => setTimeout(r, 60_000 - into + 50));
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
 }
 
 /** Resolves once every instance has logged a line matching `re` more times than it had when called. */
@@ -151,7 +151,7 @@ function nextLog(gws: GatewayProcess[], re: RegExp): () => Promise<void> {
 t.test('Redis killed and back within the minute: what each instance admitted alone counts against the shared RPM', async (t) => {
   const prefix = 'fr:';
   const [a, b] = await instances(t, prefix, 2, { plan: true, userRpm: 20 });
-  await roomInMinute(40_000);
+  await roomInMinute(40_000, redisNow);
   const recovered = nextLog([a, b], /store recovered/);
   await redis.stop('SIGKILL');
   // Alone, each instance admits its share: 20 / 2 = 10.

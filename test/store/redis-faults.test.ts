@@ -11,6 +11,7 @@ import { RedisStore } from '../../core/store/redis/index.js';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, type TestGateway } from '../helpers/gateway.js';
 import { freePort, RedisServer } from '../helpers/redis.js';
 import { until as poll } from '../helpers/upstream.js';
+import { roomInMinute } from '../helpers/minute.js';
 
 /** Multi-process waits are longer than the shared default. */
 const until = (cond: () => Promise<boolean> | boolean, ms = 20_000) => poll(cond, ms, 50);
@@ -45,12 +46,6 @@ async function start(url: string, prefix: string) {
 
 const chat = (g: TestGateway, key = KEYS.chat, extra: Record<string, unknown> = {}) =>
   call(`${g.url}/v1/chat/completions`, { headers: bearer(key), json: chatBody(extra) });
-
-/** Leaves at least `need` ms in this process's clock minute (the degraded RPM counter's), so a burst does not straddle two. */
-async function roomInMinute(need: number): Promise<void> {
-  const into = Date.now() % 60_000;
-  if (60_000 - into < need) await new Promise((r) => setTimeout(r, 60_000 - into + 50));
-}
 
 async function metric(g: TestGateway, name: string): Promise<number> {
   const text = (await call(`${g.url}/metrics`)).text;

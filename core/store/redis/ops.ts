@@ -61,13 +61,9 @@ export class Ops {
     let spec = '';
     for (let i = 0; i < claims.length; i++) {
       const c = claims[i];
-      let index = i;
-      let claim: Claim;
-      if ('claim' in c) {
-        index = c.index;
-        claim = c.claim;
-      } else claim = c;
-      spec += (i > 0 ? LIST : '') + index + SEP + (Object.isFrozen(claim) ? this.frozenText(claim) : claimText(this.keys, claim));
+      const claim = 'claim' in c ? c.claim : c;
+      const text = Object.isFrozen(claim) ? this.frozenText(claim) : claimText(this.keys, claim);
+      spec += (i > 0 ? LIST : '') + ('claim' in c ? c.index : i) + SEP + text;
     }
     args.push(spec);
     return (await this.redis.op('a', 'admit', keys, args)) as number[];
