@@ -8,12 +8,13 @@
  *
  * Used by the attempt (core/upstream/attempt.ts), both deliveries and the count_tokens handler.
  */
-import type { IncomingMessage } from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
 import { GatewayError, type ErrorId } from '../errors.js';
 import type { AccountConfig, ProtocolName, ProviderConfig } from '../config/types.js';
 import type { RequestContext } from '../context.js';
 import type { ErrorInfo } from '../protocols/types.js';
 import type { UpstreamDeps } from './types.js';
+import type { UpstreamBody } from './h1.js';
 
 /** Where an account's requests go: its own base URL (a relay), else the provider's. */
 export function accountBaseUrl(deps: UpstreamDeps, provider: ProviderConfig, account: AccountConfig | undefined): string {
@@ -56,7 +57,7 @@ export function upstreamHeaders(
 }
 
 /** What the client sees for an upstream failure (wire-notes "Upstream failures"). */
-export function mapUpstreamStatus(status: number, headers: IncomingMessage['headers'], bodyText: string): GatewayError {
+export function mapUpstreamStatus(status: number, headers: IncomingHttpHeaders, bodyText: string): GatewayError {
   const info = readUpstreamError(bodyText);
   const pass = passHeaders(headers, true);
   if (status === 400 || status === 422)
@@ -73,7 +74,7 @@ export function mapUpstreamStatus(status: number, headers: IncomingMessage['head
 }
 
 /** Retry-After and x-ratelimit-* are passed through from the provider (spec §8.6). */
-function passHeaders(headers: IncomingMessage['headers'], withRetry: boolean): Record<string, string> {
+function passHeaders(headers: IncomingHttpHeaders, withRetry: boolean): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(headers)) {
     if (v === undefined) continue;
@@ -89,7 +90,7 @@ function passHeaders(headers: IncomingMessage['headers'], withRetry: boolean): R
  * joins a repeated `x-ratelimit-*` with ", "), without building the response's header map;
  * added to `out`.
  */
-export function rateLimitHeaders(res: IncomingMessage, out: Record<string, string> = {}): Record<string, string> {
+export function rateLimitHeaders(res: { readonly rawHeaders: string[] }, out: Record<string, string> = {}): Record<string, string> {
   const raw = res.rawHeaders;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i];
@@ -127,7 +128,7 @@ export function errorFromEvent(info: ErrorInfo): GatewayError {
   return new GatewayError(id, { message: info.message || undefined });
 }
 
-export function readAll(stream: IncomingMessage, limit: number): Promise<string> {
+export function readAll(stream: UpstreamBody, limit: number): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;

@@ -17,7 +17,7 @@
  * upstream's chunks are read as they are buffered (`BodyChunks`, a promise only to wait for the
  * next), `writeNow()` returns a boolean, and only a full client buffer is waited for.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import type { RequestContext } from '../context.js';
 import type { Attempt } from '../types.js';
 import { GatewayError } from '../errors.js';
@@ -30,7 +30,7 @@ import { chargeRate, choices } from '../billing.js';
 import { OutputCap } from '../stream-cut.js';
 import { errorFromEvent, rateLimitHeaders } from './http.js';
 import { estimateUsage, runOnResponse, writeHead } from './outcome.js';
-import type { UpstreamResponse } from './transport.js';
+import type { UpstreamBody, UpstreamResponse } from './transport.js';
 import type { ChainHooks } from './types.js';
 
 /**
@@ -64,7 +64,7 @@ class BodyChunks {
   private state: 'open' | 'ended' | Error = 'open';
   private waiting: (() => void) | undefined;
 
-  constructor(private readonly body: IncomingMessage) {
+  constructor(private readonly body: UpstreamBody) {
     body.on('readable', this.wake);
     body.on('end', this.ended);
     body.on('error', this.failed);
@@ -121,7 +121,7 @@ export class StreamDelivery {
   private readonly socketIdle: () => boolean;
   private readonly res: ServerResponse;
   /** The upstream's body. */
-  private readonly body: IncomingMessage;
+  private readonly body: UpstreamBody;
   /** The request's reservation (what the cut protects), for the log. */
   private readonly reserve: number;
   /** The output that fits the reservation; undefined when nothing caps this stream. */

@@ -1,29 +1,34 @@
 /**
- * The provider transport: one plain `http.request` (or `https.request`) per attempt on one
- * keep-alive agent per provider account; each endpoint URL is parsed once, the first time it is
- * used (they all come from the config: a provider's or account's base URL and a fixed path).
+ * The provider transport: one request per attempt on a keep-alive pool of sockets per provider
+ * account (core/upstream/h1.ts, the gateway's own HTTP/1.1 client); each endpoint URL is parsed
+ * once, the first time it is used (they all come from the config: a provider's or account's base
+ * URL and a fixed path).
  *
- * Which path uses what, and why:
- * - Model calls and count_tokens (every upstream request the gateway makes) use `http.request`
- *   directly. The request is always the gateway's own (headers it chose, body re-encoded) and the
- *   response is always read by the gateway (usage for billing, SSE for commit and in-stream errors,
- *   the stream cut), never piped through unobserved. http-proxy-3's per-request wrapper (a URL parse,
+ * Why its own client, and not http-proxy-3 or `http.request`:
+ * - The request is always the gateway's own (headers it chose, body re-encoded) and the response is
+ *   always read by the gateway (usage for billing, SSE for commit and in-stream errors, the stream
+ *   cut), never piped through unobserved. http-proxy-3's per-request wrapper (a URL parse,
  *   `setupOutgoing` copying headers, listeners on the client's request and response) therefore did
  *   nothing here that was not undone or repeated, and cost about a tenth of the gateway's
- *   per-request CPU.
- * - http-proxy-3 remains the project's proxy where a response is passed through as bytes: the
- *   benchmark's baseline (bench/roles.ts). The gateway has no such path: the upstream must see
- *   exactly the headers we choose (never the client's gateway key), and every answer is metered.
+ *   per-request CPU. http-proxy-3 remains the project's proxy where a response is passed through as
+ *   bytes: the benchmark's baseline (bench/roles.ts). The gateway has no such path: the upstream
+ *   must see exactly the headers we choose (never the client's gateway key), and every answer is
+ *   metered.
+ * - `http.request` with its `Agent` cost more than anything the gateway does itself (42–51 µs of
+ *   CPU per request alone at the bench's rate, against 28–33 µs for h1.ts; see h1.ts).
  *
- * The body: a string is handed to the request as it is (Node encodes it into memory freed once
+ * The body: a string is handed to the socket as it is (Node encodes it into memory freed once
  * written); a large body (core/json/text.ts) arrives as parts, written as the socket drains. Either
  * way the transport keeps no copy for the life of a stream.
  */
-import http, { type IncomingMessage } from 'node:http';
-import https from 'node:https';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Writable } from 'node:stream';
 import type { ProviderConfig } from '../config/types.js';
 import type { OutgoingBody } from '../json/text.js';
 import { largeWork } from '../json/share.js';
+import { Pool, requestHead, type Exchange, type Origin, type UpstreamBody } from './h1.js';
+
+export type { UpstreamBody } from './h1.js';
 
 export interface UpstreamRequest {
   provider: ProviderConfig;
@@ -45,18 +50,18 @@ export interface UpstreamRequest {
 
 export interface UpstreamResponse {
   status: number;
-  headers: IncomingMessage['headers'];
-  body: IncomingMessage;
+  headers: IncomingHttpHeaders;
+  body: UpstreamBody;
 }
 
-/** An upstream's answer. Node builds the header map of a response only when it is read: most are never read. */
+/** An upstream's answer. The header map is built only when it is read: most are never read. */
 class Answer implements UpstreamResponse {
   constructor(
     readonly status: number,
-    readonly body: IncomingMessage,
+    readonly body: UpstreamBody,
   ) {}
 
-  get headers(): IncomingMessage['headers'] {
+  get headers(): IncomingHttpHeaders {
     return this.body.headers;
   }
 }
@@ -73,11 +78,7 @@ export class TransportError extends Error {
 }
 
 /** An endpoint URL, parsed once. */
-interface Target {
-  secure: boolean;
-  /** Without IPv6 brackets (what the resolver takes). */
-  hostname: string;
-  port: number;
+interface Target extends Origin {
   /** The Host header: host and port as the URL has them (the port only when not the default). */
   host: string;
   /** Path and query. */
@@ -106,24 +107,18 @@ const MAX_DELAY = 2 ** 31 - 1;
 const IDLE_CHECKS = 16;
 
 export class Transport {
-  private readonly agents = new Map<string, http.Agent>();
+  private readonly pools = new Map<string, Pool>();
   private readonly targets = new Map<string, Target>();
 
-  /** One keep-alive agent per provider account (and scheme). */
-  agentFor(provider: ProviderConfig, secure: boolean, account = ''): http.Agent {
-    const id = `${provider.name}/${account}|${secure}|${provider.maxSockets}`;
-    let agent = this.agents.get(id);
-    if (!agent) {
-      const opts = {
-        keepAlive: true,
-        maxSockets: provider.maxSockets,
-        maxFreeSockets: Math.min(64, provider.maxSockets),
-        scheduling: 'lifo' as const,
-      };
-      agent = secure ? new https.Agent(opts) : new http.Agent(opts);
-      this.agents.set(id, agent);
+  /** One keep-alive pool per provider account and origin. */
+  private poolFor(provider: ProviderConfig, t: Target, account = ''): Pool {
+    const id = `${provider.name}/${account}|${t.secure}|${t.hostname}|${t.port}|${provider.maxSockets}`;
+    let pool = this.pools.get(id);
+    if (!pool) {
+      pool = new Pool(t, provider.maxSockets, Math.min(64, provider.maxSockets));
+      this.pools.set(id, pool);
     }
-    return agent;
+    return pool;
   }
 
   private target(url: string): Target {
@@ -168,20 +163,22 @@ export class Transport {
     const body = u.body;
     const bytes = typeof body === 'string' ? Buffer.byteLength(body, 'utf8') : body.bytes;
     const encoding: BufferEncoding = typeof body === 'string' && bytes === body.length ? 'latin1' : 'utf8';
-    // A flat [name, value, …] list: Node validates each header as it writes it, without building
-    // the per-name header map an object costs. Host and Content-Length are ours to give then.
+    // A flat [name, value, …] list, checked as it is written into the head. Host and
+    // Content-Length are ours to give.
     const given = lowerCaseKeys(u.headers);
     const headers: string[] = ['host', t.host];
     for (const k in given) {
       if (k !== 'host' && k !== 'content-length') headers.push(k, given[k]);
     }
     headers.push('content-length', String(bytes));
+    // Outside the promise: a header HTTP does not allow (a plugin's bad value) throws to the caller, as it always did.
+    const { head, ascii } = requestHead(t.path, headers);
     let timedOut = false;
     let totalTimedOut = false;
     let sent = false;
     let settled = false;
     /** While the upstream answers: the socket's byte count at the last check, and since when it has not moved. */
-    let answering: IncomingMessage | undefined;
+    let answering: UpstreamBody | undefined;
     let seen = 0;
     let quietSince = 0;
     let timer: NodeJS.Timeout | undefined;
@@ -201,7 +198,7 @@ export class Transport {
         abort();
         return;
       }
-      const sock = answering && !answering.complete ? req.socket : null;
+      const sock = answering && !answering.complete ? answering.socket : undefined;
       if (sock) {
         const bytes = sock.bytesRead + sock.bytesWritten;
         if (bytes !== seen) {
@@ -209,7 +206,7 @@ export class Transport {
           quietSince = now;
         } else if (now - quietSince >= idleMs) {
           timedOut = true;
-          req.destroy(new Error('upstream idle timeout'));
+          answering!.destroy(new Error('upstream idle timeout'));
           return;
         }
       }
@@ -217,7 +214,8 @@ export class Transport {
     };
     const abort = () => {
       clearTimeout(timer);
-      req.destroy();
+      pool.cancel(ex);
+      answering?.destroy();
       if (settled) return;
       settled = true;
       reject(new TransportError('aborted', 'aborted'));
@@ -228,39 +226,50 @@ export class Transport {
       resolve = res;
       reject = rej;
     });
-    // Outside the promise: a header Node refuses (a plugin's bad value) throws to the caller, as it always did.
-    const req = (t.secure ? https : http).request(
-      {
-        hostname: t.hostname,
-        port: t.port,
-        path: t.path,
-        method: 'POST',
-        headers: headers as unknown as http.OutgoingHttpHeaders,
-        agent: this.agentFor(u.provider, t.secure, u.account),
+    // The body, until it was handed to the socket (then only the socket's buffer holds it).
+    let toWrite: string | OutgoingBody | undefined = body;
+    const ex: Exchange = {
+      write(socket, done) {
+        const b = toWrite!;
+        toWrite = undefined;
+        const onSent = () => {
+          sent = true;
+          done();
+        };
+        if (typeof b !== 'string') {
+          socket.write(head, 'latin1');
+          writeParts(b, socket, onSent);
+        } else if (encoding === 'latin1' || ascii) {
+          // One write, as Node's client does: the head and the body in one string, one encoding.
+          socket.write(head + b, encoding, onSent);
+        } else {
+          socket.cork();
+          socket.write(head, 'latin1');
+          socket.write(b, 'utf8', onSent);
+          socket.uncork();
+        }
       },
-      (res) => {
+      onResponse(res) {
+        if (settled) return void res.destroy();
         settled = true;
         // From now on, silence is the idle timeout's; before, only the whole-attempt deadline runs.
+        answering = res;
         if (idleMs > 0) {
-          answering = res;
-          const sock = req.socket;
+          const sock = res.socket;
           seen = sock ? sock.bytesRead + sock.bytesWritten : 0;
           quietSince = Date.now();
         }
-        resolve(new Answer(res.statusCode ?? 502, res));
+        resolve(new Answer(res.statusCode, res));
       },
-    );
-    // Once the response began, errors surface on its body stream; this listener only keeps them from throwing.
-    req.on('error', (err: Error & { code?: string }) => {
-      if (settled) return;
-      settled = true;
-      reject(new TransportError(timedOut ? 'timeout' : 'connect', err.message, err.code));
-    });
-    req.once('finish', () => {
-      sent = true;
-    });
-    if (typeof body === 'string') req.end(body, encoding);
-    else writeParts(body, req);
+      onError(err) {
+        toWrite = undefined;
+        if (settled) return;
+        settled = true;
+        reject(new TransportError(timedOut ? 'timeout' : 'connect', err.message, err.code));
+      },
+    };
+    const pool = this.poolFor(u.provider, t, u.account);
+    pool.send(ex);
     arm(Math.min(step, u.timeoutMs, MAX_DELAY));
     return {
       response,
@@ -273,8 +282,8 @@ export class Transport {
   }
 
   close(): void {
-    for (const a of this.agents.values()) a.destroy();
-    this.agents.clear();
+    for (const p of this.pools.values()) p.close();
+    this.pools.clear();
   }
 }
 
@@ -299,12 +308,13 @@ const WRITE_CHUNK = 64 * 1024;
 
 /**
  * Writes a large body's parts as the upstream socket takes them: one chunk encoded at a time, the
- * next when the socket drained, so the body is never encoded whole (nor held twice). The writes
- * are large-body work and take their turns in its share (core/json/share.ts): a socket that drains
- * at once emits 'drain' in the same turn (a next tick), so without the share one body could be
- * encoded and written for tens of milliseconds while every other request waits.
+ * next when the socket drained, so the body is never encoded whole (nor held twice); `sent` once
+ * the last was handed to the OS. The writes are large-body work and take their turns in its share
+ * (core/json/share.ts): a socket that drains at once emits 'drain' in the same turn (a next tick),
+ * so without the share one body could be encoded and written for tens of milliseconds while every
+ * other request waits.
  */
-export function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
+export function writeParts(body: OutgoingBody, dest: Writable, sent: () => void): void {
   const { parts, asciiParts } = body;
   let k = 0;
   let at = 0;
@@ -327,14 +337,14 @@ export function writeParts(body: OutgoingBody, dest: http.ClientRequest): void {
         k++;
         at = 0;
       }
-      const more = dest.write(chunk, ascii ? 'latin1' : 'utf8');
+      const more = dest.write(chunk, ascii ? 'latin1' : 'utf8', k === parts.length ? () => sent() : undefined);
       largeWork.charge(performance.now() - t);
       if (!more) {
-        dest.once('drain', pump);
+        if (k < parts.length) dest.once('drain', pump);
         return;
       }
     }
-    dest.end();
+    if (parts.length === 0) sent();
   };
   pump();
 }

@@ -490,9 +490,11 @@ t.test(
       },
     });
     largeWork.charge(1e9);
-    writeParts(out, dest as never);
+    let sent!: () => void;
+    const written = new Promise<void>((r) => (sent = r));
+    writeParts(out, dest, sent);
     t.equal(got.length, 0, 'nothing written in the turn whose share was spent');
-    await new Promise((r) => dest.on('finish', r));
+    await written;
     t.equal(Buffer.concat(got).toString('utf8'), out.toString(), 'the whole body, in order');
   },
 );
