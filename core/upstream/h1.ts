@@ -463,7 +463,7 @@ export class Conn {
     ex.conn = undefined;
     this.phase = Phase.Idle;
     this.resume();
-    if (this.keepAlive && this.idleMs > 0 && !this.dead) this.pool.release(this);
+    if (this.keepAlive && this.idleMs > 0 && !this.dead && !this.socket.destroyed) this.pool.release(this);
     else this.destroy();
   }
 

@@ -232,7 +232,9 @@ export class Transport {
       write(socket, done) {
         const b = toWrite!;
         toWrite = undefined;
-        const onSent = () => {
+        // A write that failed (the socket closed first) calls back with its error: not sent.
+        const onSent = (err?: Error | null) => {
+          if (err) return;
           sent = true;
           done();
         };
@@ -337,7 +339,7 @@ export function writeParts(body: OutgoingBody, dest: Writable, sent: () => void)
         k++;
         at = 0;
       }
-      const more = dest.write(chunk, ascii ? 'latin1' : 'utf8', k === parts.length ? () => sent() : undefined);
+      const more = dest.write(chunk, ascii ? 'latin1' : 'utf8', k === parts.length ? (err) => err || sent() : undefined);
       largeWork.charge(performance.now() - t);
       if (!more) {
         if (k < parts.length) dest.once('drain', pump);

@@ -385,3 +385,29 @@ t.test('TLS: the certificate is checked; a trusted one serves, with the connecti
   t.equal(srv.connections, 1, 'the two requests on one connection (the refused handshake never became one)');
   await srv.close();
 });
+
+t.test(
+  'the transport: a request whose connection was refused was not sent (a client that leaves then is not billed its input)',
+  async (t) => {
+    const { Transport, TransportError } = await import('../../core/upstream/transport.js');
+    const srv = await rawServer([]);
+    const port = srv.port;
+    await srv.close();
+    const transport = new Transport();
+    t.teardown(() => transport.close());
+    const call = transport.send({
+      provider: { name: 'p', maxSockets: 4 } as never,
+      url: `http://127.0.0.1:${port}/v1/chat/completions`,
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":"m"}',
+      timeoutMs: 5000,
+      idleTimeoutMs: 0,
+    });
+    const err = await call.response.catch((e: unknown) => e);
+    t.ok(err instanceof TransportError);
+    t.match(err, { kind: 'connect', code: 'ECONNREFUSED' });
+    await sleep(20);
+    t.equal(call.sent(), false, 'not sent');
+    call.done();
+  },
+);
