@@ -94,8 +94,6 @@ export interface Exchange {
   onError(err: Error & { code?: string }): void;
   /** Set by the pool: the socket it was given. */
   conn?: Conn;
-  /** Given up (`Pool.cancel`). */
-  cancelled?: boolean;
 }
 
 /**
@@ -227,10 +225,6 @@ export class Conn {
     socket.on('end', this.onEnd);
     socket.on('error', this.onError);
     socket.on('close', this.onClose);
-  }
-
-  get busy(): boolean {
-    return this.ex !== undefined;
   }
 
   /** Carries one exchange: writes its request and reads its response. */
@@ -540,7 +534,6 @@ export class Pool {
 
   /** An exchange given up: taken out of the queue, or its socket closed. */
   cancel(ex: Exchange): void {
-    ex.cancelled = true;
     if (ex.conn) ex.conn.destroy();
     else {
       const i = this.waiting.indexOf(ex);

@@ -214,8 +214,9 @@ export class Transport {
     };
     const abort = () => {
       clearTimeout(timer);
-      pool.cancel(ex);
-      answering?.destroy();
+      // Once answering, the body owns the socket (destroying an unfinished body closes it).
+      if (answering) answering.destroy();
+      else pool.cancel(ex);
       if (settled) return;
       settled = true;
       reject(new TransportError('aborted', 'aborted'));

@@ -168,33 +168,22 @@ const ok = (body: string, extra = '') => `HTTP/1.1 200 OK\r\n${extra}Content-Len
 t.test(
   'keep-alive: one socket for requests in turn; Connection: close, a short Keep-Alive hint or bytes left over mean a new one',
   async (t) => {
-    const srv = await rawServer([ok('a'), ok('b'), ok('c')]);
-    const p = pool(srv.port);
-    for (const want of ['a', 'b', 'c']) t.equal((await send(p)).body.toString(), want);
-    t.equal(srv.connections, 1, 'three requests, one connection');
-    p.close();
-    await srv.close();
-
-    const close = await rawServer([ok('x', 'Connection: close\r\n')]);
-    const p2 = pool(close.port);
-    for (let i = 0; i < 3; i++) t.equal((await send(p2)).body.toString(), 'x');
-    t.equal(close.connections, 3, 'Connection: close: a connection each');
-    p2.close();
-    await close.close();
-
-    const hint = await rawServer([ok('h', 'Keep-Alive: timeout=1\r\n')]);
-    const p3 = pool(hint.port);
-    for (let i = 0; i < 2; i++) t.equal((await send(p3)).body.toString(), 'h');
-    t.equal(hint.connections, 2, 'Keep-Alive timeout=1: not kept (a second less than the hint)');
-    p3.close();
-    await hint.close();
-
-    const extra = await rawServer([ok('e') + 'HTTP/1.1 200 OK\r\n']);
-    const p4 = pool(extra.port);
-    for (let i = 0; i < 2; i++) t.equal((await send(p4)).body.toString(), 'e', 'the answer itself is read');
-    t.equal(extra.connections, 2, 'bytes after the answer: the socket is not used again');
-    p4.close();
-    await extra.close();
+    // [what the server answers each time, requests in turn, connections expected, why]
+    const cases: Array<[string, number, number, string]> = [
+      [ok('a'), 3, 1, 'three requests, one connection'],
+      [ok('x', 'Connection: close\r\n'), 3, 3, 'Connection: close: a connection each'],
+      [ok('h', 'Keep-Alive: timeout=1\r\n'), 2, 2, 'Keep-Alive timeout=1: not kept (a second less than the hint)'],
+      [ok('e') + 'HTTP/1.1 200 OK\r\n', 2, 2, 'bytes after the answer: the socket is not used again'],
+    ];
+    for (const [answer, requests, connections, why] of cases) {
+      const srv = await rawServer([answer]);
+      const p = pool(srv.port);
+      const want = /\r\n\r\n(.)/.exec(answer)![1];
+      for (let i = 0; i < requests; i++) t.equal((await send(p)).body.toString(), want, `${why}: the answer is read`);
+      t.equal(srv.connections, connections, why);
+      p.close();
+      await srv.close();
+    }
   },
 );
 
