@@ -276,9 +276,11 @@ async function guarded<T>(pool: pg.Pool, ms: number, fn: (c: pg.PoolClient) => P
     clearTimeout(timer);
     if (client) {
       // A statement PostgreSQL refused (an SQLSTATE) leaves its connection usable; anything else
-      // (a connection that broke) discards it.
+      // discards it: a connection that broke, or the server ending it (class 08, connection
+      // exception; class 57, operator intervention: a shutdown, a terminated backend).
       const code = (failed as { code?: unknown } | undefined)?.code;
-      client.release(failed === undefined || (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) ? undefined : (failed as Error));
+      const refused = typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && !/^(08|57)/.test(code);
+      client.release(failed === undefined || refused ? undefined : (failed as Error));
     }
   }
 }
@@ -846,6 +848,12 @@ export async function openPostgresLedger(opts: PostgresLedgerOptions): Promise<P
   for (const pool of [shipping, querying]) {
     // An idle connection that breaks (PostgreSQL restarted) is reported here; the next query reconnects.
     pool.on('error', (e) => opts.log.debug('ledger: an idle PostgreSQL connection closed', { error: e }));
+    // pg-pool listens for a connection's errors only while it is idle. A server that shuts down
+    // sends its FATAL right after an answer; when both arrive in one read, the driver emits the
+    // error before the code awaiting the answer has run (or has the connection it asked for), and
+    // an error event nobody listens to ends the process. This listener stays for the connection's
+    // life; the connection is then unusable, so pg-pool discards it when it is released.
+    pool.on('connect', (c) => c.on('error', (e) => opts.log.debug('ledger: a PostgreSQL connection in use broke', { error: e })));
   }
   const schema = new Schema(shipping, opts.table, opts.log, shipTimeoutMs);
   const shipper = new LedgerShipper(shipping, schema, opts);

@@ -196,6 +196,8 @@ t.test('PostgreSQL stopped for 10 s under load: no request fails, and once it is
   writeFileSync(file, YAML.stringify(cfg));
   const gw = await startGatewayProcess(file);
   t.teardown(() => gw.stop());
+  // Started again whatever fails here, so that a failure does not become the next test's too.
+  t.teardown(async () => (pg.proc ? undefined : pg.restart()));
   const ledgerDir = path.join(dir, 'data', 'ledger');
 
   const l = load(gw);

@@ -3,10 +3,11 @@
  * day files whatever wrote them (the memory store's `seq` lines, a Redis store's `seq: 0` lines,
  * lines appended to an older day's file), never a line before its end, never a line that is not a
  * record, one row per record across restarts and a lost position, and it waits out a PostgreSQL
- * that hangs.
+ * that hangs or ends a connection in the same packet as an answer.
  */
 import t from 'tap';
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { tmpDir } from '../helpers/gateway.js';
 import { PostgresServer } from '../helpers/postgres.js';
@@ -73,7 +74,7 @@ interface Harness {
 }
 
 let dbs = 0;
-async function open(dir: string, db: string, opts: { shipTimeoutMs?: number } = {}): Promise<Harness> {
+async function open(dir: string, db: string, opts: { shipTimeoutMs?: number; url?: string } = {}): Promise<Harness> {
   const h = { logs: [] as Record<string, any>[], shipped: 0, rejected: 0 } as Harness;
   const metrics: ShipperMetrics = {
     backlog: () => undefined,
@@ -82,7 +83,7 @@ async function open(dir: string, db: string, opts: { shipTimeoutMs?: number } = 
     reachable: (up) => (h.up = up),
   };
   h.ledger = await openPostgresLedger({
-    url: pg.url(db),
+    url: opts.url ?? pg.url(db),
     table: 'ledger_records',
     batchSize: 3,
     dir,
@@ -233,3 +234,79 @@ t.test('a PostgreSQL that hangs (SIGSTOP): its statements time out, the records 
   t.ok(await until(() => h.up === true));
   t.equal(h.logs.filter((l) => l.msg === 'ledger: PostgreSQL reachable again; shipping the records waiting in the day files').length, 1);
 });
+
+/**
+ * A TCP relay in front of PostgreSQL that can end connections the way a shutting-down server does
+ * on a busy client: the answer's ReadyForQuery and the FATAL 57P01 that follows it arrive in one
+ * read, so the driver sees the error before the code awaiting the answer has run.
+ */
+async function terminatingRelay(port: number) {
+  const fatal = (() => {
+    const fields = Buffer.from('SFATAL\0VFATAL\0C57P01\0Mterminating connection due to administrator command\0\0');
+    const head = Buffer.alloc(5);
+    head.write('E');
+    head.writeInt32BE(fields.length + 4, 1);
+    return Buffer.concat([head, fields]);
+  })();
+  let cuts = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(port, '127.0.0.1');
+    sockets.add(client).add(upstream);
+    client.on('close', () => sockets.delete(client)).on('error', () => upstream.destroy());
+    upstream.on('close', () => sockets.delete(upstream)).on('error', () => client.destroy());
+    client.pipe(upstream);
+    upstream.on('data', (chunk: Buffer) => {
+      // An answer ends with ReadyForQuery: 'Z', length 5, the transaction status.
+      const answered = chunk.length >= 6 && chunk[chunk.length - 6] === 0x5a && chunk.readInt32BE(chunk.length - 5) === 5;
+      if (answered && cuts > 0) {
+        cuts--;
+        client.end(Buffer.concat([chunk, fatal]));
+        upstream.destroy();
+      } else client.write(chunk);
+    });
+    upstream.on('end', () => client.end());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: (db: string) => `postgres://postgres@127.0.0.1:${(server.address() as net.AddressInfo).port}/${db}`,
+    /** The next `n` answers, whatever connection they are on, are followed by the FATAL and the end. */
+    cut(n: number) {
+      cuts = n;
+    },
+    get pending() {
+      return cuts;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+t.test(
+  'a PostgreSQL that ends connections in the same packet as its answers: the process lives on, every record arrives once',
+  async (t) => {
+    const dir = tmpDir('ship-terminated-');
+    mkdirSync(dir, { recursive: true });
+    const db = await newDb();
+    const relay = await terminatingRelay(pg.port);
+    t.teardown(() => relay.close());
+    const file = path.join(dir, dayName(day0));
+    writeFileSync(file, fileLine(1, rec('req_1', day0 + 1)));
+    const h = await open(dir, db, { url: relay.url(db) });
+    t.teardown(() => h.ledger.close());
+    t.ok(await until(async () => (await rowCount(db)) === 1));
+    // The shipping connection's next answers: an INSERT's, then each new connection's first (its
+    // startup), then a SELECT 1's.
+    relay.cut(4);
+    for (let i = 2; i <= 6; i++) {
+      appendFileSync(file, fileLine(i, rec(`req_${i}`, day0 + i)));
+      await until(async () => (await rowCount(db)) >= i || relay.pending === 0, 10_000);
+    }
+    t.equal(relay.pending, 0, 'every planned cut happened');
+    t.ok(await until(async () => (await rowCount(db)) === 6, 60_000), 'every record arrives');
+    t.same(await ids(db), ['req_1', 'req_2', 'req_3', 'req_4', 'req_5', 'req_6'], 'each once');
+    t.ok(await until(() => h.up === true), 'the shipper is up again');
+  },
+);
