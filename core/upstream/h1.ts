@@ -132,10 +132,15 @@ export class UpstreamBody extends Readable {
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    // Left unread: the socket cannot carry another exchange.
-    if (!this.complete) this.conn?.destroy();
+    const conn = this.conn;
     this.conn = undefined;
-    cb(err);
+    // Left unread: the socket cannot carry another exchange. The body closes once its socket has,
+    // as Node's IncomingMessage does: the socket's close comes in a later phase of the event loop,
+    // so when many bodies are destroyed at once (thousands of clients leaving together) every
+    // socket is closed first, and the work each close sets off (billing what was streamed, the
+    // records) follows, instead of each upstream waiting for the work of those closed before it.
+    if (!this.complete && conn) conn.destroy(undefined, () => cb(err));
+    else cb(err);
   }
 }
 
@@ -247,7 +252,12 @@ export class Conn {
     if (this.socket.isPaused()) this.socket.resume();
   }
 
-  destroy(err?: Error): void {
+  /** Closes the socket; `closed` is called once it has (at once when it already had). */
+  destroy(err?: Error, closed?: () => void): void {
+    if (closed) {
+      if (this.dead || this.socket.closed) closed();
+      else this.socket.once('close', closed);
+    }
     if (!this.dead) this.socket.destroy(err);
   }
 

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Pool, requestHead, UpstreamBody, type Exchange } from '../../core/upstream/h1.js';
+import { until } from '../helpers/upstream.js';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '../../../test/fixtures/tls');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -309,6 +310,43 @@ t.test('cut short: before the answer "socket hang up", inside the body "aborted"
   const e3 = (await send(p3).catch((e: unknown) => e)) as Error & { code?: string };
   t.equal(e3.code, 'ECONNREFUSED');
   for (const x of [p, p2, p3]) x.close();
+});
+
+t.test('unfinished bodies destroyed one after another: every socket is closed before any body reports its close', async (t) => {
+  // Thousands of clients leaving at once destroy their upstream bodies, each from its own callback
+  // (the client's close). Every upstream must be closed before the work a body's close sets off
+  // (billing, records) runs for any of them.
+  const n = 20;
+  const srv = await rawServer([(s) => s.write('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nten bytes.')]);
+  const p = pool(srv.port, n);
+  const { head } = requestHead('/x', ['content-length', '0']);
+  const bodies = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<UpstreamBody>((resolve, reject) =>
+          p.send({ write: (s, sent) => s.write(head, 'latin1', sent), onResponse: resolve, onError: reject }),
+        ),
+    ),
+  );
+  t.equal(srv.connections, n, 'one socket each');
+  const sockets = bodies.map((b) => b.socket!);
+  const open: number[] = [];
+  const closed = bodies.map(
+    (b) =>
+      new Promise<void>((resolve) =>
+        b.once('close', () => {
+          open.push(sockets.filter((s) => !s.destroyed).length);
+          resolve();
+        }),
+      ),
+  );
+  for (const b of bodies) setImmediate(() => b.destroy());
+  await Promise.all(closed);
+  t.same(open, Array<number>(n).fill(0), 'no socket still open when a body reports its close');
+  t.ok(await until(() => srv.sockets.size === 0), 'the server sees every connection closed');
+  p.close();
+  await srv.close();
 });
 
 t.test('a header HTTP does not allow throws before anything is sent, as Node does', async (t) => {
