@@ -214,6 +214,9 @@ export class FailedRequestLog {
       if (n > REFUSALS_PER_MINUTE) return this.drop('sampled');
       r = { ...r, body: undefined, bodyLength: undefined };
     }
+    // A full queue drops the record before it is scrubbed: a burst of failures (thousands of
+    // clients leaving at once) would otherwise pay the scrubbing for every record it then drops.
+    if (this.pending >= MAX_PENDING) return this.drop('backlog');
     const day = new Date(now).toISOString().slice(0, 10);
     const folder = path.join(this.dir, day);
     const file = path.join(folder, `${r.requestId.replace(/[^A-Za-z0-9._-]/g, '_')}.json`);

@@ -3,7 +3,7 @@ import t from 'tap';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { baseConfig, bearer, call, chatBody, KEYS, startGateway, tmpDir } from '../helpers/gateway.js';
-import { FailedRequestLog } from '../../core/failed-requests.js';
+import { FailedRequestLog, MAX_PENDING } from '../../core/failed-requests.js';
 import { ManualClock } from '../../core/clock.js';
 import { silentLogger } from '../../core/log.js';
 import { sleep } from '../helpers/upstream.js';
@@ -154,6 +154,40 @@ t.test('a record is never seen half-written under its final name', async (t) => 
   }
   t.equal(seen.size, N, 'every record written');
   t.equal(torn, 0, 'none read half-written');
+});
+
+t.test('a burst beyond what may wait: the first MAX_PENDING records are kept, the rest dropped before any scrubbing', async (t) => {
+  const dir = tmpDir();
+  const clock = new ManualClock(Date.UTC(2026, 2, 12, 12));
+  let scrubbed = 0;
+  const dropped: string[] = [];
+  const log = new FailedRequestLog(
+    dir,
+    {
+      retentionMs: 30 * 86_400_000,
+      maxBytes: 1 << 30,
+      // Read once per record scrubbed (a reload applies to the next record).
+      secrets: () => (scrubbed++, { plain: [], digests: new Set() }),
+      dropped: (reason) => dropped.push(reason),
+    },
+    clock,
+    silentLogger,
+  );
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const extra = 100;
+  for (let i = 0; i < MAX_PENDING + extra; i++) {
+    log.record({ requestId: `req_${i}`, method: 'POST', url: '/v1/chat/completions', headers: {}, status: 499, key: 'k', body: '{}' });
+  }
+  t.equal(scrubbed, MAX_PENDING, 'only the records that may wait were scrubbed');
+  t.same(dropped, Array<string>(extra).fill('backlog'), 'the rest counted as dropped (backlog)');
+  await log.close(); // resolves once every record it accepted is written
+  const kept = folder(dir).records;
+  t.equal(kept.length, MAX_PENDING);
+  t.same(
+    kept.map((r) => Number(String(r.request_id).slice(4))).sort((a, b) => a - b),
+    Array.from({ length: MAX_PENDING }, (_, i) => i),
+    'the kept records are the first ones',
+  );
 });
 
 /** Every record file under `dir` (and any being written), with its size. */
