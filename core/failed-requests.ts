@@ -224,7 +224,7 @@ export class FailedRequestLog {
     const text = JSON.stringify({ at: new Date(now).toISOString(), ...scrub(kept, this.opts.secrets()) }) + '\n';
     const size = Buffer.byteLength(text);
     if (size > this.opts.maxBytes) return this.drop('too_large');
-    if (this.pending >= MAX_PENDING || this.pendingBytes + size > MAX_PENDING_BYTES) return this.drop('backlog');
+    if (this.pendingBytes + size > MAX_PENDING_BYTES) return this.drop('backlog');
     this.pending++;
     this.pendingBytes += size;
     this.queue = this.queue

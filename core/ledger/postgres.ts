@@ -852,8 +852,9 @@ export async function openPostgresLedger(opts: PostgresLedgerOptions): Promise<P
     // sends its FATAL right after an answer; when both arrive in one read, the driver emits the
     // error before the code awaiting the answer has run (or has the connection it asked for), and
     // an error event nobody listens to ends the process. This listener stays for the connection's
-    // life; the connection is then unusable, so pg-pool discards it when it is released.
-    pool.on('connect', (c) => c.on('error', (e) => opts.log.debug('ledger: a PostgreSQL connection in use broke', { error: e })));
+    // life (an idle connection's error also reaches the pool's listener above); the connection is
+    // then unusable, so pg-pool discards it when it is released.
+    pool.on('connect', (c) => c.on('error', (e) => opts.log.debug('ledger: a PostgreSQL connection broke', { error: e })));
   }
   const schema = new Schema(shipping, opts.table, opts.log, shipTimeoutMs);
   const shipper = new LedgerShipper(shipping, schema, opts);
