@@ -1,12 +1,15 @@
 // Per-round ratios of one scenario pooled over several recorded runs: for a goal that one run's
 // median puts on either side of its line, the rounds of every run together say where it sits.
 // Each run's median of per-round ratios (gateway ÷ bare proxy: requests/s and CPU per request),
-// then the median and mean of all rounds. `minimal`, `json and stream` scenarios hold their
-// non-streaming rounds first, then as many streaming ones: `--halves` reports the two apart.
+// then the median and mean of all rounds, for the scenarios whose two sides are the bare proxy
+// and the gateway (`json`, `stream`, `minimal`). `minimal` holds its non-streaming rounds first,
+// then as many streaming ones: `--halves` reports the two apart.
 //   node bench/micro/pooled.mjs minimal --halves bench/results/2026-11-28T1*.json
-// (not a test; a reading aid for bench/README.md)
+// (not a test; a reading aid for bench/README.md; run after `npm run build`)
 import fs from 'node:fs';
 import path from 'node:path';
+// The reports' own median (bench/lib.ts), so a run's figure here is the one its report printed.
+import { median } from '../../dist/bench/lib.js';
 
 const args = process.argv.slice(2);
 const halves = args.includes('--halves');
@@ -16,11 +19,6 @@ if (!scenario || files.length === 0) {
   process.exit(2);
 }
 
-const median = (xs) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const fmt = (x) => x.toFixed(3);
 
