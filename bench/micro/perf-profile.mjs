@@ -44,7 +44,12 @@ if (args[0] === 'record') {
       ).pid;
       await sleep(1500);
     }
-    wrk(s, 5, 50); // warm-up: JIT, pools, and the store's structures at their working size
+    // Warm-up: JIT, pools, and the store's structures at their working size, over three wrk runs.
+    // The first time the load's connections close and new ones open, Node's stream code (and the
+    // gateway's with it) deoptimizes and is compiled again: 340–430 ms of TurboFan in the next run
+    // after one warm-up run, 41–78 ms after two or three (bench/micro/jit-over-time.mjs). One
+    // warm-up run left that inside the recorded window (16–28 µs per request for the gateway).
+    for (let i = 0; i < 3; i++) wrk(s, 5, 50);
     const stop = await perfRecord(pid, out, callers);
     const r = wrk(s, seconds, 50);
     await stop();
