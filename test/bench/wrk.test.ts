@@ -19,7 +19,10 @@ const BODY = '{"model":"bench-chat","messages":[{"role":"user","content":"Hello"
 /** A server that answers every request with a tiny 200 and records each request's head and body. */
 async function recorder(): Promise<{ port: number; requests: { head: string[]; body: string }[]; close(): Promise<void> }> {
   const requests: { head: string[]; body: string }[] = [];
+  const sockets = new Set<net.Socket>();
   const server = net.createServer((sock) => {
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
     let buf = '';
     sock.on('error', () => {});
     sock.on('data', (d) => {
@@ -44,7 +47,7 @@ async function recorder(): Promise<{ port: number; requests: { head: string[]; b
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
-        server.closeAllConnections?.();
+        for (const sock of sockets) sock.destroy();
       }),
   };
 }
