@@ -15,6 +15,7 @@ if auth and auth ~= "" then wrk.headers["Authorization"] = auth end
 -- in the middle of a measured round (bench/README.md, fifteenth update). wrk still builds the
 -- request once (no request() function: no Lua per request).
 local ORDER = { "Host", "Content-Type", "Authorization" }
+local ORDERED = { Host = true, ["Content-Type"] = true, Authorization = true }
 function wrk.format(method, path, headers, body)
   method = method or wrk.method
   path = path or wrk.path
@@ -25,9 +26,7 @@ function wrk.format(method, path, headers, body)
     if headers[name] then lines[#lines + 1] = name .. ": " .. headers[name] end
   end
   for name in pairs(headers) do
-    local listed = false
-    for _, n in ipairs(ORDER) do listed = listed or n == name end
-    if not listed then rest[#rest + 1] = name end
+    if not ORDERED[name] then rest[#rest + 1] = name end
   end
   table.sort(rest)
   for _, name in ipairs(rest) do lines[#lines + 1] = name .. ": " .. headers[name] end

@@ -70,11 +70,11 @@ export function processes(s) {
     mock() {
       return this.start('taskset', ['-c', '1', process.execPath, 'dist/bench/roles.js', 'mock', String(s.mockPort)], { stdio: 'ignore' });
     },
-    /** The gateway on core 0 (`nodeArgs` before its entry point), its stderr to `s.errFile`. */
-    gateway(nodeArgs = [], env = process.env) {
+    /** The gateway on core 0 (`nodeArgs` before its entry point), its stderr to `s.errFile`, its stdout to `stdout`. */
+    gateway(nodeArgs = [], env = process.env, stdout = 'ignore') {
       const err = fs.openSync(s.errFile, 'a');
       return this.start('taskset', ['-c', '0', process.execPath, ...nodeArgs, 'bin/gateway.js', 'start', '--config', s.config], {
-        stdio: ['ignore', 'ignore', err],
+        stdio: ['ignore', stdout, err],
         env,
       });
     },

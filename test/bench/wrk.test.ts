@@ -11,7 +11,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import t from 'tap';
+import t, { type Test } from 'tap';
 
 const script = fileURLToPath(new URL('../../../bench/wrk.lua', import.meta.url));
 const BODY = '{"model":"bench-chat","messages":[{"role":"user","content":"Hello"}]}';
@@ -52,6 +52,15 @@ async function recorder(): Promise<{ port: number; requests: { head: string[]; b
   };
 }
 
+/** A temporary body file for the script, removed when `t` ends. */
+function bodyFile(t: Test): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wrk-test-'));
+  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'body.json');
+  fs.writeFileSync(file, BODY);
+  return file;
+}
+
 function runWrk(port: number, env: NodeJS.ProcessEnv): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile('wrk', ['-t1', '-c1', '-d1s', '-s', script, `http://127.0.0.1:${port}/v1/chat/completions`], { env }, (e, out, err) =>
@@ -61,11 +70,7 @@ function runWrk(port: number, env: NodeJS.ProcessEnv): Promise<string> {
 }
 
 t.test('every wrk process sends the same request, its headers in one order', async (t) => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wrk-test-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const bodyFile = path.join(dir, 'body.json');
-  fs.writeFileSync(bodyFile, BODY);
-  const env = { ...process.env, BENCH_BODY_FILE: bodyFile, BENCH_AUTH: 'Bearer sk-test' };
+  const env = { ...process.env, BENCH_BODY_FILE: bodyFile(t), BENCH_AUTH: 'Bearer sk-test' };
   const heads = new Set<string>();
   for (let run = 0; run < 4; run++) {
     const server = await recorder();
@@ -95,13 +100,10 @@ t.test('every wrk process sends the same request, its headers in one order', asy
 });
 
 t.test('without BENCH_AUTH no Authorization header is sent', async (t) => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wrk-test-'));
-  t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const bodyFile = path.join(dir, 'body.json');
-  fs.writeFileSync(bodyFile, BODY);
+  const file = bodyFile(t);
   const server = await recorder();
   try {
-    await runWrk(server.port, { ...process.env, BENCH_BODY_FILE: bodyFile, BENCH_AUTH: '' });
+    await runWrk(server.port, { ...process.env, BENCH_BODY_FILE: file, BENCH_AUTH: '' });
     const names = server.requests[0].head.slice(1).map((l) => l.slice(0, l.indexOf(':')));
     t.same(names, ['Host', 'Content-Type', 'Content-Length']);
   } finally {
