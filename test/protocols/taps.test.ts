@@ -11,7 +11,7 @@
  */
 import t from 'tap';
 import { passthrough } from '../../core/protocols/passthrough.js';
-import { stringValueLength, textKeys, textLength } from '../../core/protocols/usage.js';
+import { fromChatUsage, stringValueLength, textKeys, textLength } from '../../core/protocols/usage.js';
 import { SseParser, type SseBytesBlock } from '../../core/sse.js';
 import type { ProtocolName } from '../../core/config/types.js';
 import type { Usage } from '../../core/money.js';
@@ -212,4 +212,100 @@ t.test('Chat: an upstream without a usage chunk still gets its estimated usage c
     ),
     "usage chunk, then the upstream's [DONE] bytes",
   );
+});
+
+// ---- the Chat usage chunk read without parsing the whole chunk -----------------------------------
+
+/** The usage the Chat tap reads from one chunk of `data`. */
+const chatUsageOf = (data: string) => run('openai-chat', [Buffer.from(`data: ${data}\n\ndata: [DONE]\n\n`)]).usage;
+
+t.test('Chat: the usage read from a chunk is what JSON.parse of the whole chunk reads, on seeded random chunks', async (t) => {
+  let seed = 7;
+  // The generator's high bits: its low ones repeat with a short period (the lowest alternates).
+  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) >>> 16) % n;
+  const pick = <T>(xs: T[]): T => xs[rand(xs.length)];
+  const ws = () => pick(['', '', ' ', '\t', '  ']);
+  const members = (m: [string, string][]) =>
+    `{${ws()}${m.map(([k, v]) => `${JSON.stringify(k)}${ws()}:${ws()}${v}`).join(`${ws()},${ws()}`)}${ws()}}`;
+  const scalar = () => pick(['0', '7', '1234', '-3', '2.5', '1e2', 'null', 'true', '"9"', '"}"', '"a\\"}"']);
+  const usageText = (): string => {
+    const m: [string, string][] = [];
+    const names = ['prompt_tokens', 'completion_tokens', 'total_tokens', 'cache_creation_input_tokens', 'cost'];
+    for (let i = rand(6); i > 0; i--) m.push([pick(names), pick([scalar(), String(rand(100_000))])]);
+    if (rand(2))
+      m.push([
+        'prompt_tokens_details',
+        pick([
+          members([
+            ['cached_tokens', scalar()],
+            ['cache_write_tokens', scalar()],
+          ]),
+          'null',
+          '{}',
+        ]),
+      ]);
+    if (rand(2))
+      m.push([
+        'completion_tokens_details',
+        members([
+          ['reasoning_tokens', scalar()],
+          ['audio_tokens', '0'],
+        ]),
+      ]);
+    if (rand(4) === 0) m.push(['server_tool_use', members([['web_search_requests', '[1,{"a":"}"}]']])]);
+    return members(m);
+  };
+  /** A usage member's value: mostly an object, sometimes null or not an object at all. */
+  const usageValue = () => pick([usageText(), usageText(), usageText(), 'null', '5', '[]']);
+  let bad: string | undefined;
+  let fast = 0;
+  for (let i = 0; i < 5_000 && !bad; i++) {
+    const m: [string, string][] = [
+      ['id', pick(['"chatcmpl-1"', '"a}b"', '"\\"}"'])],
+      ['object', '"chat.completion.chunk"'],
+    ];
+    // A decoy: a usage member nested in the choices, before the root's own.
+    const choice =
+      rand(3) === 0
+        ? members([
+            ['index', '0'],
+            ['usage', usageText()],
+          ])
+        : members([
+            ['index', '0'],
+            ['delta', '{}'],
+          ]);
+    m.push(['choices', rand(2) ? `[${choice}]` : '[]']);
+    if (rand(4) === 0) m.splice(rand(m.length + 1), 0, ['usage', usageValue()]); // twice: the last one counts
+    // Last as OpenAI sends it, or anywhere with other members after it.
+    if (rand(2)) m.push(['usage', usageValue()]);
+    else {
+      m.splice(rand(m.length + 1), 0, ['usage', usageValue()]);
+      m.push([pick(['x', 'system_fingerprint']), pick(['"fp"', '{"usage":{"prompt_tokens":1}}', '2'])]);
+    }
+    const data = members(m) + ws();
+    // What the tap read before: the whole chunk parsed when a usage object is anywhere in it.
+    const want = /"usage"\s*:\s*\{/.test(data) ? fromChatUsage(JSON.parse(data).usage) : undefined;
+    if (m[m.length - 1][0] === 'usage' && want !== undefined) fast++;
+    if (JSON.stringify(chatUsageOf(data)) !== JSON.stringify(want)) bad = data;
+  }
+  t.equal(bad, undefined, 'every chunk reads the same usage');
+  t.ok(fast > 1000, `the chunks exercise a last usage member (${fast})`);
+});
+
+t.test('Chat: the usage chunk by name', async (t) => {
+  const usage = '{"prompt_tokens":12,"completion_tokens":9,"prompt_tokens_details":{"cached_tokens":2}}';
+  const read = { input: 10, output: 9, cacheRead: 2, cacheWrite: 0 };
+  t.same(chatUsageOf(`{"id":"c","choices":[],"usage":${usage}}`), read, 'usage last (OpenAI)');
+  t.same(chatUsageOf(`{"id":"c","usage":${usage},"choices":[]}`), read, 'usage not last: the whole chunk is read');
+  t.same(
+    chatUsageOf(`{"choices":[{"usage":{"prompt_tokens":99}}],"usage":${usage}}`),
+    read,
+    "a usage member nested before the root's: the root's",
+  );
+  t.same(chatUsageOf(`{"usage":${usage},"usage":null}`), undefined, 'a later usage member of null wins, as JSON.parse has it');
+  t.same(chatUsageOf(`{"choices":[{"usage":${usage}}]}`), undefined, 'only a nested usage member: none');
+  t.same(chatUsageOf(`{"id":"c","usage":{"prompt_tokens":12,}}`), undefined, 'a usage object that is not JSON: none');
+  // What the whole parse checked and the last-member read does not: the text before the usage member.
+  t.same(chatUsageOf(`{"id":"c",,"usage":${usage}}`), read, 'the rest of the chunk is not validated');
 });
