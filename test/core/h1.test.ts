@@ -129,6 +129,10 @@ const CASES: Record<string, string> = {
     'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;name=value\r\nhello\r\nA\r\n, world!!!\r\n0\r\nX-Trailer: yes\r\nX-Other: 2\r\n\r\n',
   'chunked, upper-case size and whitespace in values':
     'HTTP/1.1 200 OK\r\nTransfer-Encoding:  chunked  \r\nX-Pad:   padded   \r\n\r\n1F\r\n' + 'x'.repeat(31) + '\r\n0\r\n\r\n',
+  'chunked, many chunks, lower-case and zero-padded sizes':
+    'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0a\r\n0123456789\r\n00b\r\nabcdefghijk\r\nf\r\n' +
+    'y'.repeat(15) +
+    '\r\n1\r\nz\r\n000\r\n\r\n',
   '100 Continue first, then the answer': 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nabc',
   '204 without a body': 'HTTP/1.1 204 No Content\r\nX-Done: 1\r\n\r\n',
   'empty Content-Length body': 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n',
@@ -248,6 +252,8 @@ t.test('malformed answers fail with an HPE_ code; the pool keeps serving', async
     'a Content-Length that is not a number': ['HTTP/1.1 200 OK\r\nContent-Length: 3x\r\n\r\n', 'HPE_INVALID_CONTENT_LENGTH'],
     'a header without a colon': ['HTTP/1.1 200 OK\r\nNoColon\r\n\r\n', 'HPE_INVALID_HEADER_TOKEN'],
     'a header name with a space': ['HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n', 'HPE_INVALID_HEADER_TOKEN'],
+    'a control character in a header value': ['HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: a\x01b\r\n\r\n', 'HPE_INVALID_HEADER_TOKEN'],
+    'a bare LF inside a header line': ['HTTP/1.1 200 OK\r\nX-A: a\nb\r\nContent-Length: 0\r\n\r\n', 'HPE_INVALID_HEADER_TOKEN'],
     'a head larger than 64 KiB': [`HTTP/1.1 200 OK\r\nX-Big: ${'b'.repeat(70_000)}\r\n\r\n`, 'HPE_HEADER_OVERFLOW'],
     'a protocol switch': ['HTTP/1.1 101 Switching Protocols\r\n\r\n', 'HPE_INVALID_CONSTANT'],
   };
@@ -349,11 +355,26 @@ t.test('unfinished bodies destroyed one after another: every socket is closed be
   await srv.close();
 });
 
+t.test("a response's header values are read trimmed, tabs and latin-1 kept, as Node's parser reads them", async (t) => {
+  const head = 'HTTP/1.1 200 OK\r\nX-Tab: \ta\tb \r\nX-Latin: caf\u00e9\r\nX-Edge: \x0bv\x0c\r\nContent-Length: 2\r\n\r\nok';
+  const srv = await rawServer([Buffer.from(head, 'latin1')]);
+  const p = pool(srv.port);
+  const got = await send(p);
+  t.same(got.rawHeaders, ['X-Tab', 'a\tb', 'X-Latin', 'caf\u00e9', 'X-Edge', 'v', 'Content-Length', '2']);
+  t.equal(got.body.toString(), 'ok');
+  p.close();
+  await srv.close();
+});
+
 t.test('a header HTTP does not allow throws before anything is sent, as Node does', async (t) => {
   t.throws(() => requestHead('/x', ['x-bad', 'a\r\nInjected: 1']), { code: 'ERR_INVALID_CHAR' });
   t.throws(() => requestHead('/x', ['x-bad', 'snow ☃']), { code: 'ERR_INVALID_CHAR' });
   t.throws(() => requestHead('/x', ['bad name', 'v']), { code: 'ERR_INVALID_HTTP_TOKEN' });
+  t.throws(() => requestHead('/x', ['x-del', 'a\x7f']), { code: 'ERR_INVALID_CHAR' });
   t.same(requestHead('/x', ['x-latin', 'caf\u00e9']), { head: 'POST /x HTTP/1.1\r\nx-latin: caf\u00e9\r\n\r\n', ascii: false });
+  t.equal(requestHead('/x', ['a', 'plain', 'b', 'tab\there', 'c', '~!']).ascii, true, 'tabs and printable ASCII: an ASCII head');
+  t.equal(requestHead('/x', ['a', 'plain', 'b', '\u00ff']).ascii, false, 'a latin-1 value after a plain one: not ASCII');
+  t.equal(requestHead('/caf\u00e9', ['a', 'plain']).ascii, false, 'a path that is not ASCII: not ASCII');
 });
 
 t.test('back-pressure: an unread body stops the socket; reading resumes it and the body completes', async (t) => {
