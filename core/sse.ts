@@ -89,7 +89,8 @@ export class SseBytesBlock implements SseBlock {
 }
 
 export class SseParser {
-  private readonly decoder = new TextDecoder('utf-8');
+  /** Text mode's decoder, made on its first bytes: byte mode (every passthrough stream) never needs one. */
+  private decoder: InstanceType<typeof TextDecoder> | undefined;
   private buf = '';
   private raw = '';
   private event: string | undefined;
@@ -102,7 +103,7 @@ export class SseParser {
 
   /** Feed bytes or text; returns the blocks completed by this chunk. */
   feed(chunk: Uint8Array | string): SseBlock[] {
-    let text = typeof chunk === 'string' ? chunk : this.decoder.decode(chunk, { stream: true });
+    let text = typeof chunk === 'string' ? chunk : (this.decoder ??= new TextDecoder('utf-8')).decode(chunk, { stream: true });
     if (!this.started && text.length > 0) {
       this.started = true;
       if (text.charCodeAt(0) === 0xfeff) {
@@ -156,7 +157,7 @@ export class SseParser {
    * returned instead (some servers omit the final blank line).
    */
   end(flushIncomplete = false): SseBlock[] {
-    const tail = this.decoder.decode();
+    const tail = this.decoder?.decode() ?? '';
     const out = tail ? this.feed(tail) : [];
     if (flushIncomplete) {
       if (this.buf.length > 0) {
