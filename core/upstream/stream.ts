@@ -136,8 +136,11 @@ export class StreamDelivery {
   private overflow: boolean;
   /** The preamble held until content begins (written right after the status line). */
   private held: Out;
-  /** The one commit of the held preamble, once begun (by content or by the hold's timer). */
-  private committing: Promise<boolean> | undefined;
+  /**
+   * The one commit of the held preamble, once begun (by content or by the hold's timer): its
+   * result, or its promise while a hook or the client's buffer makes it wait.
+   */
+  private committing: boolean | Promise<boolean> | undefined;
   private holdTimer: NodeJS.Timeout | undefined;
   /** When the client was last written to (the keepalive's reference). */
   private lastWrite: number;
@@ -212,16 +215,18 @@ export class StreamDelivery {
           this.held = join(this.held, out);
           const upstreamErr = translator.upstreamError;
           // The upstream failed before anything reached the client: a real HTTP error, fallback allowed.
-          if (upstreamErr && !this.committing) return await this.failBeforeCommit(errorFromEvent(upstreamErr), 'event');
+          if (upstreamErr && this.committing === undefined) return await this.failBeforeCommit(errorFromEvent(upstreamErr), 'event');
           if (this.holdPreamble()) continue;
-          if (!(await this.commitHeld())) {
+          const c = this.commitHeld();
+          if (!(typeof c === 'boolean' ? c : await c)) {
             body.destroy();
             return this.notCommitted(false);
           }
           if (this.held) {
             const h = this.held;
             this.held = '';
-            await this.write(h);
+            const w = this.write(h);
+            if (w) await w;
           }
           this.lastWrite = Date.now();
           continue;
@@ -232,7 +237,8 @@ export class StreamDelivery {
         }
       }
       // The upstream's stream ended: what is left of it, then its end (complete or not).
-      if (this.committing && !(await this.committing)) return this.notCommitted(false);
+      const c = this.committing;
+      if (c !== undefined && !(typeof c === 'boolean' ? c : await c)) return this.notCommitted(false);
       let out = join(this.held, this.handOut(this.parser.endBytes(true)));
       this.held = '';
       const end = translator.end();
@@ -243,9 +249,11 @@ export class StreamDelivery {
           return await this.failBeforeCommit(
             new GatewayError('UPSTREAM_ERROR', { message: 'The upstream stream ended before completion' }),
           );
-        if (!(await this.commit())) return this.notCommitted(end.complete);
+        const committed = this.commit();
+        if (!(typeof committed === 'boolean' ? committed : await committed)) return this.notCommitted(end.complete);
       }
-      await this.write(out);
+      const w = this.write(out);
+      if (w) await w;
       if (ctx.clientGone.aborted) return this.clientGone(end.complete);
       if (!end.complete) {
         this.failAfterCommit();
@@ -257,7 +265,7 @@ export class StreamDelivery {
       return true;
     } catch {
       clearTimeout(this.holdTimer);
-      if (this.committing) await this.committing.catch(() => false);
+      if (this.committing instanceof Promise) await this.committing.catch(() => false);
       // The client went away: the upstream is aborted; bill what was generated, write nothing.
       if (ctx.clientGone.aborted) return this.clientGone(false);
       if (!this.firstSent) {
@@ -320,38 +328,60 @@ export class StreamDelivery {
    * out. True while the preamble is held (nothing to write yet).
    */
   private holdPreamble(): boolean {
-    if (this.translator.started || this.committing) return false;
+    if (this.translator.started || this.committing !== undefined) return false;
     if (this.held && !this.holdTimer) this.holdTimer = setTimeout(StreamDelivery.holdExpired, this.ctx.config.server.preambleHoldMs, this);
     return true;
   }
 
   /** The preamble hold's timer: the held preamble is committed without waiting for content. */
   private static holdExpired(this: void, d: StreamDelivery): void {
-    void d.commitHeld().catch(() => undefined);
+    const c = d.commitHeld();
+    if (c instanceof Promise) c.catch(() => undefined); // the stream's own run reports a failure
   }
 
-  /** Commits, then writes the held preamble; begun once, every caller gets the same promise. */
-  private commitHeld(): Promise<boolean> {
-    return (this.committing ??= this.commitWithHeld());
+  /**
+   * Commits, then writes the held preamble; begun once, every caller gets the same result (or
+   * promise). Without a promise when nothing waits: the usual case, no promise per stream for it.
+   * A failure is a rejected promise, never a throw (the hold's timer calls this too).
+   */
+  private commitHeld(): boolean | Promise<boolean> {
+    if (this.committing === undefined) {
+      try {
+        this.committing = this.commitWithHeld();
+      } catch (e) {
+        this.committing = Promise.reject(e instanceof Error ? e : new Error(String(e)));
+      }
+    }
+    return this.committing;
   }
 
-  private async commitWithHeld(): Promise<boolean> {
+  private commitWithHeld(): boolean | Promise<boolean> {
     clearTimeout(this.holdTimer);
-    if (!(await this.commit())) return false;
+    const c = this.commit();
+    if (typeof c !== 'boolean') return c.then((ok) => ok && this.writeHeld());
+    return c && this.writeHeld();
+  }
+
+  /** Writes the held preamble: true once the client's buffer took it. */
+  private writeHeld(): true | Promise<true> {
     const h = this.held;
     this.held = '';
-    await this.write(h);
-    return true;
+    const w = this.write(h);
+    return w ? w.then(() => true as const) : true;
   }
 
   /**
    * The first client bytes are ready: the attempt succeeded unless a hook asks for a retry. True
    * when the status line was written (the onResponse hooks ran, no retry, the client is there).
    */
-  private async commit(): Promise<boolean> {
+  private commit(): boolean | Promise<boolean> {
+    const r = runOnResponse(this.ctx, this.attempt, this.hooks);
+    return r ? r.then(() => this.commitNow()) : this.commitNow();
+  }
+
+  /** commit() once the onResponse hooks are done. */
+  private commitNow(): boolean {
     const { ctx, attempt } = this;
-    const r = runOnResponse(ctx, attempt, this.hooks);
-    if (r) await r;
     if (attempt.retry || ctx.clientGone.aborted) return false;
     ctx.answeredModel = attempt.model;
     writeHead(ctx, 200, {
@@ -372,9 +402,9 @@ export class StreamDelivery {
     return !out.length || this.ctx.clientGone.aborted || this.res.write(out);
   }
 
-  /** Writes, then waits while the client's buffer is full (or until the client is gone). */
-  private async write(out: Out): Promise<void> {
-    if (!this.writeNow(out)) await this.drained();
+  /** Writes; a promise (to wait for) only while the client's buffer is full and the client is there. */
+  private write(out: Out): Promise<void> | undefined {
+    return this.writeNow(out) ? undefined : this.drained();
   }
 
   /** Resolves when the client can take more (or went away). */
@@ -416,7 +446,8 @@ export class StreamDelivery {
     if (!this.firstSent) {
       this.held = join(this.held, pending);
       pending = '';
-      if (!(await this.commitHeld())) return this.notCommitted(false);
+      const c = this.commitHeld();
+      if (!(typeof c === 'boolean' ? c : await c)) return this.notCommitted(false);
     }
     this.settleUsage(false);
     ctx.usageEstimated = true;
