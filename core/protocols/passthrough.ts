@@ -6,6 +6,7 @@
  * are forwarded as the bytes they came in (never decoded and re-encoded); the tap reads them in place.
  */
 import type { ProtocolName } from '../config/types.js';
+import { NOT_JSON, parsed, rootMemberObject, usageObjectAt } from '../json/scan.js';
 import type { Usage } from '../money.js';
 import type { SseBytesBlock } from '../sse.js';
 import { PassthroughCut } from '../stream-cut.js';
@@ -101,6 +102,12 @@ export function passthrough(protocol: ProtocolName): Conversion {
       return spliceLarge(large, ops(input));
     },
     response(text: string) {
+      // The usage member alone, when it is among the body's last members (core/json/scan.ts says
+      // why); the body is not parsed then, so a trace parses it itself (upstream/json.ts).
+      const open = usageObjectAt(text);
+      const member = open < 0 ? undefined : rootMemberObject(text, open);
+      const read = member === undefined ? NOT_JSON : parsed(member);
+      if (read !== NOT_JSON) return { body: text, usage: wire.usageOf({ usage: read }) };
       let usage: Usage | undefined;
       let upstream: unknown;
       try {

@@ -206,7 +206,8 @@ export interface Conversion {
   requestParts?(input: RequestInput, large: LargeBody): OutgoingBody;
   /**
    * A non-stream upstream body (JSON text) → the client's body and its usage, and the upstream body
-   * as parsed (`upstream`, when it was JSON: what traces read the answer's meta from).
+   * as parsed (`upstream`, when the translation parsed it: what traces read the answer's meta from;
+   * absent, they parse the upstream text).
    */
   response(upstreamText: string, opts: EncodeOptions): { body: string; usage: Usage | undefined; upstream?: unknown };
   stream(opts: EncodeOptions): ResponseTranslator;

@@ -17,6 +17,7 @@ import { billInput, estimateUsage, runOnResponse, writeHead } from './outcome.js
 import type { UpstreamResponse } from './transport.js';
 import type { ChainHooks } from './types.js';
 import { answerOf } from '../protocols/answer.js';
+import { parsed } from '../json/scan.js';
 
 /** The largest non-stream upstream body the gateway buffers. */
 const MAX_JSON_BODY = 64 * 1024 * 1024;
@@ -54,7 +55,7 @@ export async function deliverJson(ctx: RequestContext, attempt: Attempt, up: Ups
     ctx.usageEstimated = true;
     ctx.estimateReason = 'no_usage_reported';
   }
-  ctx.trace?.answered(attempt, answerOf(attempt.upstreamProtocol, out.upstream));
+  ctx.trace?.answered(attempt, answerOf(attempt.upstreamProtocol, out.upstream ?? parsed(text)));
   // With its length, as the providers send it (not chunked): the whole answer is in hand. An
   // ASCII answer (most are) has the same bytes in latin1, which encodes as a plain copy, far
   // cheaper than UTF-8 (as core/upstream/transport.ts does for request bodies).

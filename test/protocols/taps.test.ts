@@ -11,7 +11,14 @@
  */
 import t from 'tap';
 import { passthrough } from '../../core/protocols/passthrough.js';
-import { fromChatUsage, stringValueLength, textKeys, textLength } from '../../core/protocols/usage.js';
+import {
+  fromAnthropicUsage,
+  fromChatUsage,
+  fromResponsesUsage,
+  stringValueLength,
+  textKeys,
+  textLength,
+} from '../../core/protocols/usage.js';
 import { SseParser, type SseBytesBlock } from '../../core/sse.js';
 import type { ProtocolName } from '../../core/config/types.js';
 import type { Usage } from '../../core/money.js';
@@ -219,8 +226,13 @@ t.test('Chat: an upstream without a usage chunk still gets its estimated usage c
 /** The usage the Chat tap reads from one chunk of `data`. */
 const chatUsageOf = (data: string) => run('openai-chat', [Buffer.from(`data: ${data}\n\ndata: [DONE]\n\n`)]).usage;
 
-t.test('Chat: the usage read from a chunk is what JSON.parse of the whole chunk reads, on seeded random chunks', async (t) => {
-  let seed = 7;
+/**
+ * Seeded JSON objects shaped like an upstream's answer with a usage member: the root's usage last,
+ * or followed by plain members (as OpenAI's non-streaming body: service_tier, system_fingerprint)
+ * or by others; nested usage members before it (decoys), repeated ones (the last counts), usage
+ * values that are null or not objects, strings holding braces and escaped quotes.
+ */
+function usageAnswers(seed: number, count: number): { text: string; after: 'none' | 'plain' | 'other' }[] {
   // The generator's high bits: its low ones repeat with a short period (the lowest alternates).
   const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) >>> 16) % n;
   const pick = <T>(xs: T[]): T => xs[rand(xs.length)];
@@ -230,41 +242,25 @@ t.test('Chat: the usage read from a chunk is what JSON.parse of the whole chunk 
   const scalar = () => pick(['0', '7', '1234', '-3', '2.5', '1e2', 'null', 'true', '"9"', '"}"', '"a\\"}"']);
   const usageText = (): string => {
     const m: [string, string][] = [];
-    const names = ['prompt_tokens', 'completion_tokens', 'total_tokens', 'cache_creation_input_tokens', 'cost'];
+    const names = ['prompt_tokens', 'completion_tokens', 'total_tokens', 'cache_creation_input_tokens', 'input_tokens', 'output_tokens'];
     for (let i = rand(6); i > 0; i--) m.push([pick(names), pick([scalar(), String(rand(100_000))])]);
-    if (rand(2))
-      m.push([
-        'prompt_tokens_details',
-        pick([
-          members([
-            ['cached_tokens', scalar()],
-            ['cache_write_tokens', scalar()],
-          ]),
-          'null',
-          '{}',
-        ]),
+    const details = () =>
+      members([
+        ['cached_tokens', scalar()],
+        ['cache_write_tokens', scalar()],
       ]);
-    if (rand(2))
-      m.push([
-        'completion_tokens_details',
-        members([
-          ['reasoning_tokens', scalar()],
-          ['audio_tokens', '0'],
-        ]),
-      ]);
+    if (rand(2)) m.push([pick(['prompt_tokens_details', 'input_tokens_details']), pick([details(), 'null', '{}'])]);
+    if (rand(2)) m.push([pick(['completion_tokens_details', 'output_tokens_details']), members([['reasoning_tokens', scalar()]])]);
     if (rand(4) === 0) m.push(['server_tool_use', members([['web_search_requests', '[1,{"a":"}"}]']])]);
     return members(m);
   };
-  /** A usage member's value: mostly an object, sometimes null or not an object at all. */
   const usageValue = () => pick([usageText(), usageText(), usageText(), 'null', '5', '[]']);
-  let bad: string | undefined;
-  let fast = 0;
-  for (let i = 0; i < 5_000 && !bad; i++) {
+  const out: { text: string; after: 'none' | 'plain' | 'other' }[] = [];
+  for (let i = 0; i < count; i++) {
     const m: [string, string][] = [
       ['id', pick(['"chatcmpl-1"', '"a}b"', '"\\"}"'])],
       ['object', '"chat.completion.chunk"'],
     ];
-    // A decoy: a usage member nested in the choices, before the root's own.
     const choice =
       rand(3) === 0
         ? members([
@@ -276,21 +272,63 @@ t.test('Chat: the usage read from a chunk is what JSON.parse of the whole chunk 
             ['delta', '{}'],
           ]);
     m.push(['choices', rand(2) ? `[${choice}]` : '[]']);
-    if (rand(4) === 0) m.splice(rand(m.length + 1), 0, ['usage', usageValue()]); // twice: the last one counts
-    // Last as OpenAI sends it, or anywhere with other members after it.
-    if (rand(2)) m.push(['usage', usageValue()]);
-    else {
-      m.splice(rand(m.length + 1), 0, ['usage', usageValue()]);
-      m.push([pick(['x', 'system_fingerprint']), pick(['"fp"', '{"usage":{"prompt_tokens":1}}', '2'])]);
-    }
-    const data = members(m) + ws();
+    if (rand(4) === 0) m.splice(rand(m.length + 1), 0, ['usage', usageValue()]);
+    m.push(['usage', usageValue()]);
+    const after = pick(['none', 'plain', 'other'] as const);
+    if (after === 'plain') {
+      for (let k = 1 + rand(3); k > 0; k--) m.push([pick(['service_tier', 'system_fingerprint', 'x', 'usage']), scalar()]);
+    } else if (after === 'other') m.push([pick(['x', 'metadata']), pick(['{}', '{"usage":{"prompt_tokens":1}}', '[1]'])]);
+    out.push({ text: members(m) + ws(), after });
+  }
+  return out;
+}
+
+t.test('Chat: the usage read from a chunk is what JSON.parse of the whole chunk reads, on seeded random chunks', async (t) => {
+  let bad: string | undefined;
+  const read = { none: 0, plain: 0, other: 0 };
+  for (const { text, after } of usageAnswers(7, 6_000)) {
     // What the tap read before: the whole chunk parsed when a usage object is anywhere in it.
-    const want = /"usage"\s*:\s*\{/.test(data) ? fromChatUsage(JSON.parse(data).usage) : undefined;
-    if (m[m.length - 1][0] === 'usage' && want !== undefined) fast++;
-    if (JSON.stringify(chatUsageOf(data)) !== JSON.stringify(want)) bad = data;
+    const want = /"usage"\s*:\s*\{/.test(text) ? fromChatUsage(JSON.parse(text).usage) : undefined;
+    if (want !== undefined) read[after]++;
+    if (JSON.stringify(chatUsageOf(text)) !== JSON.stringify(want)) {
+      bad = text;
+      break;
+    }
   }
   t.equal(bad, undefined, 'every chunk reads the same usage');
-  t.ok(fast > 1000, `the chunks exercise a last usage member (${fast})`);
+  t.ok(read.none > 800 && read.plain > 800 && read.other > 800, `usage last, before plain members, before others: ${JSON.stringify(read)}`);
+});
+
+t.test('a non-streaming answer: the usage read is what JSON.parse of the whole body reads, on seeded random bodies', async (t) => {
+  const oracles: Record<ProtocolName, (u: unknown) => Usage | undefined> = {
+    'openai-chat': fromChatUsage,
+    'anthropic-messages': fromAnthropicUsage,
+    'openai-responses': fromResponsesUsage,
+  };
+  for (const [protocol, usageOf] of Object.entries(oracles) as [ProtocolName, (u: unknown) => Usage | undefined][]) {
+    const conversion = passthrough(protocol);
+    let bad: string | undefined;
+    let read = 0;
+    for (const { text } of usageAnswers(11, 3_000)) {
+      const want = usageOf((JSON.parse(text) as { usage?: unknown }).usage);
+      if (want !== undefined) read++;
+      const got = conversion.response(text, { model: 'm', requestId: 'r' });
+      if (got.body !== text || JSON.stringify(got.usage) !== JSON.stringify(want)) {
+        bad = text;
+        break;
+      }
+    }
+    t.equal(bad, undefined, `${protocol}: every body reads the same usage, forwarded as it came`);
+    t.ok(read > 1500, `${protocol}: ${read} bodies with usage`);
+  }
+  const body =
+    '{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],' +
+    '"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1}},"service_tier":"default","system_fingerprint":"fp_1"}';
+  t.same(
+    passthrough('openai-chat').response(body, { model: 'm', requestId: 'r' }).usage,
+    { input: 4, output: 2, cacheRead: 1, cacheWrite: 0 },
+    "OpenAI's body",
+  );
 });
 
 t.test('Chat: the usage chunk by name', async (t) => {

@@ -7,25 +7,15 @@ import { GatewayError } from '../../errors.js';
 import { formatEvent, formatJsonEvent, type SseBytesBlock } from '../../sse.js';
 import type { Usage } from '../../money.js';
 import type { ErrorInfo, ProtocolWire, StreamMeta } from '../types.js';
-import { lastMemberObject } from '../../json/scan.js';
+import { NOT_JSON, parsed, rootMemberObject, usageObjectAt } from '../../json/scan.js';
 import { BaseTap } from '../tap.js';
 import { fromChatUsage, textKeys, textLength, toChatUsage } from '../usage.js';
 
-const USAGE = /"usage"\s*:\s*\{/;
 const FINISH = /"finish_reason"\s*:\s*"([^"\\]*)"/;
 const ERROR_FIRST = /^\s*\{\s*"error"\s*:/;
 const TOOL_CALLS = /"tool_calls"\s*:\s*\[\s*\{/;
 const HAS_ID = /"id"\s*:/;
 const TEXT_KEYS = textKeys(['content', 'arguments', 'reasoning_content', 'refusal']);
-
-const NOT_JSON: unique symbol = Symbol('not JSON');
-function parse(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return NOT_JSON;
-  }
-}
 
 class ChatTap extends BaseTap {
   /** The upstream's own `[DONE]` block (its bytes), held back so a missing usage chunk can go before it. */
@@ -66,8 +56,8 @@ class ChatTap extends BaseTap {
       this.errored = true;
       return true;
     }
-    const usage = USAGE.exec(data);
-    if (usage !== null) this.readUsage(data, usage.index + usage[0].length - 1);
+    const usage = usageObjectAt(data);
+    if (usage >= 0) this.readUsage(data, usage);
     const finish = FINISH.exec(data);
     if (finish) {
       (this.finishReasons ??= []).push(finish[1]);
@@ -82,16 +72,16 @@ class ChatTap extends BaseTap {
   }
 
   /**
-   * The usage of a chunk whose `"usage": {` opens at `open`. When that object is the chunk's last
-   * member (OpenAI's usage chunk, and every compatible server's seen) it alone is parsed
+   * The usage of a chunk whose `"usage": {` opens at `open`. When that object is among the chunk's
+   * last members (OpenAI's usage chunk, and every compatible server's seen) it alone is parsed
    * (core/json/scan.ts says why); otherwise the whole chunk is, for the root's own usage member.
    * Unlike the whole parse, the first way does not check that the rest of the chunk is JSON.
    */
   private readUsage(data: string, open: number): void {
-    const last = lastMemberObject(data, open);
-    let usage = last === undefined ? NOT_JSON : parse(last);
+    const member = rootMemberObject(data, open);
+    let usage = member === undefined ? NOT_JSON : parsed(member);
     if (usage === NOT_JSON) {
-      const whole = parse(data);
+      const whole = parsed(data);
       if (whole === NOT_JSON) return; // no usage read: it is estimated
       usage = (whole as { usage?: unknown } | null)?.usage;
     }
