@@ -10,7 +10,10 @@
 //   node bench/micro/perf-profile.mjs record --out FILE [--root CHECKOUT] [--side gateway|proxy|floor|floor-records]
 //        [--stream] [--seconds N] [--callers]         (CHECKOUT built; default .; FILE.json gets the request count)
 //   node bench/micro/perf-profile.mjs report A [B] [--top N]   µs per request by symbol; with B, B − A, largest first
+//   node bench/micro/perf-profile.mjs frames FILE [--under NAME] [--top N]   (recorded with --callers) µs per request by the
+//        JavaScript function nearest each sample's leaf; with --under, what the samples of the functions named NAME did
 // (not a test: a guide, like the rest of bench/micro)
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -79,10 +82,50 @@ if (args[0] === 'record') {
     for (const [k, x, y] of rows.slice(0, top))
       console.log(`${(y - x).toFixed(2).padStart(8)} ${x.toFixed(2).padStart(8)} ${y.toFixed(2).padStart(8)}  ${k}`);
   }
+} else if (args[0] === 'frames') {
+  // Each sample charged to the JavaScript function nearest its leaf (builtins, V8's runtime and
+  // the kernel below it included): what a function costs in place, its own code and what it
+  // calls that is not JavaScript. With --under NAME, what the samples charged to the functions
+  // whose frame contains NAME were doing (the frame it called, and the leaf).
+  const file = args[1];
+  const top = Number(opt('--top', '40'));
+  const under = opt('--under', '');
+  const meta = JSON.parse(fs.readFileSync(`${file}.json`, 'utf8'));
+  const us = (n) => ((n * 1e6) / meta.hz / meta.requests).toFixed(2).padStart(7);
+  const script = execFileSync('perf', ['script', '-i', file], { maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'ignore'] }).toString();
+  const counts = new Map();
+  let total = 0;
+  for (const block of script.split('\n\n')) {
+    const frames = block
+      .split('\n')
+      .slice(1)
+      .map((l) =>
+        l
+          .trim()
+          .replace(/^[0-9a-f]+ /, '')
+          .replace(/\+0x[0-9a-f]+ .*$/, '')
+          .replace(/ \(.*\)$/, ''),
+      )
+      .filter(Boolean)
+      .map((f) => f.replace(/file:\/\/\/\S*?\/dist\//, '').replace(/^JS:[*~^]?/, 'JS:'));
+    if (!frames.length) continue;
+    total++;
+    const js = frames.findIndex((f) => f.startsWith('JS:'));
+    let key;
+    if (!under) key = js < 0 ? `(no JavaScript) ${frames[0]}` : frames[js];
+    else if (js >= 0 && frames[js].includes(under))
+      key = js === 0 ? '(its own code)' : js === 1 ? frames[0] : `${frames[js - 1]} … ${frames[0]}`;
+    else continue;
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  const shown = [...counts.values()].reduce((x, y) => x + y, 0);
+  console.log(`${us(total)} µs per request in all${under ? `, ${us(shown)} charged to ${under}` : ''}`);
+  for (const [k, v] of [...counts].sort((x, y) => y[1] - x[1]).slice(0, top)) console.log(`${us(v)}  ${k.slice(0, 200)}`);
 } else {
   console.error(
     'usage: perf-profile.mjs record --out FILE [--root DIR] [--side gateway|proxy|floor|floor-records] [--stream] [--seconds N] [--callers]',
   );
   console.error('       perf-profile.mjs report A [B] [--top N]');
+  console.error('       perf-profile.mjs frames FILE [--under NAME] [--top N]   (FILE recorded with --callers)');
   process.exit(2);
 }
