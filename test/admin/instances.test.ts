@@ -61,6 +61,19 @@ const chat = (url: string, key: string) =>
     body: { model: 'm', max_tokens: 20, messages: [{ role: 'user', content: 'Hello' }] },
   }).catch((e: Error): Answer => ({ status: 0, headers: {}, text: e.message, json: undefined }));
 
+/**
+ * A user with $1 and a key `<name>-key` in group g, each write checked: a 503 from a stalled Redis
+ * (appendfsync always on a busy disk) is retried, or the test would wait on a key with no money.
+ */
+async function setup(t: Tap, admin: AdminClient, name: string): Promise<string> {
+  t.equal((await admin.write('POST', '/admin/users', { name })).status, 201, `user ${name} created`);
+  const top = await admin.write('POST', `/admin/users/${name}/topups`, { amount_usd: 1, reference: 'x' }, { 'idempotency-key': 'x' });
+  t.equal(top.status, 201, `${name} topped up`);
+  const made = await admin.write('POST', '/admin/keys', { user: name, group: 'g', name: `${name}-key` });
+  t.equal(made.status, 201, `key ${name}-key created`);
+  return made.json.key as string;
+}
+
 /** Polls `f` until `ok` holds; resolves with the time it took (ms), or rejects after `ms`. */
 async function within<A extends { status: number; text: string }>(
   f: () => Promise<A>,
@@ -82,9 +95,11 @@ t.test('two instances on one Redis: made through A, served by B; disabled throug
   const A = await new AdminClient(a.url, TOKEN).init();
   const B = await new AdminClient(b.url, TOKEN).init();
 
-  t.equal((await A.post('/admin/users', { name: 'cust' })).status, 201);
-  const key = (await A.post('/admin/keys', { user: 'cust', group: 'g', name: 'cust-key' })).json.key as string;
-  const topped = await A.post('/admin/users/cust/topups', { amount_usd: 5, reference: 'p1' }, { 'idempotency-key': 'p1' });
+  t.equal((await A.write('POST', '/admin/users', { name: 'cust' })).status, 201);
+  const made = await A.write('POST', '/admin/keys', { user: 'cust', group: 'g', name: 'cust-key' });
+  t.equal(made.status, 201);
+  const key = made.json.key as string;
+  const topped = await A.write('POST', '/admin/users/cust/topups', { amount_usd: 5, reference: 'p1' }, { 'idempotency-key': 'p1' });
   t.equal(topped.status, 201);
   const tookB = await within(
     () => chat(b.url, key),
@@ -97,7 +112,7 @@ t.test('two instances on one Redis: made through A, served by B; disabled throug
   t.equal(usageB.json.balance, walletA.balance_usd, 'a top-up through A is in /v1/usage through B at once');
   t.equal((await B.get('/admin/users/cust')).json.wallet.credit_usd, 5, 'and in the admin view of B');
 
-  t.equal((await B.patch('/admin/keys/cust-key', { enabled: false })).status, 200);
+  t.equal((await B.write('PATCH', '/admin/keys/cust-key', { enabled: false })).status, 200);
   const tookA = await within(
     () => chat(a.url, key),
     (r) => r.status === 401 && r.json?.code === 'API_KEY_DISABLED',
@@ -111,10 +126,12 @@ t.test('two instances on one Redis: made through A, served by B; disabled throug
   );
 
   // Racing operators on two instances: one name, one Idempotency-Key.
-  const both = await Promise.all([A, B].map((c) => c.post('/admin/users', { name: 'dup' })));
+  const both = await Promise.all([A, B].map((c) => c.write('POST', '/admin/users', { name: 'dup' })));
   t.same(both.map((r) => r.status).sort(), [201, 409], 'the same user created through A and B: one wins');
   const tops = await Promise.all(
-    [A, B, A, B].map((c) => c.post('/admin/users/cust/topups', { amount_usd: 2, reference: 'twice' }, { 'idempotency-key': 'race' })),
+    [A, B, A, B].map((c) =>
+      c.write('POST', '/admin/users/cust/topups', { amount_usd: 2, reference: 'twice' }, { 'idempotency-key': 'race' }),
+    ),
   );
   t.ok(tops.every((r) => r.status === 201));
   t.equal((await A.get('/admin/users/cust')).json.wallet.credit_usd, 7, 'credited once across instances');
@@ -124,9 +141,7 @@ t.test('two instances on one Redis: made through A, served by B; disabled throug
 t.test('a notice lost: an instance that missed the announcement still obeys within the bound', async (t) => {
   const [a, b] = await gateways(t, 'adm-lost:', 2);
   const A = await new AdminClient(a.url, TOKEN).init();
-  await A.post('/admin/users', { name: 'quiet' });
-  await A.post('/admin/users/quiet/topups', { amount_usd: 1, reference: 'x' }, { 'idempotency-key': 'x' });
-  const key = (await A.post('/admin/keys', { user: 'quiet', group: 'g', name: 'quiet-key' })).json.key as string;
+  const key = await setup(t, A, 'quiet');
   await within(
     () => chat(b.url, key),
     (r) => r.status === 200,
@@ -152,9 +167,7 @@ t.test('a notice lost: an instance that missed the announcement still obeys with
 t.test('Redis away: admin writes answer 503 and change nothing; stored keys are refused once the replica is stale', async (t) => {
   const [a] = await gateways(t, 'adm-down:', 1);
   const A = await new AdminClient(a.url, TOKEN).init();
-  await A.post('/admin/users', { name: 'down' });
-  await A.post('/admin/users/down/topups', { amount_usd: 1, reference: 'x' }, { 'idempotency-key': 'before' });
-  const key = (await A.post('/admin/keys', { user: 'down', group: 'g', name: 'down-key' })).json.key as string;
+  const key = await setup(t, A, 'down');
   t.equal((await chat(a.url, key)).status, 200);
   redis.pause();
   try {
@@ -187,9 +200,7 @@ t.test('Redis away: admin writes answer 503 and change nothing; stored keys are 
 t.test('server.workers: 2 on Redis: a key made through one worker is served by both, and disabled for both, within 2 s', async (t) => {
   const [w] = await gateways(t, 'adm-workers:', 1, 2);
   const A = await new AdminClient(w.url, TOKEN).init();
-  await A.post('/admin/users', { name: 'wk' });
-  await A.post('/admin/users/wk/topups', { amount_usd: 1, reference: 'x' }, { 'idempotency-key': 'x' });
-  const key = (await A.post('/admin/keys', { user: 'wk', group: 'g', name: 'wk-key' })).json.key as string;
+  const key = await setup(t, A, 'wk');
   // Each request on its own connection: node:cluster spreads them over both workers.
   const served = await within(
     async () => {
@@ -199,7 +210,7 @@ t.test('server.workers: 2 on Redis: a key made through one worker is served by b
     (r) => r.status === 200,
   );
   t.ok(served <= BOUND_MS, `every worker serves it within 2 s (${served} ms)`);
-  await A.patch('/admin/keys/wk-key', { enabled: false });
+  t.equal((await A.write('PATCH', '/admin/keys/wk-key', { enabled: false })).status, 200);
   const took = await within(
     async () => {
       const rs = await Promise.all(Array.from({ length: 10 }, () => chat(w.url, key)));

@@ -92,6 +92,21 @@ export class AdminClient {
     return v(json) as boolean;
   }
 
+  /**
+   * A write as an operator's script makes one: a 503 store_unavailable (the store was slow or away,
+   * and the write was not applied: docs/accounts.md) is sent again, with the same body and headers
+   * (so a top-up keeps its Idempotency-Key), until it answers otherwise or `ms` pass. For a test's
+   * setup on a real Redis, where a stalled fsync on a busy machine can outlast the store's timeout.
+   */
+  async write(method: string, path: string, json?: unknown, headers?: Record<string, string>, ms = 30_000): Promise<Checked> {
+    const start = Date.now();
+    for (;;) {
+      const r = await this.req(method, path, json, headers);
+      if (r.status !== 503 || r.json?.error?.code !== 'store_unavailable' || Date.now() - start > ms) return r;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  }
+
   get = (path: string) => this.req('GET', path);
   post = (path: string, json?: unknown, headers?: Record<string, string>) => this.req('POST', path, json, headers);
   patch = (path: string, json?: unknown) => this.req('PATCH', path, json);
