@@ -63,12 +63,84 @@ t.test("the gateway's ids (a prefix and a 12-digit hex counter) are held as numb
   t.notOk(b.has(own(1)) || b.has('id0'), 'the oldest of both forms are forgotten');
 });
 
-t.test('the prefix is fixed by the first id of the shape, whichever call sees it', async (t) => {
+t.test('ids of several prefixes (a restart replays the last process ids) are each held apart; past eight, as strings', async (t) => {
   const r = new RecentIds(100);
   r.add('plain-id');
-  t.notOk(r.has('pfx_000000000001'), 'a lookup may fix the prefix');
+  t.notOk(r.has('pfx_000000000001'), 'a lookup of an unknown prefix answers no');
   r.add('pfx_000000000001');
   r.add('pfy_000000000001');
   t.ok(r.has('plain-id') && r.has('pfx_000000000001') && r.has('pfy_000000000001'));
   t.notOk(r.has('pfz_000000000001'));
+  // Eleven prefixes, the same counters under each: none confused with another, past the eighth too.
+  const ids = Array.from({ length: 11 }, (_, i) =>
+    Array.from({ length: 3 }, (_, n) => `p${i}_${(n + 7).toString(16).padStart(12, '0')}`),
+  ).flat();
+  const many = new RecentIds(1_000);
+  for (const id of ids.filter((_, i) => i % 2 === 0)) many.add(id);
+  for (const [i, id] of ids.entries()) t.equal(many.has(id), i % 2 === 0, `${id} ${i % 2 === 0 ? 'held' : 'not held'}`);
+});
+
+t.test('an id newer than every id held under its prefix is answered without a lookup, and rightly', async (t) => {
+  const own = (n: number) => `req_0123456789ab${n.toString(16).padStart(12, '0')}`;
+  const r = new RecentIds(10);
+  r.add(own(10));
+  t.notOk(r.has(own(11)), 'above the highest: not held');
+  t.notOk(r.has(own(9)), 'below it, not added: not held');
+  t.ok(r.has(own(10)));
+  // Out of order, as settlements come: a lower id added later is found.
+  r.add(own(3));
+  t.ok(r.has(own(3)) && r.has(own(10)));
+  // A counter that wrapped (2^48 ids later) is below the highest: looked up, and found.
+  r.add(own(2 ** 48 - 1));
+  r.add(own(0));
+  t.ok(r.has(own(0)) && r.has(own(2 ** 48 - 1)));
+  // The highest stays when its generation is dropped: ids past it are still not held, ids below are looked up.
+  for (let i = 100; i < 130; i++) r.add(own(i));
+  t.notOk(r.has(own(10)), 'forgotten with its generation');
+  t.ok(r.has(own(129)));
+});
+
+t.test('against a plain string memory with the same generations: the same answers (seeded)', async (t) => {
+  // The reference: the same two generations, every id as its string.
+  class Reference {
+    cur = new Set<string>();
+    prev = new Set<string>();
+    constructor(readonly max: number) {}
+    has(id: string) {
+      return this.cur.has(id) || this.prev.has(id);
+    }
+    add(id: string) {
+      if (this.cur.size > 0 && this.cur.size >= this.max / 2) {
+        this.prev = this.cur;
+        this.cur = new Set();
+      }
+      this.cur.add(id);
+    }
+  }
+  let seed = 29;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed % n;
+  };
+  const prefixes = Array.from({ length: 10 }, (_, i) => `req_${i.toString(16).padStart(12, 'a')}`);
+  const id = () => {
+    const k = rand(10);
+    if (k === 0) return `plain-${rand(300)}`;
+    if (k === 1) return `REQ_AAAAAAAAAAAA${rand(300).toString(16).padStart(12, '0')}`; // not lowercase hex: a string
+    return prefixes[rand(k < 6 ? 2 : 10)] + rand(400).toString(16).padStart(12, '0');
+  };
+  let differ = 0;
+  for (const max of [20, 200, 2_000]) {
+    const a = new RecentIds(max);
+    const b = new Reference(max);
+    for (let i = 0; i < 40_000; i++) {
+      const x = id();
+      if (rand(2) === 0) {
+        a.add(x);
+        b.add(x);
+      } else if (a.has(x) !== b.has(x)) differ++;
+      if (a.size !== b.cur.size + b.prev.size) differ++;
+    }
+  }
+  t.equal(differ, 0, '120,000 operations, no answer and no size differs');
 });
