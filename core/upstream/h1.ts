@@ -20,8 +20,8 @@
  *   head and body written together;
  * - the response: status line and headers (1xx interim responses skipped), the body framed by
  *   `Content-Length`, `Transfer-Encoding: chunked` (extensions and trailers allowed) or the end of
- *   the connection, as a `Readable` (`UpstreamBody`) with the fields of Node's `IncomingMessage`
- *   the gateway reads; its back-pressure pauses the socket. A socket goes back to the pool only
+ *   the connection, as an `UpstreamBody`: the fields of Node's `IncomingMessage` the gateway reads,
+ *   and the bytes for one reader; its back-pressure pauses the socket. A socket goes back to the pool only
  *   after a complete, well-framed response to a completely written request, never with bytes left
  *   over.
  * Anything malformed fails the exchange with an error whose `code` starts `HPE_` (as Node's
@@ -29,7 +29,6 @@
  */
 import net from 'node:net';
 import tls from 'node:tls';
-import { Readable } from 'node:stream';
 import type { IncomingHttpHeaders } from 'node:http';
 
 /** Where a pool connects. */
@@ -120,21 +119,55 @@ export interface Exchange {
 }
 
 /**
- * A response body as the gateway reads it: a byte stream with the status, the raw header list
- * (names as sent), the header map built on first use (as Node's `IncomingMessage.headers`), and
- * `complete` once its last byte arrived.
+ * Unread bytes past which a body asks its connection to stop reading (a Node `Readable`'s default
+ * high-water mark): an unread body holds at most about this much, the rest waits in the kernel.
  */
-export class UpstreamBody extends Readable {
+const HIGH_WATER = 16 * 1024;
+
+/** What the body gives its reader when the body has nothing yet. */
+export const NOTHING_YET = undefined;
+
+/**
+ * A response body as the gateway reads it: the status, the raw header list (names as sent), the
+ * header map built on first use (as Node's `IncomingMessage.headers`), `complete` once its last
+ * byte arrived, and its bytes for one reader.
+ *
+ * Not a Node `Readable`. Its one reader takes the chunks as they came (`take()`) and is told when to
+ * look again (`onWake`): more bytes, the end, or a failure. The gateway's readers (a stream's
+ * delivery, `readAll`) never needed more, and a `Readable`'s machinery around that (its
+ * constructor, buffer list, events and next ticks) was several microseconds of every request.
+ *
+ * - Back-pressure: once `HIGH_WATER` bytes wait unread, `push` answers false and the connection
+ *   pauses its socket; taking the buffer below that resumes it.
+ * - `destroy(err?)` drops what waits and ends the body for its reader. An unfinished body closes
+ *   its socket (it cannot carry another exchange) and tells its reader only once that socket has
+ *   closed, as Node's `IncomingMessage` does: the close comes in a later phase of the event loop,
+ *   so when many bodies are destroyed at once (thousands of clients leaving together) every socket
+ *   is closed first, and the work each reader then does (billing what was streamed, the records)
+ *   follows, instead of each upstream waiting for the work of those closed before it.
+ * - A body that failed (its connection broke, the framing was wrong, it was destroyed before its
+ *   end) throws from `take()`: the error given, or "the upstream body closed before its end".
+ */
+export class UpstreamBody {
   complete = false;
+  destroyed = false;
   private headerCache: IncomingHttpHeaders | undefined;
+  /** Chunks not taken yet, in order. */
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  /** The connection was asked to stop reading (HIGH_WATER reached). */
+  private full = false;
+  /** The last byte was pushed. */
+  private ended = false;
+  /** What `take()` throws once the body failed. */
+  private failure: Error | undefined;
+  private wake: (() => void) | undefined;
 
   constructor(
     readonly statusCode: number,
     readonly rawHeaders: string[],
     private conn: Conn | undefined,
-  ) {
-    super();
-  }
+  ) {}
 
   /** The socket while the body is being read (its byte counts tell whether the upstream is quiet). */
   get socket(): net.Socket | undefined {
@@ -145,25 +178,116 @@ export class UpstreamBody extends Readable {
     return (this.headerCache ??= headerMap(this.rawHeaders));
   }
 
+  /**
+   * The reader's wake-up: called (synchronously, from the connection's callbacks or `destroy`)
+   * whenever `take()` may have something new. One reader: a second call replaces the first.
+   */
+  onWake(wake: (() => void) | undefined): void {
+    this.wake = wake;
+  }
+
+  /**
+   * The next chunk, as it arrived; null once the body ended and everything was taken;
+   * `NOTHING_YET` (undefined) while it waits for bytes. Throws the error the body failed with.
+   */
+  take(): Buffer | null | undefined {
+    const { chunks } = this;
+    if (chunks.length > 0 && !this.destroyed) {
+      const c = chunks.length === 1 ? chunks.pop()! : chunks.shift()!;
+      this.buffered -= c.length;
+      if (this.full && this.buffered < HIGH_WATER) {
+        this.full = false;
+        this.conn?.resume();
+      }
+      return c;
+    }
+    if (this.failure) throw this.failure;
+    return this.ended ? null : NOTHING_YET;
+  }
+
+  /** Reads the rest whole: resolves with its bytes at the end, rejects past `limit` bytes (destroying it) or with its failure. */
+  readAll(limit: number): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const parts: Buffer[] = [];
+      let size = 0;
+      const pump = () => {
+        try {
+          for (let c = this.take(); c !== NOTHING_YET; c = this.take()) {
+            if (c === null) {
+              this.onWake(undefined);
+              resolve(parts.length === 1 ? parts[0] : Buffer.concat(parts, size));
+              return;
+            }
+            size += c.length;
+            if (size > limit) {
+              this.onWake(undefined);
+              this.destroy();
+              reject(new Error('upstream body too large'));
+              return;
+            }
+            parts.push(c);
+          }
+        } catch (e) {
+          this.onWake(undefined);
+          reject(e instanceof Error ? e : new Error(String(e)));
+        }
+      };
+      this.onWake(pump);
+      pump();
+    });
+  }
+
+  /** Its chunks for `for await` (tests and tools; the gateway's readers use `take`). */
+  async *[Symbol.asyncIterator](): AsyncGenerator<Buffer> {
+    for (;;) {
+      const c = this.take();
+      if (c === null) return;
+      if (c !== NOTHING_YET) yield c;
+      else await new Promise<void>((resolve) => this.onWake(resolve));
+    }
+  }
+
+  /** Ends the body for its reader (see the top); nothing happens to one destroyed already. */
+  destroy(err?: Error): void {
+    if (this.destroyed) return;
+    this.destroyed = true;
+    this.chunks = [];
+    this.buffered = 0;
+    const conn = this.conn;
+    this.conn = undefined;
+    const done = () => {
+      if (err) this.failure = err;
+      else if (!this.ended) this.failure = new Error('the upstream body closed before its end');
+      else this.failure = undefined;
+      this.signal();
+    };
+    if (!this.complete && conn) conn.destroy(undefined, done);
+    else done();
+  }
+
   /** @internal The connection is done with this body. */
   detach(): void {
     this.conn = undefined;
   }
 
-  override _read(): void {
-    this.conn?.resume();
+  /** @internal Bytes from the connection: false once it should stop reading (back-pressure). */
+  push(chunk: Buffer): boolean {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    if (this.buffered >= HIGH_WATER) this.full = true;
+    this.signal();
+    return !this.full;
   }
 
-  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    const conn = this.conn;
-    this.conn = undefined;
-    // Left unread: the socket cannot carry another exchange. The body closes once its socket has,
-    // as Node's IncomingMessage does: the socket's close comes in a later phase of the event loop,
-    // so when many bodies are destroyed at once (thousands of clients leaving together) every
-    // socket is closed first, and the work each close sets off (billing what was streamed, the
-    // records) follows, instead of each upstream waiting for the work of those closed before it.
-    if (!this.complete && conn) conn.destroy(undefined, () => cb(err));
-    else cb(err);
+  /** @internal The last byte arrived. */
+  end(): void {
+    this.ended = true;
+    this.signal();
+  }
+
+  private signal(): void {
+    const w = this.wake;
+    if (w !== undefined) w();
   }
 }
 
@@ -497,7 +621,7 @@ export class Conn {
     body.complete = true;
     body.detach();
     this.body = undefined;
-    if (!body.destroyed) body.push(null);
+    if (!body.destroyed) body.end();
   }
 
   /** Request written and response read: the socket is free again, or closed. */

@@ -128,25 +128,7 @@ export function errorFromEvent(info: ErrorInfo): GatewayError {
   return new GatewayError(id, { message: info.message || undefined });
 }
 
-export function readAll(stream: UpstreamBody, limit: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    stream.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        stream.destroy();
-        reject(new Error('upstream body too large'));
-        return;
-      }
-      chunks.push(c);
-    });
-    stream.on('end', () => resolve((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)).toString('utf8')));
-    // A body cut short ends in `error` (the socket reset) and `close` while incomplete; Node's
-    // `aborted`, emitted on the way, needs no listener of its own.
-    stream.on('error', reject);
-    stream.on('close', () => {
-      if (!stream.complete) reject(new Error('upstream closed before the body was complete'));
-    });
-  });
+/** The body as text (UTF-8), read whole: rejects past `limit` bytes, or when it failed or was cut short. */
+export async function readAll(body: UpstreamBody, limit: number): Promise<string> {
+  return (await body.readAll(limit)).toString('utf8');
 }

@@ -31,6 +31,7 @@ import { OutputCap } from '../stream-cut.js';
 import { errorFromEvent, rateLimitHeaders } from './http.js';
 import { estimateUsage, runOnResponse, writeHead } from './outcome.js';
 import type { UpstreamBody, UpstreamResponse } from './transport.js';
+import { NOTHING_YET } from './h1.js';
 import type { ChainHooks } from './types.js';
 
 /**
@@ -53,60 +54,33 @@ function join(a: Out, b: Out): Out {
 }
 
 /**
- * The upstream body's chunks as `for await` gave them, without its async generator (a generator
- * and promises for every chunk): `next()` returns a chunk already buffered at once, null at the
- * end, and a promise only when it must wait (then it is called again); it throws what `for await`
- * threw, the body's error or a close before its end. `close()` ends the reading as leaving the
- * `for await` did: the body is destroyed (nothing happens to one that ended).
+ * The upstream body's chunks for the delivery loop: `next()` returns a chunk already there at
+ * once, null at the end, and a promise only when it must wait (then it is called again); it
+ * throws what the body failed with (its connection's error, a close before its end). `close()`
+ * ends the reading: the body is destroyed (nothing happens to one that ended).
  */
 class BodyChunks {
-  /** Open, ended, or the error that ended it. */
-  private state: 'open' | 'ended' | Error = 'open';
   private waiting: (() => void) | undefined;
 
   constructor(private readonly body: UpstreamBody) {
-    body.on('readable', this.wake);
-    body.on('end', this.ended);
-    body.on('error', this.failed);
-    body.on('close', this.closed);
+    body.onWake(this.wake);
   }
 
   next(): Buffer | null | Promise<void> {
-    const chunk = this.body.destroyed ? null : (this.body.read() as Buffer | null);
-    if (chunk !== null) return chunk;
-    if (this.state === 'ended') return null;
-    if (this.state !== 'open') throw this.state;
+    const chunk = this.body.take();
+    if (chunk !== NOTHING_YET) return chunk;
     return new Promise<void>((resolve) => (this.waiting = resolve));
   }
 
   close(): void {
-    const { body } = this;
-    body.off('readable', this.wake);
-    body.off('end', this.ended);
-    body.off('close', this.closed);
-    // The error listener stays: an error the body emits after this must not throw.
-    body.destroy();
+    this.body.onWake(undefined);
+    this.body.destroy();
   }
 
   private readonly wake = (): void => {
     const w = this.waiting;
     this.waiting = undefined;
     w?.();
-  };
-
-  private readonly ended = (): void => {
-    if (this.state === 'open') this.state = 'ended';
-    this.wake();
-  };
-
-  private readonly failed = (e: Error): void => {
-    if (this.state === 'open') this.state = e;
-    this.wake();
-  };
-
-  private readonly closed = (): void => {
-    if (this.state === 'open') this.state = new Error('the upstream body closed before its end');
-    this.wake();
   };
 }
 

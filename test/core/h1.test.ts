@@ -11,7 +11,7 @@ import tls from 'node:tls';
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Pool, requestHead, UpstreamBody, type Exchange } from '../../core/upstream/h1.js';
+import { NOTHING_YET, Pool, requestHead, UpstreamBody, type Exchange } from '../../core/upstream/h1.js';
 import { until } from '../helpers/upstream.js';
 
 const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), '../../../test/fixtures/tls');
@@ -88,13 +88,10 @@ function send(
       },
       onResponse(res) {
         onBody?.(res);
-        const parts: Buffer[] = [];
-        res.on('data', (c: Buffer) => parts.push(c));
-        res.on('end', () => {
+        res.readAll(Infinity).then((bytes) => {
           if (!res.complete) return reject(new Error('ended incomplete'));
-          resolve({ status: res.statusCode, rawHeaders: res.rawHeaders, headers: res.headers, body: Buffer.concat(parts) });
-        });
-        res.on('error', reject);
+          resolve({ status: res.statusCode, rawHeaders: res.rawHeaders, headers: res.headers, body: bytes });
+        }, reject);
       },
       onError: reject,
     };
@@ -338,11 +335,17 @@ t.test('unfinished bodies destroyed one after another: every socket is closed be
   t.equal(srv.connections, n, 'one socket each');
   const sockets = bodies.map((b) => b.socket!);
   const open: number[] = [];
+  const failures: string[] = [];
   const closed = bodies.map(
     (b) =>
       new Promise<void>((resolve) =>
-        b.once('close', () => {
+        b.onWake(() => {
           open.push(sockets.filter((s) => !s.destroyed).length);
+          try {
+            b.take();
+          } catch (e) {
+            failures.push((e as Error).message);
+          }
           resolve();
         }),
       ),
@@ -350,6 +353,7 @@ t.test('unfinished bodies destroyed one after another: every socket is closed be
   for (const b of bodies) setImmediate(() => b.destroy());
   await Promise.all(closed);
   t.same(open, Array<number>(n).fill(0), 'no socket still open when a body reports its close');
+  t.same(failures, Array<string>(n).fill('the upstream body closed before its end'), 'and each reader is told it was cut short');
   t.ok(await until(() => srv.sockets.size === 0), 'the server sees every connection closed');
   p.close();
   await srv.close();
@@ -395,7 +399,7 @@ t.test('back-pressure: an unread body stops the socket; reading resumes it and t
   const read = body.socket!.bytesRead;
   t.ok(read < size / 2, `the socket stopped reading (${read} of ${size} bytes)`);
   let total = 0;
-  for await (const c of body) total += (c as Buffer).length;
+  for await (const c of body) total += c.length;
   t.equal(total, size);
   t.equal(body.complete, true);
   p.close();
@@ -418,7 +422,7 @@ t.test('TLS: the certificate is checked; a trusted one serves, with the connecti
     const { head } = requestHead('/x', ['host', 'localhost', 'content-length', '0']);
     const one = () => new Promise((resolve, reject) => p.send({
       write: (s, sent) => s.write(head, 'latin1', sent),
-      onResponse: (b) => { let t = ''; b.on('data', (c) => (t += c)); b.on('end', () => resolve(b.statusCode + ' ' + t)); },
+      onResponse: (b) => b.readAll(Infinity).then((t) => resolve(b.statusCode + ' ' + t), reject),
       onError: reject,
     }));
     console.log(JSON.stringify([await one(), await one()]));
@@ -459,3 +463,55 @@ t.test(
     call.done();
   },
 );
+
+t.test('UpstreamBody for its one reader: chunks in order, the end, failures, the limit and back-pressure', async (t) => {
+  const b = new UpstreamBody(200, [], undefined);
+  let wakes = 0;
+  b.onWake(() => wakes++);
+  t.equal(b.take(), NOTHING_YET, 'nothing yet');
+  b.push(Buffer.from('a'));
+  b.push(Buffer.from('b'));
+  t.equal(wakes, 2, 'the reader is woken for each push');
+  t.same([b.take()?.toString(), b.take()?.toString(), b.take()], ['a', 'b', NOTHING_YET], 'taken as they came, then nothing yet');
+  b.end();
+  t.equal(b.take(), null, 'the end, once everything was taken');
+
+  const cut = new UpstreamBody(200, [], undefined);
+  cut.push(Buffer.from('dropped'));
+  cut.destroy();
+  t.throws(
+    () => cut.take(),
+    { message: 'the upstream body closed before its end' },
+    'destroyed before its end: unread bytes dropped, a failure',
+  );
+  const failed = new UpstreamBody(200, [], undefined);
+  failed.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+  t.throws(() => failed.take(), { code: 'ECONNRESET' }, 'destroyed with an error: that error');
+  const whole = new UpstreamBody(200, [], undefined);
+  whole.end();
+  whole.destroy();
+  t.equal(whole.take(), null, 'destroyed after its end: just the end');
+
+  const big = new UpstreamBody(200, [], undefined);
+  const read = big.readAll(10);
+  big.push(Buffer.alloc(6));
+  big.push(Buffer.alloc(6));
+  await t.rejects(read, { message: 'upstream body too large' });
+  t.equal(big.destroyed, true, 'a body past the limit is destroyed');
+  const small = new UpstreamBody(200, [], undefined);
+  const all = small.readAll(10);
+  small.push(Buffer.from('he'));
+  small.push(Buffer.from('llo'));
+  small.end();
+  t.equal((await all).toString(), 'hello');
+
+  // Back-pressure: push says stop at 16 KiB unread; taking below it resumes the connection once.
+  let resumed = 0;
+  const fake = { resume: () => resumed++, socket: undefined } as unknown as ConstructorParameters<typeof UpstreamBody>[2];
+  const bp = new UpstreamBody(200, [], fake);
+  t.equal(bp.push(Buffer.alloc(10 * 1024)), true, 'below the mark: go on');
+  t.equal(bp.push(Buffer.alloc(10 * 1024)), false, 'past it: stop reading');
+  bp.take();
+  bp.take();
+  t.equal(resumed, 1, 'resumed once the buffer is taken below the mark');
+});
